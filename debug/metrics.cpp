@@ -1,0 +1,94 @@
+#include "debug/metrics.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace lazyjit::debug {
+
+const char* counter_name(Counter c) {
+  switch (c) {
+    case Counter::OpsTraced: return "ops_traced";
+    case Counter::GraphsExecuted: return "graphs_executed";
+    case Counter::Compiles: return "compiles";
+    case Counter::CacheHits: return "cache_hits";
+    case Counter::CacheMisses: return "cache_misses";
+    case Counter::Syncs: return "syncs";
+    case Counter::HashCollisions: return "hash_collisions";
+    case Counter::StepOps: return "step_ops";
+    case Counter::kCount: break;
+  }
+  return "?";
+}
+
+Metrics::Metrics() = default;
+
+Metrics& Metrics::get() {
+  static Metrics* m = new Metrics();  // never destroyed: used from static destructors
+  return *m;
+}
+
+void Metrics::fallback(const std::string& op) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.fallbacks[op];
+}
+
+void Metrics::sync(const std::string& reason, const std::string& site) {
+  add(Counter::Syncs);
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.syncs[site.empty() ? reason : reason + " @ " + site];
+}
+
+void Metrics::cache_miss(const std::string& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.cache_misses[why];
+}
+
+void Metrics::time(const std::string& what, double ms) {
+  std::lock_guard<std::mutex> g(mu_);
+  Timing& t = maps_.timings[what];
+  ++t.count;
+  t.total_ms += ms;
+  if (ms > t.max_ms) t.max_ms = ms;
+}
+
+MetricsSnapshot Metrics::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  MetricsSnapshot s = maps_;
+  for (int i = 0; i < static_cast<int>(Counter::kCount); ++i)
+    s.counters[counter_name(static_cast<Counter>(i))] = counters_[i].load(std::memory_order_relaxed);
+  return s;
+}
+
+void Metrics::reset() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+  maps_ = MetricsSnapshot{};
+}
+
+std::string Metrics::report() const {
+  MetricsSnapshot s = snapshot();
+  std::ostringstream os;
+  os << "lazyjit metrics\n";
+  for (const auto& [k, v] : s.counters) os << "  " << k << ": " << v << "\n";
+  auto section = [&](const char* title, const std::map<std::string, int64_t>& m) {
+    if (m.empty()) return;
+    os << title << "\n";
+    for (const auto& [k, v] : m) os << "  " << v << "x " << k << "\n";
+  };
+  section("fallbacks (op run by its eager CPU kernel):", s.fallbacks);
+  section("syncs (reason @ call site):", s.syncs);
+  section("compiles (why the cache missed):", s.cache_misses);
+  if (!s.timings.empty()) {
+    os << "timings:\n";
+    for (const auto& [k, t] : s.timings) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "  %s: %lld calls, total %.3f ms, mean %.3f ms, max %.3f ms\n",
+                    k.c_str(), (long long)t.count, t.total_ms, t.count ? t.total_ms / t.count : 0.0,
+                    t.max_ms);
+      os << buf;
+    }
+  }
+  return os.str();
+}
+
+}  // namespace lazyjit::debug

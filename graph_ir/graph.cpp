@@ -1,0 +1,268 @@
+#include "graph_ir/graph.h"
+
+#include <sstream>
+
+namespace lazyjit::ir {
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(sizes[i], 1);
+  }
+  return st;
+}
+
+bool TensorType::is_contiguous() const {
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != acc) return false;
+    acc *= sizes[i];
+  }
+  return true;
+}
+
+static void join(std::ostringstream& os, const std::vector<int64_t>& v) {
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+}
+
+std::string TensorType::str() const {
+  std::ostringstream os;
+  os << dtype_name(dtype) << "[";
+  join(os, sizes);
+  os << "]";
+  if (!is_contiguous()) {
+    os << "{";
+    join(os, strides);
+    os << "}";
+  }
+  return os.str();
+}
+
+Graph::Graph()
+    : structure_(StreamHasher::Algo::Xxh3_128, 0x6c617a796a6974ull),
+      shape_(StreamHasher::Algo::Xxh3_64, 0x7368617065ull),
+      confirm_(StreamHasher::Algo::Xxh64, 0x636f6e6669726dull) {}
+
+ValueId Graph::add_input(const TensorType& type) {
+  int64_t index = static_cast<int64_t>(inputs_.size());
+  ValueId v = add_node1(OpKind::Input, {}, {{index}}, type);
+  inputs_.push_back(v);
+  return v;
+}
+
+ValueId Graph::add_scalar(DType dtype, bool wrapped) {
+  int64_t index = static_cast<int64_t>(scalars_.size());
+  ValueId v = add_node1(OpKind::Scalar, {}, {{index}, {wrapped}}, TensorType{dtype, {}, {}});
+  scalars_.push_back(v);
+  return v;
+}
+
+std::vector<ValueId> Graph::add_node(OpKind kind, std::vector<ValueId> operands,
+                                     std::vector<Attr> attrs,
+                                     std::vector<TensorType> output_types) {
+  Node n{kind, std::move(operands), std::move(attrs), {}};
+  uint32_t node_index = static_cast<uint32_t>(nodes_.size());
+  for (uint32_t i = 0; i < output_types.size(); ++i) {
+    n.outputs.push_back(static_cast<ValueId>(values_.size()));
+    values_.push_back(Value{std::move(output_types[i]), node_index, i});
+  }
+  hash_node(n);
+  nodes_.push_back(std::move(n));
+  return nodes_.back().outputs;
+}
+
+void Graph::add_output(ValueId v) {
+  structure_.update_i64(-1);
+  structure_.update_i64(v);
+  confirm_.update_i64(-1);
+  confirm_.update_i64(v);
+  outputs_.push_back(v);
+}
+
+namespace {
+// Feeds one attribute into a hasher; every alternative is tagged by its index so
+// that e.g. int 1 and bool true differ.
+void hash_attr(StreamHasher& h, const AttrValue& a) {
+  h.update_i64(static_cast<int64_t>(a.index()));
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+        } else if constexpr (std::is_same_v<T, bool>) {
+          h.update_i64(x);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          h.update_i64(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          h.update(&x, sizeof x);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          h.update_str(x);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<double>>) {
+          h.update_i64(static_cast<int64_t>(x.size()));
+          h.update(x.data(), x.size() * sizeof(x[0]));
+        } else if constexpr (std::is_same_v<T, OperandRef>) {
+          h.update_i64(x.index);
+        } else if constexpr (std::is_same_v<T, OperandListRef>) {
+          h.update_i64(static_cast<int64_t>(x.indices.size()));
+          h.update(x.indices.data(), x.indices.size() * sizeof(int32_t));
+        }
+      },
+      a);
+}
+}  // namespace
+
+void Graph::hash_node(const Node& n) {
+  int64_t head[3] = {static_cast<int64_t>(n.kind), static_cast<int64_t>(n.operands.size()),
+                     static_cast<int64_t>(n.outputs.size())};
+  structure_.update(head, sizeof head);
+  confirm_.update(head, sizeof head);
+  for (ValueId v : n.operands) {
+    structure_.update_i64(v);
+    confirm_.update_i64(v);
+  }
+  for (const Attr& a : n.attrs) {
+    StreamHasher& h = a.shape_like ? shape_ : structure_;
+    h.update_i64(-2);
+    hash_attr(h, a.value);
+    hash_attr(confirm_, a.value);
+  }
+  for (ValueId v : n.outputs) {
+    const TensorType& t = values_[v].type;
+    structure_.update_i64(static_cast<int64_t>(t.dtype));
+    structure_.update_i64(static_cast<int64_t>(t.sizes.size()));
+    confirm_.update_i64(static_cast<int64_t>(t.dtype));
+    for (const auto* vec : {&t.sizes, &t.strides}) {
+      shape_.update_i64(static_cast<int64_t>(vec->size()));
+      shape_.update(vec->data(), vec->size() * sizeof(int64_t));
+      confirm_.update(vec->data(), vec->size() * sizeof(int64_t));
+    }
+  }
+}
+
+GraphHashes Graph::hashes() const {
+  return GraphHashes{structure_.digest128(), shape_.digest64(), confirm_.digest64()};
+}
+
+namespace {
+void print_attr(std::ostringstream& os, const AttrValue& a) {
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          os << "none";
+        } else if constexpr (std::is_same_v<T, bool>) {
+          os << (x ? "true" : "false");
+        } else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+          os << x;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          os << '"' << x << '"';
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<double>>) {
+          os << "[";
+          for (size_t i = 0; i < x.size(); ++i) os << (i ? "," : "") << x[i];
+          os << "]";
+        } else if constexpr (std::is_same_v<T, OperandRef>) {
+          os << "$" << x.index;
+        } else if constexpr (std::is_same_v<T, OperandListRef>) {
+          os << "[";
+          for (size_t i = 0; i < x.indices.size(); ++i)
+            os << (i ? "," : "") << (x.indices[i] < 0 ? std::string("none") : "$" + std::to_string(x.indices[i]));
+          os << "]";
+        }
+      },
+      a);
+}
+}  // namespace
+
+std::string Graph::str() const {
+  std::ostringstream os;
+  os << "graph(inputs=" << inputs_.size() << ", scalars=" << scalars_.size() << ") {\n";
+  for (const Node& n : nodes_) {
+    os << "  ";
+    for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << "%" << n.outputs[i];
+    os << " = " << op_name(n.kind);
+    if (!n.attrs.empty()) {
+      os << "[";
+      for (size_t i = 0; i < n.attrs.size(); ++i) {
+        if (i) os << ", ";
+        // Elementwise ops keep their compute dtype in attr 0.
+        if (i == 0 && is_elementwise(n.kind) && std::holds_alternative<int64_t>(n.attrs[0].value))
+          os << dtype_name(static_cast<DType>(std::get<int64_t>(n.attrs[0].value)));
+        else
+          print_attr(os, n.attrs[i].value);
+      }
+      os << "]";
+    }
+    os << "(";
+    for (size_t i = 0; i < n.operands.size(); ++i) os << (i ? ", " : "") << "%" << n.operands[i];
+    os << ") : ";
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      os << (i ? ", " : "") << values_[n.outputs[i]].type.str();
+    os << "\n";
+  }
+  os << "  return";
+  for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", %" : " %") << outputs_[i];
+  os << "\n}\n";
+  return os.str();
+}
+
+std::string Graph::verify() const {
+  auto bad = [](size_t node, const std::string& what) {
+    return "node " + std::to_string(node) + ": " + what;
+  };
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    for (ValueId v : n.operands) {
+      if (v >= values_.size() || values_[v].node >= i)
+        return bad(i, "operand %" + std::to_string(v) + " is not defined before use");
+    }
+    for (ValueId v : n.outputs) {
+      const TensorType& t = values_[v].type;
+      if (t.sizes.size() != t.strides.size()) return bad(i, "sizes and strides differ in rank");
+      for (int64_t s : t.sizes)
+        if (s < 0) return bad(i, "negative size");
+    }
+    size_t want = is_unary(n.kind) ? 1 : is_binary(n.kind) ? 2
+                  : (n.kind == OpKind::Where || n.kind == OpKind::Clamp) ? 3
+                  : (n.kind == OpKind::Input || n.kind == OpKind::Scalar) ? 0
+                  : (n.kind == OpKind::Full || n.kind == OpKind::AsStrided) ? 1
+                  : n.kind == OpKind::AsStridedScatter ? 2 : n.operands.size();
+    if (n.operands.size() != want)
+      return bad(i, std::string(op_name(n.kind)) + " takes " + std::to_string(want) + " operands, got " +
+                        std::to_string(n.operands.size()));
+    if (is_elementwise(n.kind)) {
+      if (n.outputs.size() != 1) return bad(i, "elementwise op must have one output");
+      if (n.attrs.empty() || !std::holds_alternative<int64_t>(n.attrs[0].value))
+        return bad(i, "elementwise op needs its compute dtype as attr 0");
+    }
+    if (n.kind == OpKind::AsStrided || n.kind == OpKind::AsStridedScatter) {
+      if (n.attrs.size() != 3) return bad(i, "as_strided needs sizes, strides, offset");
+      const auto& sz = std::get<std::vector<int64_t>>(n.attrs[0].value);
+      const auto& st = std::get<std::vector<int64_t>>(n.attrs[1].value);
+      int64_t off = std::get<int64_t>(n.attrs[2].value);
+      if (sz.size() != st.size()) return bad(i, "as_strided sizes and strides differ in rank");
+      int64_t last = off;
+      bool empty = false;
+      for (size_t d = 0; d < sz.size(); ++d) {
+        if (sz[d] == 0) empty = true;
+        else last += (sz[d] - 1) * st[d];
+      }
+      if (!empty && (off < 0 || last >= values_[n.operands[0]].type.numel()))
+        return bad(i, "as_strided view reaches outside its operand");
+    }
+  }
+  for (ValueId v : outputs_)
+    if (v >= values_.size()) return "output %" + std::to_string(v) + " is not defined";
+  return {};
+}
+
+}  // namespace lazyjit::ir

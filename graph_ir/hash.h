@@ -1,0 +1,41 @@
+// Streaming xxHash3 wrappers. The algorithms are fixed by the xxHash spec, so a
+// digest is the same in every process and on every machine of one endianness.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace lazyjit::ir {
+
+struct Hash128 {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const Hash128&) const = default;
+  std::string hex() const;
+};
+
+class StreamHasher {
+ public:
+  enum class Algo { Xxh3_128, Xxh3_64, Xxh64 };
+  explicit StreamHasher(Algo algo, uint64_t seed = 0);
+  ~StreamHasher();
+  StreamHasher(StreamHasher&&) noexcept;
+  StreamHasher& operator=(StreamHasher&&) noexcept;
+
+  void update(const void* data, size_t len);
+  void update_i64(int64_t v) { update(&v, sizeof v); }
+  void update_str(std::string_view s) {
+    update_i64(static_cast<int64_t>(s.size()));
+    update(s.data(), s.size());
+  }
+  Hash128 digest128() const;  // Xxh3_128 only
+  uint64_t digest64() const;  // Xxh3_64 / Xxh64
+
+ private:
+  Algo algo_;
+  void* state_;
+};
+
+uint64_t hash64(const void* data, size_t len);
+
+}  // namespace lazyjit::ir

