@@ -1,0 +1,40 @@
+# The layers that include libtorch: tracer, executor, the Python module, and the
+# tests and examples that use them. libtorch comes from the venv's torch wheel.
+set(LAZYJIT_PYTHON "${LAZYJIT_VENV}/bin/python")
+execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import torch; print(torch.utils.cmake_prefix_path)"
+                OUTPUT_VARIABLE TORCH_CMAKE_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import pybind11; print(pybind11.get_cmake_dir())"
+                OUTPUT_VARIABLE PYBIND11_CMAKE_DIR OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+list(APPEND CMAKE_PREFIX_PATH ${TORCH_CMAKE_PREFIX})
+find_package(Torch REQUIRED)
+find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/lib" REQUIRED)
+
+add_library(lazyjit SHARED
+  executor/executor.cpp
+  tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp tracer/api.cpp)
+target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
+target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
+                      lazyjit_lowering PRIVATE TBB::tbb)
+set_target_properties(lazyjit PROPERTIES
+  BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
+
+add_executable(e2e_tests tests/e2e/device_test.cpp)
+target_link_libraries(e2e_tests lazyjit GTest::gtest_main)
+set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
+gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST)
+
+add_executable(demo_cpp examples/demo.cpp)
+target_link_libraries(demo_cpp lazyjit)
+set_target_properties(demo_cpp PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
+
+# The Python extension lazyjit._C, written next to the package sources.
+set(pybind11_DIR ${PYBIND11_CMAKE_DIR})
+set(PYBIND11_FINDPYTHON ON)
+set(Python_EXECUTABLE ${LAZYJIT_PYTHON})
+find_package(pybind11 CONFIG REQUIRED)
+pybind11_add_module(lazyjit_python python/lazyjit/csrc/module.cpp)
+set_target_properties(lazyjit_python PROPERTIES OUTPUT_NAME _C
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit
+  BUILD_RPATH "$ORIGIN/lib;${TORCH_INSTALL_PREFIX}/lib")
+target_link_libraries(lazyjit_python PRIVATE lazyjit ${TORCH_PYTHON_LIBRARY})

@@ -1,0 +1,272 @@
+// Plan = dead-code elimination, then greedy fusion of elementwise nodes into
+// loop nests, then dim coalescing of each nest. Each phase is a function below.
+#include "lowering/plan.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace lazyjit::lowering {
+
+using ir::Graph;
+using ir::Node;
+using ir::OpKind;
+
+int32_t FusedKernel::load_of(ValueId operand) const {
+  for (size_t i = 0; i < loads.size(); ++i)
+    if (loads[i].operand == operand) return static_cast<int32_t>(i);
+  return -1;
+}
+
+bool lowerable_dtype(DType t) {
+  return ir::is_floating(t) || ir::is_integral(t, /*include_bool=*/true);
+}
+
+namespace {
+
+// Nodes that some output depends on.
+std::vector<bool> live_nodes(const Graph& g) {
+  std::vector<bool> live(g.nodes().size(), false);
+  std::vector<uint32_t> work;
+  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
+  while (!work.empty()) {
+    uint32_t n = work.back();
+    work.pop_back();
+    if (live[n]) continue;
+    live[n] = true;
+    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
+  }
+  return live;
+}
+
+bool node_lowerable(const Graph& g, const Node& n) {
+  if (!ir::is_elementwise(n.kind)) return false;
+  if (!lowerable_dtype(static_cast<DType>(std::get<int64_t>(n.attrs[0].value)))) return false;
+  for (ValueId v : n.operands)
+    if (!lowerable_dtype(g.value(v).type.dtype)) return false;
+  return lowerable_dtype(g.value(n.outputs[0]).type.dtype);
+}
+
+// Strides that read value `v` (dense, its declared layout) broadcast to `sizes`.
+std::vector<int64_t> broadcast_strides(const ir::TensorType& t, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size(), 0);
+  size_t off = sizes.size() - t.sizes.size();
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    st[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+  return st;
+}
+
+struct Builder {
+  const Graph& g;
+  const PlanOptions& opts;
+  Plan plan;
+  std::vector<int32_t> step_of_value;  // step producing each value, -1 for sources
+  std::vector<int32_t> kernel_of_node;
+
+  Builder(const Graph& graph, const PlanOptions& o)
+      : g(graph), opts(o), step_of_value(graph.values().size(), -1),
+        kernel_of_node(graph.nodes().size(), -1) {}
+
+  bool is_folded_view(ValueId v) const {
+    const Node& p = g.producer(v);
+    return p.kind == OpKind::AsStrided && g.producer(p.operands[0]).kind != OpKind::AsStrided;
+  }
+  // The step a kernel must follow to read `v`.
+  int32_t dependency(ValueId v) const {
+    if (is_folded_view(v)) return step_of_value[g.producer(v).operands[0]];
+    return step_of_value[v];
+  }
+
+  void add_step(Step s, const Node& n) {
+    for (ValueId v : n.outputs) step_of_value[v] = static_cast<int32_t>(plan.steps.size());
+    plan.steps.push_back(s);
+  }
+
+  void place_elementwise(uint32_t ni) {
+    const Node& n = g.nodes()[ni];
+    const auto& sizes = g.value(n.outputs[0]).type.sizes;
+    int32_t earliest = -1;
+    for (ValueId v : n.operands) earliest = std::max(earliest, dependency(v));
+    int32_t chosen = -1;
+    if (opts.fuse) {
+      // The latest kernel of the same iteration space that comes after every
+      // producer; operands made inside that kernel are fine.
+      for (int32_t s = static_cast<int32_t>(plan.steps.size()) - 1; s >= 0; --s) {
+        const Step& st = plan.steps[s];
+        if (st.kind != Step::Kind::Kernel) continue;
+        const FusedKernel& k = plan.kernels[st.kernel];
+        if (k.sizes != sizes) continue;
+        bool ok = true;
+        for (ValueId v : n.operands) {
+          int32_t d = dependency(v);
+          if (d > s || (d == s && is_folded_view(v))) ok = false;
+        }
+        if (ok) chosen = s;
+        break;
+      }
+    }
+    if (chosen < 0) {
+      FusedKernel k;
+      k.sizes = sizes;
+      k.name = "fused_" + std::to_string(plan.kernels.size());
+      plan.kernels.push_back(std::move(k));
+      chosen = static_cast<int32_t>(plan.steps.size());
+      plan.steps.push_back(Step{Step::Kind::Kernel, 0, static_cast<int32_t>(plan.kernels.size() - 1)});
+    }
+    plan.kernels[plan.steps[chosen].kernel].nodes.push_back(ni);
+    kernel_of_node[ni] = plan.steps[chosen].kernel;
+    step_of_value[n.outputs[0]] = chosen;
+  }
+
+  void build_nodes(const std::vector<bool>& live) {
+    std::vector<bool> needs_view_step(g.values().size(), false);
+    // A view is materialized unless every user reads it through a kernel load.
+    for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (!live[i]) continue;
+      bool kernel_user = node_lowerable(g, n);
+      for (ValueId v : n.operands)
+        if (!kernel_user || !is_folded_view(v)) needs_view_step[v] = true;
+    }
+    for (ValueId v : g.outputs()) needs_view_step[v] = true;
+
+    for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (!live[i]) continue;
+      switch (n.kind) {
+        case OpKind::Input:
+        case OpKind::Scalar:
+          break;
+        case OpKind::AsStrided:
+          if (needs_view_step[n.outputs[0]] || !is_folded_view(n.outputs[0]))
+            add_step(Step{Step::Kind::AsStrided, i, -1}, n);
+          break;
+        case OpKind::AsStridedScatter:
+          add_step(Step{Step::Kind::AsStridedScatter, i, -1}, n);
+          break;
+        case OpKind::Aten:
+          add_step(Step{Step::Kind::Aten, i, -1}, n);
+          break;
+        default:
+          if (!node_lowerable(g, n))
+            throw std::runtime_error("lowering: node " + std::to_string(i) + " (" +
+                                     std::string(ir::op_name(n.kind)) + ") has no lowering");
+          place_elementwise(i);
+      }
+    }
+  }
+
+  void build_accesses() {
+    std::vector<bool> is_output(g.values().size(), false);
+    for (ValueId v : g.outputs()) is_output[v] = true;
+    // Users outside their kernel make a value a store.
+    std::vector<bool> used_outside(g.values().size(), false);
+    for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+      for (ValueId v : g.nodes()[i].operands) {
+        int32_t pk = kernel_of_node[g.value(v).node];
+        if (pk >= 0 && pk != kernel_of_node[i]) used_outside[v] = true;
+      }
+    }
+    for (FusedKernel& k : plan.kernels) {
+      std::vector<bool> inside(g.values().size(), false);
+      for (uint32_t ni : k.nodes) inside[g.nodes()[ni].outputs[0]] = true;
+      for (uint32_t ni : k.nodes) {
+        const Node& n = g.nodes()[ni];
+        for (ValueId v : n.operands) {
+          if (inside[v] || k.load_of(v) >= 0) continue;
+          k.loads.push_back(make_access(v, k.sizes));
+        }
+        ValueId out = n.outputs[0];
+        if (is_output[out] || used_outside[out]) k.stores.push_back(out);
+      }
+    }
+  }
+
+  Access make_access(ValueId v, const std::vector<int64_t>& sizes) const {
+    const ir::TensorType& t = g.value(v).type;
+    const Node& p = g.producer(v);
+    Access a{v, v, t.dtype, {}, 0, -1};
+    if (p.kind == OpKind::Scalar) {
+      a.scalar_index = static_cast<int32_t>(std::get<int64_t>(p.attrs[0].value));
+      a.strides.assign(sizes.size(), 0);
+    } else if (is_folded_view(v)) {
+      ir::TensorType view{t.dtype, std::get<std::vector<int64_t>>(p.attrs[0].value),
+                          std::get<std::vector<int64_t>>(p.attrs[1].value)};
+      a.value = p.operands[0];
+      a.offset = std::get<int64_t>(p.attrs[2].value);
+      a.strides = broadcast_strides(view, sizes);
+    } else {
+      a.strides = broadcast_strides(t, sizes);
+    }
+    return a;
+  }
+
+  // Drops size-1 dims and merges neighbours that every access walks as one.
+  static void coalesce(FusedKernel& k) {
+    std::vector<int64_t> sizes;
+    std::vector<std::vector<int64_t>> strides(k.loads.size());
+    for (size_t d = 0; d < k.sizes.size(); ++d) {
+      if (k.sizes[d] == 1) continue;
+      bool merge = !sizes.empty();
+      for (size_t i = 0; merge && i < k.loads.size(); ++i)
+        merge = strides[i].back() == k.loads[i].strides[d] * k.sizes[d];
+      if (merge) {
+        sizes.back() *= k.sizes[d];
+        for (size_t i = 0; i < k.loads.size(); ++i) strides[i].back() = k.loads[i].strides[d];
+      } else {
+        sizes.push_back(k.sizes[d]);
+        for (size_t i = 0; i < k.loads.size(); ++i) strides[i].push_back(k.loads[i].strides[d]);
+      }
+    }
+    if (sizes.empty()) {  // 0-d or all ones: one iteration
+      sizes.push_back(1);
+      for (auto& s : strides) s.push_back(0);
+    }
+    for (int64_t s : k.sizes)
+      if (s == 0) {  // empty: keep one dim of size 0
+        sizes.assign(1, 0);
+        for (auto& st : strides) st.assign(1, 0);
+      }
+    k.sizes = std::move(sizes);
+    for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
+  }
+};
+
+}  // namespace
+
+Plan plan_graph(const Graph& g, const PlanOptions& opts) {
+  Builder b(g, opts);
+  b.build_nodes(live_nodes(g));
+  b.build_accesses();
+  for (FusedKernel& k : b.plan.kernels) Builder::coalesce(k);
+  return std::move(b.plan);
+}
+
+std::string Plan::str(const Graph& g) const {
+  std::ostringstream os;
+  for (const Step& s : steps) {
+    switch (s.kind) {
+      case Step::Kind::Kernel: {
+        const FusedKernel& k = kernels[s.kernel];
+        os << k.name << " sizes=[";
+        for (size_t i = 0; i < k.sizes.size(); ++i) os << (i ? "," : "") << k.sizes[i];
+        os << "] nodes=" << k.nodes.size() << " loads=";
+        for (const Access& a : k.loads)
+          os << (a.scalar_index >= 0 ? "s" : "%") << (a.scalar_index >= 0 ? a.scalar_index : a.value) << " ";
+        os << "stores=";
+        for (ValueId v : k.stores) os << "%" << v << " ";
+        os << "\n";
+        break;
+      }
+      default: {
+        const Node& n = g.nodes()[s.node];
+        os << ir::op_name(n.kind);
+        if (n.kind == OpKind::Aten) os << " " << std::get<std::string>(n.attrs[0].value);
+        os << " -> %" << n.outputs[0] << "\n";
+      }
+    }
+  }
+  return os.str();
+}
+
+}  // namespace lazyjit::lowering

@@ -1,0 +1,76 @@
+// Lowering, target-independent half: splits a graph into program steps and
+// fuses elementwise chains into loop nests. No LLVM here; a Target (target.h)
+// turns each FusedKernel into machine code.
+//
+// Before: graph verified. After: every node is covered by exactly one step or is
+// a source (Input/Scalar) or dead; steps are in dependency order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph_ir/graph.h"
+
+namespace lazyjit::lowering {
+
+using ir::DType;
+using ir::ValueId;
+
+// How a kernel reads one external value: element (i0..ik) of the iteration
+// space lives at `offset + sum_d i_d * strides[d]` elements from the buffer's
+// start. Broadcast dims have stride 0. A scalar argument has no buffer: it is
+// slot `scalar_index` of the scalar array (a double for floating dtypes, an
+// int64 otherwise).
+struct Access {
+  ValueId operand;      // the value id node operands refer to
+  ValueId value;        // the buffer read (for a folded AsStrided: its source)
+  DType dtype;          // element type in memory
+  std::vector<int64_t> strides;  // one per iteration dim
+  int64_t offset = 0;
+  int32_t scalar_index = -1;     // >= 0: a scalar argument, no buffer
+};
+
+// A fused loop nest. Buffer arguments of the compiled function, in order: one
+// per load with scalar_index < 0, then one per store.
+struct FusedKernel {
+  std::vector<int64_t> sizes;      // iteration space after coalescing (rank >= 1)
+  std::vector<uint32_t> nodes;     // elementwise nodes in evaluation order
+  std::vector<Access> loads;       // external operands, any order
+  std::vector<ValueId> stores;     // values written out, contiguous, sized like the group
+  // Index into loads of a node operand (by the id the node refers to), -1 when
+  // the operand is computed inside this kernel.
+  int32_t load_of(ValueId operand) const;
+  std::string name;                // "fused_<n>", unique within a program
+};
+
+// The compiled entry point of a FusedKernel: computes iterations
+// [begin, end) of the outermost dim. Safe to call on disjoint ranges in parallel.
+using KernelFn = void (*)(void* const* buffers, const int64_t* scalars, int64_t begin,
+                          int64_t end);
+
+struct Step {
+  enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter };
+  Kind kind;
+  uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter: the node run
+  int32_t kernel = -1;  // Kernel: index into Plan::kernels
+};
+
+struct Plan {
+  std::vector<Step> steps;
+  std::vector<FusedKernel> kernels;
+  std::vector<KernelFn> kernel_fns;  // filled by Target::compile, one per kernel
+  std::string str(const ir::Graph& g) const;
+};
+
+struct PlanOptions {
+  bool fuse = true;  // false: one kernel per elementwise node (for tests and bisecting)
+};
+
+// Elementwise nodes whose dtypes the CPU codegen handles (others become Aten steps
+// in the tracer, so this is a check, not a choice).
+bool lowerable_dtype(DType t);
+
+Plan plan_graph(const ir::Graph& g, const PlanOptions& opts = {});
+
+}  // namespace lazyjit::lowering

@@ -1,0 +1,38 @@
+// A compilation target: turns a Plan's fused kernels into callable code. The CPU
+// (LLVM ORC) is the one target today; an accelerator would be a second subclass.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "lowering/plan.h"
+
+namespace lazyjit::lowering {
+
+struct CodegenOptions {
+  int opt_level = 3;
+  bool vectorize_math = true;  // map vectorized exp/log/... onto glibc's libmvec
+  std::string str() const;
+};
+
+// Keeps compiled code alive; a Plan's kernel_fns are valid while it lives.
+class CompiledCode {
+ public:
+  virtual ~CompiledCode() = default;
+  // Textual LLVM IR of the module before and after optimization (for dumps).
+  virtual const std::string& llvm_ir() const = 0;
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  // Everything that changes generated code: CPU name and features, LLVM version,
+  // codegen options. Part of every cache key.
+  virtual std::string fingerprint() const = 0;
+  // Fills plan.kernel_fns. Throws std::runtime_error naming the kernel on failure.
+  virtual std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan) = 0;
+};
+
+// The host CPU through LLVM's ORC LLJIT. Thread-safe.
+std::unique_ptr<Target> make_cpu_target(const CodegenOptions& opts = {});
+
+}  // namespace lazyjit::lowering

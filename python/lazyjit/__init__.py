@@ -1,0 +1,105 @@
+"""lazyjit: a graph-capture JIT for PyTorch.
+
+    import torch, lazyjit
+    x = torch.randn(4, 4).to("lazyjit")
+    y = (x * 2 + 1).relu()        # recorded, not run
+    print(y.cpu())                # sync: compile (or hit the cache) and run
+"""
+import torch
+
+from . import _C  # registers the "lazyjit" device (PrivateUse1) with PyTorch
+
+__all__ = ["device", "sync", "set_mode", "mode", "add_op_hook", "metrics", "reset_metrics",
+           "metrics_report", "clear_cache"]
+
+
+def device(index: int = 0) -> torch.device:
+    return torch.device("lazyjit", index)
+
+
+def sync() -> None:
+    """Compiles (or finds in the cache) and runs everything pending."""
+    _C.sync()
+
+
+def set_mode(mode: str) -> None:
+    """"lazy" records ops and runs them at sync points; "step" runs each op at once."""
+    _C.set_mode(mode)
+
+
+def mode() -> str:
+    return _C.mode()
+
+
+def add_op_hook(fn):
+    """Calls fn(op_name, inputs, outputs) for every op run in step mode, in order.
+    Tensors arrive as CPU tensors. Returns a handle with .remove()."""
+    return _C.add_op_hook(fn)
+
+
+def metrics() -> dict:
+    return _C.metrics()
+
+
+def reset_metrics() -> None:
+    _C.reset_metrics()
+
+
+def metrics_report() -> str:
+    return _C.metrics_report()
+
+
+def clear_cache() -> None:
+    _C.clear_cache()
+
+
+class _DeviceModule:
+    """torch.lazyjit: what PyTorch expects of a backend module."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        pass
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        sync()
+
+
+if not hasattr(torch, "lazyjit"):
+    torch._register_device_module("lazyjit", _DeviceModule)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                         for_packed_sequence=True, for_storage=False)
+
+
+def _patch_printing():
+    # Printing formats the elements on the CPU: one sync, instead of the dozens
+    # of small ops (and .item() calls) the formatter would otherwise trace.
+    import torch._tensor_str as ts
+
+    orig = ts._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type == "lazyjit":
+            self = self.to("cpu")
+        return orig(self, indent)
+
+    ts._tensor_str = _tensor_str
+
+
+_patch_printing()

@@ -1,0 +1,91 @@
+// lazyjit._C: the Python face of tracer/lazyjit.h.
+#include <Python.h>
+#include <frameobject.h>
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include "tracer/lazyjit.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// file:line of the innermost Python frame outside torch and lazyjit.
+std::string python_call_site() {
+  if (!Py_IsInitialized()) return {};
+  py::gil_scoped_acquire gil;
+  PyFrameObject* f = PyEval_GetFrame();
+  if (f) Py_INCREF(f);
+  std::string site;
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    std::string file = py::str(code->co_filename);
+    int line = PyFrame_GetLineNumber(f);
+    Py_DECREF(code);
+    bool internal = file.find("/torch/") != std::string::npos || file.find("/lazyjit/") != std::string::npos ||
+                    file.rfind("<frozen", 0) == 0;
+    if (!internal) {
+      site = file + ":" + std::to_string(line);
+      Py_DECREF(f);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  return site;
+}
+
+py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
+  py::dict d;
+  for (const auto& [k, v] : s.counters) d[py::str(k)] = v;
+  d["fallbacks"] = s.fallbacks;
+  d["sync_reasons"] = s.syncs;
+  d["compile_reasons"] = s.cache_misses;
+  py::dict t;
+  for (const auto& [k, v] : s.timings) {
+    py::dict e;
+    e["count"] = v.count;
+    e["total_ms"] = v.total_ms;
+    e["max_ms"] = v.max_ms;
+    t[py::str(k)] = e;
+  }
+  d["timings"] = t;
+  return d;
+}
+
+py::list to_py(const std::vector<c10::IValue>& vs) {
+  py::list l;
+  for (const auto& v : vs) l.append(torch::jit::toPyObject(v));
+  return l;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  lazyjit::init();
+  lazyjit::set_call_site_provider(python_call_site);
+  m.def("sync", [] {
+    py::gil_scoped_release nogil;
+    lazyjit::sync();
+  });
+  m.def("set_mode", [](const std::string& mode) {
+    py::gil_scoped_release nogil;
+    lazyjit::set_mode(mode);
+  });
+  m.def("mode", [] { return lazyjit::mode() == lazyjit::Mode::Step ? "step" : "lazy"; });
+  py::class_<lazyjit::HookHandle>(m, "HookHandle").def("remove", &lazyjit::HookHandle::remove);
+  m.def("add_op_hook", [](py::function fn) {
+    auto holder = std::make_shared<py::function>(std::move(fn));
+    return lazyjit::add_op_hook([holder](const lazyjit::OpEvent& e) {
+      py::gil_scoped_acquire gil;
+      (*holder)(e.op, to_py(e.inputs), to_py(e.outputs));
+    });
+  });
+  m.def("metrics", [] { return to_dict(lazyjit::metrics()); });
+  m.def("reset_metrics", &lazyjit::reset_metrics);
+  m.def("metrics_report", &lazyjit::metrics_report);
+  m.def("clear_cache", &lazyjit::clear_cache);
+}

@@ -1,0 +1,153 @@
+// The public API (lazyjit.h) and the registration of the device with PyTorch.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "tracer/hooks.h"
+#include "tracer/lazyjit.h"
+#include "tracer/op_recorder.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit {
+
+namespace {
+
+std::atomic<Mode> g_mode{[] {
+  const char* e = std::getenv("LAZYJIT_MODE");
+  return e && std::string(e) == "step" ? Mode::Step : Mode::Lazy;
+}()};
+
+std::mutex hooks_mu;
+std::map<uint64_t, OpHook>& hooks() {
+  static auto* h = new std::map<uint64_t, OpHook>();
+  return *h;
+}
+std::atomic<uint64_t> next_hook{1};
+std::atomic<bool> any_hooks{false};
+
+// One device, one default stream: enough for autograd and device guards.
+struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType T = c10::DeviceType::PrivateUse1;
+  c10::DeviceType type() const override { return T; }
+  c10::Device exchangeDevice(c10::Device) const override { return c10::Device(T, 0); }
+  c10::Device getDevice() const override { return c10::Device(T, 0); }
+  void setDevice(c10::Device) const override {}
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void synchronizeDevice(const c10::DeviceIndex) const override { lazyjit::sync(); }
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+struct Hooks final : at::PrivateUse1HooksInterface {
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool isBuilt() const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  bool isPinnedPtr(const void*) const override { return false; }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tracer::record_op>());
+}
+
+void init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (c10::get_privateuse1_backend() != "lazyjit") c10::register_privateuse1_backend("lazyjit");
+    c10::SetAllocator(c10::DeviceType::PrivateUse1, tracer::lazy_allocator());
+    at::RegisterPrivateUse1HooksInterface(new Hooks());
+    // Structured ops have a composite kernel that would rewrite e.g. add.Tensor
+    // into empty + add.out before the fallback sees it; claiming them keeps
+    // functional ops functional in the graph. The ops every device implements
+    // itself are claimed too.
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                          __FILE__, __LINE__);
+    auto& d = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = d.findOp(name);
+      if (!op) continue;
+      bool claim = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      static const char* own[] = {"aten::empty", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
+                                  "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_"};
+      for (const char* o : own) claim |= name.name == o;
+      if (!claim || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+      std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&tracer::record_op>());
+    }
+  });
+}
+
+namespace {
+struct Init {
+  Init() { init(); }
+} init_on_load;
+}  // namespace
+
+c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
+
+void sync() {
+  auto& ctx = tracer::TraceContext::get();
+  ctx.sync("lazyjit.sync()", ctx.call_site());
+}
+
+void set_mode(Mode m) {
+  if (m == Mode::Step) sync();  // step mode starts from materialized tensors
+  g_mode = m;
+}
+
+void set_mode(const std::string& m) {
+  if (m == "lazy") set_mode(Mode::Lazy);
+  else if (m == "step") set_mode(Mode::Step);
+  else TORCH_CHECK(false, "lazyjit: unknown mode '", m, "' (expected \"lazy\" or \"step\")");
+}
+
+Mode mode() { return g_mode; }
+
+void HookHandle::remove() {
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  hooks().erase(id_);
+  any_hooks = !hooks().empty();
+}
+
+HookHandle add_op_hook(OpHook hook) {
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  uint64_t id = next_hook++;
+  hooks()[id] = std::move(hook);
+  any_hooks = true;
+  return HookHandle(id);
+}
+
+namespace tracer {
+bool has_op_hooks() { return any_hooks; }
+void call_op_hooks(const OpEvent& e) {
+  std::vector<OpHook> copy;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mu);
+    for (auto& [id, h] : hooks()) copy.push_back(h);
+  }
+  for (auto& h : copy) h(e);
+}
+}  // namespace tracer
+
+debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
+void reset_metrics() { debug::Metrics::get().reset(); }
+std::string metrics_report() { return debug::Metrics::get().report(); }
+void clear_cache() { tracer::TraceContext::get().clear_cache(); }
+void set_call_site_provider(std::function<std::string()> p) {
+  tracer::TraceContext::get().set_call_site_provider(std::move(p));
+}
+
+}  // namespace lazyjit

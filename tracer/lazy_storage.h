@@ -1,0 +1,38 @@
+// The memory behind lazyjit tensors. A c10::StorageImpl owns one LazyStorage
+// through its DataPtr; every view of the storage shares it, which is what gives
+// views and in-place ops PyTorch's aliasing semantics.
+//
+// A LazyStorage holds its elements in one of three ways:
+//  - pending: `value` in the current graph (epoch), whose flat slots in memory
+//    order are the storage's elements;
+//  - materialized: `data`, a 1-D CPU tensor of `numel` elements;
+//  - uninitialized: neither (fresh from empty()).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+
+#include "graph_ir/graph.h"
+
+namespace lazyjit::tracer {
+
+struct LazyStorage {
+  int64_t numel;
+  at::ScalarType dtype;
+  uint64_t seq;  // creation order: a deterministic output order at sync
+  at::Tensor data;
+  uint64_t epoch = 0;  // graph the value belongs to; 0 = none
+  ir::ValueId value = 0;
+  ~LazyStorage();
+};
+
+// A new storage of `numel` elements of `dtype`, and a tensor over it.
+c10::Storage make_storage(int64_t numel, at::ScalarType dtype);
+at::Tensor make_tensor(c10::Storage storage, at::ScalarType dtype, at::IntArrayRef sizes,
+                       at::IntArrayRef strides, int64_t offset);
+// Throws unless `t` is a lazyjit tensor.
+LazyStorage& storage_of(const at::Tensor& t);
+bool is_lazy(const at::Tensor& t);
+
+c10::Allocator* lazy_allocator();
+
+}  // namespace lazyjit::tracer

@@ -1,0 +1,65 @@
+// lazyjit's public C++ API.
+//
+//   auto x = torch::randn({4, 4}).to(lazyjit::device());
+//   auto y = (x * 2 + 1).relu();   // recorded, not run
+//   std::cout << y.cpu();          // sync: compile (or hit the cache) and run
+#pragma once
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "debug/metrics.h"
+
+namespace lazyjit {
+
+// Registers the `lazyjit` device with PyTorch (PrivateUse1). Idempotent; loading
+// the library calls it.
+void init();
+c10::Device device();
+
+// Runs everything pending on the device.
+void sync();
+
+// Lazy: ops are recorded and run at sync points. Step: each op runs at once,
+// one at a time, through its eager CPU kernel, calling the op hooks.
+enum class Mode { Lazy, Step };
+void set_mode(Mode m);
+void set_mode(const std::string& m);  // "lazy" or "step"
+Mode mode();
+
+struct OpEvent {
+  std::string op;                   // schema name, e.g. "aten::add.Tensor"
+  std::vector<c10::IValue> inputs;  // tensors as CPU tensors (copies)
+  std::vector<c10::IValue> outputs; // tensors as CPU tensors
+  std::string site;                 // the caller's file:line when known
+};
+using OpHook = std::function<void(const OpEvent&)>;
+
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(uint64_t id) : id_(id) {}
+  void remove();
+  uint64_t id() const { return id_; }
+
+ private:
+  uint64_t id_ = 0;
+};
+// Hooks run in step mode, once per op, in program order.
+HookHandle add_op_hook(OpHook hook);
+
+debug::MetricsSnapshot metrics();
+void reset_metrics();
+std::string metrics_report();
+
+// Empties the in-memory compile cache (tests use it to count compiles).
+void clear_cache();
+
+// Where the current op was called from, for sync and fallback accounting. The
+// Python module installs one that reads the Python stack.
+void set_call_site_provider(std::function<std::string()> provider);
+
+}  // namespace lazyjit

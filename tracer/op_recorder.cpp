@@ -1,0 +1,718 @@
+#include "tracer/op_recorder.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/op_registration/op_registration.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "debug/metrics.h"
+#include "executor/executor.h"
+#include "tracer/hooks.h"
+#include "tracer/lazyjit.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit::tracer {
+
+using c10::IValue;
+using ir::DType;
+using ir::OpKind;
+using ir::ValueId;
+using torch::jit::Stack;
+
+namespace {
+
+std::string full_name(const c10::OperatorHandle& op) {
+  const auto& n = op.schema().operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+bool is_cpu_scalar(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.dim() == 0;
+}
+
+// PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d.
+void check_devices(const Stack& args) {
+  auto check = [](const at::Tensor& t) {
+    if (t.defined() && t.device().is_cpu() && t.dim() != 0)
+      TORCH_CHECK(false,
+                  "Expected all tensors to be on the same device, but found at least two "
+                  "devices, lazyjit:0 and cpu!");
+  };
+  bool lazy = false;
+  for (const IValue& v : args) {
+    if (v.isTensor()) lazy |= is_lazy(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) lazy |= is_lazy(t);
+  }
+  if (!lazy) return;
+  for (const IValue& v : args) {
+    if (v.isTensor()) check(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) check(t);
+    else if (v.isList())
+      for (const IValue& e : v.toListRef())
+        if (e.isTensor()) check(e.toTensor());
+  }
+}
+
+// ---- meta inference ---------------------------------------------------------
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  // CPU scalars mix with meta tensors as they do with any device; wrapped
+  // numbers must stay on the CPU to reach Python meta kernels as numbers.
+  if (is_cpu_scalar(t)) return t;
+  int64_t storage_numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+  return at::empty({storage_numel}, t.options().device(at::kMeta))
+      .as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+IValue ivalue_to_meta(const IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> l;
+    for (const at::Tensor& t : v.toTensorVector()) l.push_back(to_meta(t));
+    return l;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> l;
+    for (const IValue& e : v.toListRef())
+      l.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_meta(e.toTensor())));
+    return l;
+  }
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
+  return v;
+}
+
+// ---- classification ---------------------------------------------------------
+
+// Ops whose output sizes depend on values: they cut the graph.
+const std::unordered_set<std::string>& data_dependent_ops() {
+  static const std::unordered_set<std::string> s = {
+      "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique",
+      "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim_consecutive",
+      "aten::nonzero_numpy", "aten::argwhere", "aten::bincount", "aten::repeat_interleave",
+      "aten::_assert_async", "aten::equal", "aten::is_nonzero", "aten::allclose"};
+  return s;
+}
+
+bool needs_eager(const c10::FunctionSchema& schema, const Stack& args) {
+  if (data_dependent_ops().count(schema.name())) return true;
+  for (const auto& r : schema.returns()) {
+    auto k = r.real_type()->kind();
+    if (k != c10::TypeKind::TensorType &&
+        !(k == c10::TypeKind::ListType && r.real_type()->str() == "Tensor[]"))
+      return true;  // returns a number or a bool: needs the data
+  }
+  for (const IValue& v : args)
+    if (v.isGenerator() || v.isStorage() || v.isCapsule() || v.isObject()) return true;
+  return false;
+}
+
+// The argument index a returned alias refers to, or -1.
+int aliased_arg(const c10::FunctionSchema& schema, size_t ret) {
+  const auto* ai = schema.returns()[ret].alias_info();
+  if (!ai) return -1;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* a = schema.arguments()[i].alias_info();
+    if (!a) continue;
+    for (const auto& s : ai->beforeSets())
+      if (a->beforeSets().count(s)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool is_view_op(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) return false;
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    const auto* ai = schema.returns()[r].alias_info();
+    if (!ai || ai->isWrite()) return false;
+  }
+  return true;
+}
+
+// A tensor over `base`'s storage with `m`'s geometry (m is a meta view).
+at::Tensor view_like(const at::Tensor& base, const at::Tensor& m) {
+  return make_tensor(base.storage(), m.scalar_type(), m.sizes(), m.strides(), m.storage_offset());
+}
+
+ir::TensorType dense_type(const at::Tensor& m) {
+  ir::TensorType t{executor::from_aten(m.scalar_type()), m.sizes().vec(), m.strides().vec()};
+  if (m.storage_offset() != 0 || !m.is_non_overlapping_and_dense()) t.strides = ir::contiguous_strides(t.sizes);
+  return t;
+}
+
+ir::TensorType contiguous_type(const at::Tensor& m) {
+  return ir::TensorType{executor::from_aten(m.scalar_type()), m.sizes().vec(),
+                        ir::contiguous_strides(m.sizes().vec())};
+}
+
+// ---- elementwise lowering -----------------------------------------------------
+
+struct EwRule {
+  OpKind kind;
+  int arity;  // operands taken from the leading schema arguments
+};
+
+const std::unordered_map<std::string, EwRule>& elementwise_rules() {
+  static const std::unordered_map<std::string, EwRule> r = [] {
+    std::unordered_map<std::string, EwRule> m;
+    auto both = [&](const std::string& base, OpKind k, int arity) {
+      m[base + ".Tensor"] = {k, arity};
+      m[base + ".Scalar"] = {k, arity};
+    };
+    both("aten::add", OpKind::Add, 2);
+    both("aten::sub", OpKind::Sub, 2);
+    both("aten::mul", OpKind::Mul, 2);
+    both("aten::div", OpKind::Div, 2);
+    m["aten::div.Tensor_mode"] = {OpKind::Div, 2};
+    m["aten::div.Scalar_mode"] = {OpKind::Div, 2};
+    both("aten::remainder", OpKind::Remainder, 2);
+    for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      static const std::unordered_map<std::string, OpKind> k = {
+          {"eq", OpKind::Eq}, {"ne", OpKind::Ne}, {"lt", OpKind::Lt},
+          {"le", OpKind::Le}, {"gt", OpKind::Gt}, {"ge", OpKind::Ge}};
+      both(std::string("aten::") + c, k.at(c), 2);
+    }
+    both("aten::bitwise_and", OpKind::BitAnd, 2);
+    both("aten::bitwise_or", OpKind::BitOr, 2);
+    both("aten::bitwise_xor", OpKind::BitXor, 2);
+    m["aten::pow.Tensor_Scalar"] = {OpKind::Pow, 2};
+    m["aten::pow.Tensor_Tensor"] = {OpKind::Pow, 2};
+    m["aten::pow.Scalar"] = {OpKind::Pow, 2};
+    m["aten::maximum"] = {OpKind::Maximum, 2};
+    m["aten::minimum"] = {OpKind::Minimum, 2};
+    m["aten::logical_and"] = {OpKind::LogicalAnd, 2};
+    m["aten::logical_or"] = {OpKind::LogicalOr, 2};
+    m["aten::where.self"] = {OpKind::Where, 3};
+    m["aten::clamp"] = {OpKind::Clamp, 3};
+    m["aten::clamp.Tensor"] = {OpKind::Clamp, 3};
+    m["aten::clamp_min"] = {OpKind::Clamp, 2};
+    m["aten::clamp_max"] = {OpKind::Clamp, 2};
+    std::pair<const char*, OpKind> unary[] = {
+        {"abs", OpKind::Abs}, {"neg", OpKind::Neg}, {"exp", OpKind::Exp}, {"log", OpKind::Log},
+        {"sqrt", OpKind::Sqrt}, {"rsqrt", OpKind::Rsqrt}, {"tanh", OpKind::Tanh},
+        {"sigmoid", OpKind::Sigmoid}, {"relu", OpKind::Relu}, {"gelu", OpKind::Gelu},
+        {"silu", OpKind::Silu}, {"reciprocal", OpKind::Reciprocal}, {"sin", OpKind::Sin},
+        {"cos", OpKind::Cos}, {"log1p", OpKind::Log1p}, {"expm1", OpKind::Expm1},
+        {"erf", OpKind::Erf}, {"logical_not", OpKind::LogicalNot}};
+    for (auto [n, k] : unary) m[std::string("aten::") + n] = {k, 1};
+    return m;
+  }();
+  return r;
+}
+
+// "aten::add_.Tensor" -> "aten::add.Tensor"
+std::string functional_name(const std::string& name, bool* inplace) {
+  auto dot = name.find('.');
+  std::string base = name.substr(0, dot), rest = dot == std::string::npos ? "" : name.substr(dot);
+  *inplace = !base.empty() && base.back() == '_' && base.compare(0, 8, "aten::__") != 0;
+  if (*inplace) base.pop_back();
+  return base + rest;
+}
+
+bool float_only(OpKind k) {
+  switch (k) {
+    case OpKind::Div: case OpKind::DivTrunc: case OpKind::DivFloor: case OpKind::Remainder:
+    case OpKind::Pow: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
+    case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::GeluTanh:
+    case OpKind::Silu: case OpKind::Reciprocal: case OpKind::Sin: case OpKind::Cos:
+    case OpKind::Log1p: case OpKind::Expm1: case OpKind::Erf: case OpKind::Clamp:
+      return true;
+    default: return false;
+  }
+}
+
+bool bool_ok(OpKind k) {
+  return ir::is_predicate(k) || k == OpKind::BitAnd || k == OpKind::BitOr || k == OpKind::BitXor ||
+         k == OpKind::Where || k == OpKind::Cast;
+}
+
+DType compute_dtype_for(DType t) {
+  return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+}
+
+// Records an elementwise op; returns false (recording nothing) when the op is not
+// one the codegen handles for these dtypes.
+bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
+                     const std::vector<at::Tensor>& meta_outs, const Stack& meta_args,
+                     Stack* out) {
+  auto it = elementwise_rules().find(fname);
+  if (it == elementwise_rules().end() || meta_outs.size() != 1) return false;
+  EwRule rule = it->second;
+  TraceContext& ctx = TraceContext::get();
+  const at::Tensor& mo = meta_outs[0];
+  DType out_dt = executor::from_aten(mo.scalar_type());
+  if (!lowering::lowerable_dtype(out_dt)) return false;
+
+  // Operand dtypes as PyTorch promotes them.
+  std::vector<at::Tensor> metas;
+  for (int i = 0; i < rule.arity; ++i) {
+    const IValue& m = meta_args[i];
+    if (m.isTensor()) metas.push_back(m.toTensor());
+    else if (m.isScalar()) {
+      at::Tensor w = at::empty({}, at::TensorOptions().device(at::kMeta).dtype(
+                                       m.toScalar().isFloatingPoint() ? at::kDouble
+                                       : m.toScalar().isBoolean()     ? at::kBool
+                                                                      : at::kLong));
+      w.unsafeGetTensorImpl()->set_wrapped_number(true);
+      metas.push_back(w);
+    } else if (m.isNone()) {
+      metas.emplace_back();
+    } else {
+      return false;
+    }
+  }
+  for (const auto& m : metas)
+    if (m.defined() && !lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+
+  OpKind kind = rule.kind;
+  if (fname.find("_mode") != std::string::npos && args.size() > 2 && args[2].isString()) {
+    kind = args[2].toStringRef() == "trunc" ? OpKind::DivTrunc : OpKind::DivFloor;
+  }
+  if (kind == OpKind::Gelu && args.size() > 1 && args[1].isString() && args[1].toStringRef() == "tanh")
+    kind = OpKind::GeluTanh;
+
+  DType compute;
+  if (ir::is_predicate(kind) && kind != OpKind::Eq && kind != OpKind::Ne && kind != OpKind::Lt &&
+      kind != OpKind::Le && kind != OpKind::Gt && kind != OpKind::Ge) {
+    compute = DType::Bool;  // logical ops
+  } else if (ir::is_predicate(kind)) {
+    compute = executor::from_aten(metas.size() == 2 ? at::result_type(metas[0], metas[1]) : metas[0].scalar_type());
+  } else if (kind == OpKind::Where) {
+    compute = out_dt;
+  } else if (inplace) {
+    at::ScalarType rt = metas[0].scalar_type();
+    for (size_t i = 1; i < metas.size(); ++i)
+      if (metas[i].defined()) rt = at::result_type(at::empty({}, at::TensorOptions().device(at::kMeta).dtype(rt)), metas[i]);
+    compute = executor::from_aten(ir::is_floating(out_dt) ? mo.scalar_type() : rt);
+    if (ir::is_floating(executor::from_aten(rt)) && !ir::is_floating(out_dt)) return false;
+  } else {
+    compute = out_dt;
+  }
+  compute = compute_dtype_for(compute);
+  if (compute == DType::Bool && !bool_ok(kind)) return false;
+  if (!ir::is_floating(compute) && float_only(kind)) return false;
+
+  std::vector<ValueId> ops;
+  for (int i = 0; i < rule.arity; ++i) {
+    const IValue& a = args[i];
+    if (a.isTensor() && is_lazy(a.toTensor())) ops.push_back(ctx.read(a.toTensor()));
+    else if (a.isTensor()) ops.push_back(ctx.scalar_tensor(a.toTensor()));
+    else if (a.isScalar()) ops.push_back(ctx.scalar(a.toScalar()));
+    else ops.push_back(ops[0]);  // an absent clamp bound: wired to x, ignored
+  }
+  ir::TensorType ot = contiguous_type(mo);
+  auto& g = ctx.graph();
+  std::vector<ir::Attr> attrs{{static_cast<int64_t>(compute)}};
+  if (kind == OpKind::Clamp) {
+    int64_t mask = 0;
+    if (fname == "aten::clamp_min") mask = 1, ops.push_back(ops[0]);
+    else if (fname == "aten::clamp_max") mask = 2, ops.insert(ops.begin() + 1, ops[0]);
+    else mask = (args[1].isNone() ? 0 : 1) | (args[2].isNone() ? 0 : 2);
+    attrs.push_back({mask});
+  }
+  // add/sub with alpha: x + alpha * y; alpha == 1 is specialised away.
+  if ((kind == OpKind::Add || kind == OpKind::Sub) && args.size() > 2 && args[2].isScalar() &&
+      !args[2].toScalar().equal(1)) {
+    ValueId alpha = ctx.scalar(args[2].toScalar());
+    ir::TensorType mt = g.value(ops[1]).type;
+    mt.dtype = compute;
+    mt.strides = ir::contiguous_strides(mt.sizes);
+    ops[1] = g.add_node1(OpKind::Mul, {ops[1], alpha}, {{static_cast<int64_t>(compute)}}, mt);
+  }
+  ValueId v = g.add_node1(kind, ops, attrs, ot);
+  if (inplace) {
+    const at::Tensor& self = args[0].toTensor();
+    ctx.write(self, v);
+    out->push_back(self);
+  } else {
+    out->push_back(ctx.new_tensor(v));
+  }
+  return true;
+}
+
+// ---- generic ATen steps -------------------------------------------------------
+
+bool is_symint_type(const c10::TypePtr& t) {
+  std::string s = t->str();
+  return s.find("SymInt") != std::string::npos;
+}
+
+// Records `op` as one ATen node; mutated arguments get new values.
+void record_aten(const c10::OperatorHandle& op, const std::string& fname, const Stack& args,
+                 const Stack& meta_args, const Stack& meta_rets, Stack* out) {
+  TraceContext& ctx = TraceContext::get();
+  const auto& schema = op.schema();
+  std::vector<ValueId> operands;
+  std::vector<ir::Attr> attrs{{fname}};
+  auto operand = [&](const at::Tensor& t) -> int32_t {
+    operands.push_back(is_lazy(t) ? ctx.read(t) : ctx.scalar_tensor(t));
+    return static_cast<int32_t>(operands.size() - 1);
+  };
+  std::vector<size_t> mutated;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto& arg = schema.arguments()[i];
+    const IValue& v = args[i];
+    bool shape = is_symint_type(arg.real_type());
+    if (v.isTensor()) {
+      attrs.push_back({ir::OperandRef{operand(v.toTensor())}});
+      if (arg.alias_info() && arg.alias_info()->isWrite()) mutated.push_back(i);
+    } else if (v.isTensorList()) {
+      ir::OperandListRef l;
+      for (const at::Tensor& t : v.toTensorVector()) l.indices.push_back(operand(t));
+      attrs.push_back({l});
+    } else if (v.isOptionalTensorList()) {
+      ir::OperandListRef l;
+      for (const IValue& e : v.toListRef()) l.indices.push_back(e.isNone() ? -1 : operand(e.toTensor()));
+      attrs.push_back({l});
+    } else if (v.isScalar() && (v.isDouble() || arg.real_type()->str().find("Scalar") != std::string::npos)) {
+      operands.push_back(ctx.scalar(v.toScalar()));
+      attrs.push_back({ir::OperandRef{static_cast<int32_t>(operands.size() - 1)}});
+    } else if (v.isNone()) {
+      attrs.push_back({std::monostate{}});
+    } else if (v.isBool()) {
+      attrs.push_back({v.toBool()});
+    } else if (v.isInt()) {
+      attrs.push_back({v.toInt(), shape});
+    } else if (v.isSymInt()) {
+      attrs.push_back({v.toSymInt().expect_int(), true});
+    } else if (v.isIntList()) {
+      attrs.push_back({v.toIntVector(), shape});
+    } else if (v.isList() && arg.real_type()->str().find("SymInt") != std::string::npos) {
+      std::vector<int64_t> l;
+      for (const IValue& e : v.toListRef()) l.push_back(e.isSymInt() ? e.toSymInt().expect_int() : e.toInt());
+      attrs.push_back({l, true});
+    } else if (v.isDoubleList()) {
+      attrs.push_back({v.toDoubleVector()});
+    } else if (v.isString()) {
+      attrs.push_back({std::string(v.toStringRef())});
+    } else if (v.isDevice()) {
+      attrs.push_back({v.toDevice().str()});
+    } else if (v.isBoolList()) {
+      std::vector<int64_t> l;
+      for (bool b : v.toBoolList()) l.push_back(b);
+      attrs.push_back({l});
+    } else {
+      TORCH_CHECK(false, "lazyjit: cannot record argument '", arg.name(), "' of ", fname,
+                  " (", v.tagKind(), ")");
+    }
+  }
+  std::vector<ir::TensorType> types;
+  for (size_t i : mutated) types.push_back(contiguous_type(meta_args[i].toTensor()));
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    if (schema.returns()[r].alias_info()) continue;
+    const IValue& m = meta_rets[r];
+    if (m.isTensor()) types.push_back(dense_type(m.toTensor()));
+    else
+      for (const at::Tensor& t : m.toTensorVector()) types.push_back(dense_type(t));
+  }
+  std::vector<ValueId> outs = ctx.graph().add_node(OpKind::Aten, std::move(operands), std::move(attrs), types);
+  size_t k = 0;
+  for (size_t i : mutated) {
+    const at::Tensor& t = args[i].toTensor();
+    const at::Tensor& m = meta_args[i].toTensor();
+    if (t.sizes() != m.sizes()) {  // an out= argument the op resized
+      if (static_cast<int64_t>(t.storage().nbytes()) < (m.numel() + t.storage_offset()) * m.element_size()) {
+        // Like ATen's resize_output: the tensor gets new, larger memory.
+        t.unsafeGetTensorImpl()->set_storage_keep_dtype(make_storage(m.numel(), m.scalar_type()));
+        t.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes(), ir::contiguous_strides(m.sizes().vec()), 0);
+      } else {
+        t.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes(), m.strides(), t.storage_offset());
+      }
+    }
+    ctx.write(t, outs[k++]);
+  }
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    int a = aliased_arg(schema, r);
+    if (a >= 0) {
+      out->push_back(args[a]);
+      continue;
+    }
+    const IValue& m = meta_rets[r];
+    if (m.isTensor()) {
+      out->push_back(ctx.new_tensor(outs[k++]));
+    } else {
+      std::vector<at::Tensor> l;
+      for (size_t j = 0; j < m.toTensorVector().size(); ++j) l.push_back(ctx.new_tensor(outs[k++]));
+      out->push_back(l);
+    }
+  }
+}
+
+// ---- special ops ----------------------------------------------------------------
+
+at::ScalarType dtype_arg(const IValue& v) {
+  return v.isNone() ? c10::get_default_dtype_as_scalartype() : static_cast<at::ScalarType>(v.toInt());
+}
+
+std::vector<int64_t> int_list(const IValue& v) {
+  std::vector<int64_t> l;
+  for (const IValue& e : v.toListRef()) l.push_back(e.isSymInt() ? e.toSymInt().expect_int() : e.toInt());
+  return l;
+}
+
+at::Tensor new_empty(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dt) {
+  int64_t storage_numel = 0;
+  bool empty = false;
+  for (int64_t s : sizes) empty |= s == 0;
+  if (!empty) {
+    storage_numel = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) storage_numel += (sizes[d] - 1) * strides[d];
+  }
+  return make_tensor(make_storage(storage_numel, dt), dt, sizes, strides, 0);
+}
+
+// dst.copy_(src) for every placement of the two.
+void copy_into(const at::Tensor& dst, const at::Tensor& src) {
+  TraceContext& ctx = TraceContext::get();
+  if (!is_lazy(dst)) {  // to the CPU: a sync point
+    dst.copy_(ctx.cpu_view(src, "copy to cpu"));
+    return;
+  }
+  if (!is_lazy(src)) {
+    at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
+    buf.copy_(src);
+    if (dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
+        static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes()) {
+      ctx.assign_data(dst, buf);
+    } else {
+      ctx.write(dst, ctx.input(buf));
+    }
+    return;
+  }
+  ValueId v = ctx.read(src);
+  auto& g = ctx.graph();
+  DType dt = executor::from_aten(dst.scalar_type());
+  ir::TensorType vt = g.value(v).type;
+  if (vt.dtype != dt) {
+    TORCH_CHECK(lowering::lowerable_dtype(dt) && lowering::lowerable_dtype(vt.dtype),
+                "lazyjit: copy between ", src.scalar_type(), " and ", dst.scalar_type(), " is not supported yet");
+    vt.dtype = dt;
+    vt.strides = ir::contiguous_strides(vt.sizes);
+    v = g.add_node1(OpKind::Cast, {v}, {{static_cast<int64_t>(compute_dtype_for(dt))}}, vt);
+  }
+  if (vt.sizes != dst.sizes().vec()) {  // broadcast src to dst
+    std::vector<int64_t> sizes = dst.sizes().vec(), strides(sizes.size(), 0);
+    size_t off = sizes.size() - vt.sizes.size();
+    for (size_t d = 0; d < vt.sizes.size(); ++d) strides[off + d] = vt.sizes[d] == 1 ? 0 : vt.strides[d];
+    v = g.add_node1(OpKind::AsStrided, {v}, {{sizes, true}, {strides, true}, {int64_t{0}, true}},
+                    ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)});
+  }
+  ctx.write(dst, v);
+}
+
+// Handles the ops every device implements itself. Returns false for others.
+bool special_op(const std::string& name, Stack* stack) {
+  TraceContext& ctx = TraceContext::get();
+  auto& s = *stack;
+  if (name == "aten::empty.memory_format") {
+    auto sizes = int_list(s[0]);
+    at::ScalarType dt = dtype_arg(s[1]);
+    auto mf = s[5].isNone() ? at::MemoryFormat::Contiguous : s[5].toMemoryFormat();
+    at::Tensor m = at::empty(sizes, at::TensorOptions().device(at::kMeta).dtype(dt), mf);
+    s.clear();
+    s.push_back(new_empty(m.sizes(), m.strides(), dt));
+    return true;
+  }
+  if (name == "aten::empty_strided") {
+    auto sizes = int_list(s[0]), strides = int_list(s[1]);
+    at::ScalarType dt = dtype_arg(s[2]);
+    s.clear();
+    s.push_back(new_empty(sizes, strides, dt));
+    return true;
+  }
+  if (name == "aten::copy_") {
+    at::Tensor dst = s[0].toTensor(), src = s[1].toTensor();
+    copy_into(dst, src);
+    s.clear();
+    s.push_back(dst);
+    return true;
+  }
+  if (name == "aten::_copy_from" || name == "aten::_copy_from_and_resize") {
+    at::Tensor src = s[0].toTensor(), dst = s[1].toTensor();
+    if (name == "aten::_copy_from_and_resize" && dst.sizes() != src.sizes()) dst.resize_(src.sizes());
+    copy_into(dst, src);
+    s.clear();
+    s.push_back(dst);
+    return true;
+  }
+  if (name == "aten::_local_scalar_dense") {
+    at::Tensor t = s[0].toTensor();
+    at::Tensor cpu = ctx.cpu_view(t, "item()");
+    s.clear();
+    s.push_back(cpu.item());
+    return true;
+  }
+  if (name == "aten::resize_") {
+    at::Tensor t = s[0].toTensor();
+    auto sizes = int_list(s[1]);
+    int64_t numel = 1;
+    for (int64_t d : sizes) numel *= d;
+    size_t need = static_cast<size_t>(numel + t.storage_offset()) * t.element_size();
+    if (need > t.storage().nbytes()) {
+      at::Tensor old = ctx.cpu_view(t, "resize_").as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
+      at::Tensor grown = at::zeros({static_cast<int64_t>(need / t.element_size())}, old.options());
+      grown.narrow(0, 0, old.numel()).copy_(old);
+      t.storage().unsafeGetStorageImpl()->set_nbytes(need);
+      ctx.assign_data(t, grown);
+    }
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    s.clear();
+    s.push_back(t);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
+  TraceContext& ctx = TraceContext::get();
+  const auto& schema = op.schema();
+  std::string name = full_name(op);
+  bool step = lazyjit::mode() == Mode::Step;
+  if (!step) debug::Metrics::get().fallback(name);
+  if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, ctx.call_site());
+  Stack args = *stack;
+  Stack cpu;
+  for (const IValue& v : args) {
+    if (v.isTensor() && is_lazy(v.toTensor())) cpu.push_back(ctx.cpu_view(v.toTensor(), reason));
+    else if (v.isTensorList()) {
+      std::vector<at::Tensor> l;
+      for (const at::Tensor& t : v.toTensorVector()) l.push_back(is_lazy(t) ? ctx.cpu_view(t, reason) : t);
+      cpu.push_back(l);
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> l;
+      for (const IValue& e : v.toListRef())
+        l.push_back(e.isNone() ? std::optional<at::Tensor>()
+                               : std::optional<at::Tensor>(is_lazy(e.toTensor()) ? ctx.cpu_view(e.toTensor(), reason) : e.toTensor()));
+      cpu.push_back(l);
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      cpu.push_back(c10::Device(at::kCPU));
+    } else {
+      cpu.push_back(v);
+    }
+  }
+  OpEvent event;
+  bool hooked = step && has_op_hooks();
+  if (hooked) {
+    event.op = name;
+    event.site = ctx.call_site();
+    for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
+  }
+  Stack in_cpu = cpu;
+  {
+    // The CPU kernel must not see our keys excluded by the caller.
+    op.callBoxed(&cpu);
+  }
+  stack->clear();
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    IValue& res = cpu[r];
+    int a = aliased_arg(schema, r);
+    auto wrap = [&](const at::Tensor& t, int arg) -> at::Tensor {
+      if (!t.defined()) return t;
+      if (arg >= 0 && args[arg].isTensor() && is_lazy(args[arg].toTensor())) {
+        const at::Tensor& base = args[arg].toTensor();
+        if (schema.returns()[r].alias_info()->isWrite()) return base;
+        const at::Tensor& data = storage_of(base).data;
+        if (t.is_alias_of(data))
+          return make_tensor(base.storage(), t.scalar_type(), t.sizes(), t.strides(),
+                             t.storage_offset() - data.storage_offset());
+      }
+      // A fresh result owns its memory; one that aliases an input is copied.
+      bool aliases_input = false;
+      for (const IValue& v : in_cpu)
+        if (v.isTensor() && v.toTensor().defined() && t.is_alias_of(v.toTensor())) aliases_input = true;
+      at::Tensor d = t.is_non_overlapping_and_dense() && !aliases_input ? t : t.clone(at::MemoryFormat::Contiguous);
+      at::Tensor out = make_tensor(make_storage(d.numel(), d.scalar_type()), d.scalar_type(), d.sizes(), d.strides(), 0);
+      ctx.assign_data(out, d);
+      return out;
+    };
+    if (res.isTensor()) {
+      stack->push_back(wrap(res.toTensor(), a));
+    } else if (res.isTensorList()) {
+      std::vector<at::Tensor> l;
+      for (const at::Tensor& t : res.toTensorVector()) l.push_back(wrap(t, a));
+      stack->push_back(l);
+    } else {
+      stack->push_back(res);
+    }
+  }
+  if (hooked) {
+    for (const IValue& v : *stack)
+      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) ? IValue(ctx.cpu_view(v.toTensor(), "hook").clone()) : v);
+    call_op_hooks(event);
+  }
+  if (step) debug::Metrics::get().add(debug::Counter::StepOps);
+}
+
+void record_op(const c10::OperatorHandle& op, Stack* stack) {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
+  const auto& schema = op.schema();
+  std::string name = full_name(op);
+  size_t nargs = schema.arguments().size();
+  Stack args(stack->end() - nargs, stack->end());
+  debug::Metrics::get().add(debug::Counter::OpsTraced);
+
+  if (special_op(name, stack)) {  // copies between devices are allowed here
+    if (lazyjit::mode() == Mode::Step && has_op_hooks() && name != "aten::_local_scalar_dense") {
+      OpEvent e{name, {}, {}, ctx.call_site()};
+      call_op_hooks(e);
+    }
+    return;
+  }
+  check_devices(args);
+  if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
+  if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
+
+  // Shapes, dtypes and argument checks from PyTorch's meta kernels.
+  Stack meta_args;
+  for (const IValue& v : args) meta_args.push_back(ivalue_to_meta(v));
+  Stack meta = meta_args;
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&meta);
+  } catch (const c10::NotImplementedError&) {
+    return run_eager(op, stack, "no meta kernel");
+  }
+  std::vector<at::Tensor> meta_outs;
+  for (const IValue& v : meta) {
+    if (v.isTensor()) meta_outs.push_back(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) meta_outs.push_back(t);
+  }
+
+  bool views = is_view_op(schema);
+  for (size_t r = 0; views && r < schema.returns().size(); ++r) {
+    int a = aliased_arg(schema, r);
+    views = a >= 0 && meta_args[a].isTensor();
+    for (const at::Tensor& m : meta_outs) views = views && m.is_alias_of(meta_args[a].toTensor());
+  }
+  if (!views && is_view_op(schema)) return run_eager(op, stack, "view op with an unexpected result");
+  stack->erase(stack->end() - nargs, stack->end());
+  if (views) {
+    for (size_t r = 0; r < schema.returns().size(); ++r) {
+      const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
+      if (meta[r].isTensor()) stack->push_back(view_like(base, meta[r].toTensor()));
+      else {
+        std::vector<at::Tensor> l;
+        for (const at::Tensor& m : meta[r].toTensorVector()) l.push_back(view_like(base, m));
+        stack->push_back(l);
+      }
+    }
+    return;
+  }
+  bool inplace = false;
+  std::string fname = functional_name(name, &inplace);
+  if (inplace && !(schema.arguments().size() && schema.arguments()[0].alias_info() &&
+                   schema.arguments()[0].alias_info()->isWrite()))
+    inplace = false;
+  if ((inplace || !schema.is_mutable()) && try_elementwise(fname, inplace, args, inplace ? std::vector<at::Tensor>{meta_args[0].toTensor()} : meta_outs, meta_args, stack))
+    return;
+  record_aten(op, name, args, meta_args, meta, stack);
+}
+
+}  // namespace lazyjit::tracer

@@ -1,0 +1,205 @@
+#include "tracer/trace_context.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "debug/metrics.h"
+#include "executor/executor.h"
+#include "lowering/lower.h"
+
+namespace lazyjit::tracer {
+
+using ir::OpKind;
+using ir::TensorType;
+using ir::ValueId;
+
+TraceContext& TraceContext::get() {
+  static TraceContext* ctx = new TraceContext();  // outlives static tensors
+  return *ctx;
+}
+
+TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {
+  target_ = lowering::make_cpu_target();
+  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION;
+  target_hash_ = ir::hash64(fp.data(), fp.size());
+}
+
+std::string TraceContext::call_site() { return site_provider_ ? site_provider_() : std::string(); }
+
+void TraceContext::forget(LazyStorage* s) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  touched_.erase(s);
+  for (auto& o : input_owner_)
+    if (o == s) o = nullptr;
+}
+
+void TraceContext::touch(LazyStorage& s) {
+  s.epoch = epoch_;
+  touched_.insert(&s);
+}
+
+static bool dense_cover(const at::Tensor& t, int64_t storage_numel) {
+  return t.storage_offset() == 0 && t.numel() == storage_numel && t.is_non_overlapping_and_dense();
+}
+
+ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
+  if (s.epoch == epoch_) return s.value;
+  if (hint && s.dtype != hint->scalar_type()) {
+    TORCH_CHECK(!s.data.defined(),
+                "lazyjit: reading a storage of ", s.dtype, " as ", hint->scalar_type(),
+                " (a dtype-reinterpreting view) is not supported yet");
+    s.numel = static_cast<int64_t>(hint->storage().nbytes() / hint->element_size());
+    s.dtype = hint->scalar_type();
+  }
+  TensorType type{executor::from_aten(s.dtype), {s.numel}, {1}};
+  if (hint && dense_cover(*hint, s.numel)) {
+    type.sizes = hint->sizes().vec();
+    type.strides = hint->strides().vec();
+  }
+  if (s.data.defined()) {
+    s.value = graph_->add_input(type);
+    inputs_.push_back(s.data.as_strided(type.sizes, type.strides, s.data.storage_offset()));
+    input_owner_.push_back(&s);
+  } else {  // uninitialized memory: any content is valid, zeros is cheapest
+    type.strides = ir::contiguous_strides(type.sizes);
+    s.value = graph_->add_node1(OpKind::Full, {scalar(c10::Scalar(int64_t{0}))},
+                                {{static_cast<int64_t>(type.dtype)}}, type);
+  }
+  touch(s);
+  return s.value;
+}
+
+ValueId TraceContext::read(const at::Tensor& t) {
+  LazyStorage& s = storage_of(t);
+  ValueId base = storage_value(s, &t);
+  const TensorType& bt = graph_->value(base).type;
+  if (t.storage_offset() == 0 && t.sizes().vec() == bt.sizes && t.strides().vec() == bt.strides)
+    return base;
+  TensorType view{bt.dtype, t.sizes().vec(), ir::contiguous_strides(t.sizes().vec())};
+  return graph_->add_node1(OpKind::AsStrided, {base},
+                           {{t.sizes().vec(), true}, {t.strides().vec(), true}, {t.storage_offset(), true}},
+                           view);
+}
+
+void TraceContext::write(const at::Tensor& t, ValueId v) {
+  LazyStorage& s = storage_of(t);
+  const TensorType& vt = graph_->value(v).type;
+  if (dense_cover(t, s.numel) && vt.sizes == t.sizes().vec() && vt.strides == t.strides().vec() &&
+      vt.dtype == executor::from_aten(s.dtype)) {
+    s.value = v;
+  } else {
+    ValueId base = storage_value(s, &t);
+    s.value = graph_->add_node1(OpKind::AsStridedScatter, {base, v},
+                                {{t.sizes().vec(), true}, {t.strides().vec(), true}, {t.storage_offset(), true}},
+                                graph_->value(base).type);
+  }
+  touch(s);
+}
+
+void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
+  LazyStorage& s = storage_of(t);
+  s.data = cpu.as_strided({cpu.numel()}, {1}, cpu.storage_offset());
+  s.numel = cpu.numel();
+  s.dtype = cpu.scalar_type();
+  s.epoch = 0;
+  touched_.erase(&s);
+}
+
+at::Tensor TraceContext::new_tensor(ValueId v) {
+  const TensorType& type = graph_->value(v).type;
+  at::ScalarType dt = executor::to_aten(type.dtype);
+  at::Tensor t = make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
+  LazyStorage& s = storage_of(t);
+  s.value = v;
+  touch(s);
+  return t;
+}
+
+ValueId TraceContext::input(const at::Tensor& cpu) {
+  ValueId v = graph_->add_input(TensorType{executor::from_aten(cpu.scalar_type()), cpu.sizes().vec(),
+                                           cpu.strides().vec()});
+  inputs_.push_back(cpu);
+  input_owner_.push_back(nullptr);
+  return v;
+}
+
+ValueId TraceContext::scalar(const c10::Scalar& sc) {
+  ir::DType dt = sc.isFloatingPoint() ? ir::DType::Float64 : sc.isBoolean() ? ir::DType::Bool : ir::DType::Int64;
+  scalars_.push_back(executor::slot_from_scalar(sc));
+  return graph_->add_scalar(dt);
+}
+
+ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
+  ir::DType dt = executor::from_aten(cpu.scalar_type());
+  TORCH_CHECK(ir::is_floating(dt) || ir::is_integral(dt, true),
+              "lazyjit: 0-d CPU tensor operand of dtype ", cpu.scalar_type(), " is not supported yet");
+  scalars_.push_back(executor::slot_from_scalar(cpu.item()));
+  return graph_->add_scalar(dt, cpu.unsafeGetTensorImpl()->is_wrapped_number());
+}
+
+void TraceContext::reset() {
+  graph_ = std::make_unique<ir::Graph>();
+  ++epoch_;
+  inputs_.clear();
+  input_owner_.clear();
+  scalars_.clear();
+  touched_.clear();
+}
+
+void TraceContext::sync(const std::string& reason, const std::string& site) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (graph_->nodes().empty()) return;
+  // Live storages whose elements the graph changed, in creation order.
+  std::vector<LazyStorage*> live(touched_.begin(), touched_.end());
+  std::sort(live.begin(), live.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
+  std::vector<std::pair<LazyStorage*, size_t>> results;
+  std::unordered_map<ValueId, size_t> output_index;
+  for (LazyStorage* s : live) {
+    const ir::Node& p = graph_->producer(s->value);
+    if (p.kind == OpKind::Input && input_owner_[std::get<int64_t>(p.attrs[0].value)] == s) continue;
+    auto [it, fresh] = output_index.emplace(s->value, graph_->outputs().size());
+    if (fresh) graph_->add_output(s->value);
+    results.emplace_back(s, it->second);
+  }
+  if (results.empty()) {
+    reset();
+    return;
+  }
+  debug::Metrics::get().sync(reason, site);
+  cache::CacheKey key = cache::CacheKey::make(graph_->hashes(), target_hash_);
+  std::string name = key.str();
+  auto lookup = cache_.get_or_compile(key, [&] {
+    return std::shared_ptr<cache::CacheEntry>(
+        lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, name));
+  });
+  auto& program = static_cast<const lowering::Program&>(*lookup.entry);
+  executor::Bindings b{std::move(inputs_), std::move(scalars_)};
+  std::vector<at::Tensor> outs = executor::run(program, b);
+  // A result may be an input's memory or shared by two storages: each storage
+  // must own its elements, so later in-place steps cannot leak between them.
+  std::unordered_set<const void*> taken;
+  for (const at::Tensor& in : b.inputs) taken.insert(in.storage().data());
+  for (auto [s, i] : results) {
+    at::Tensor t = outs[i];
+    if (!taken.insert(t.storage().data()).second) t = t.clone(at::MemoryFormat::Preserve);
+    s->data = t.as_strided({t.numel()}, {1}, t.storage_offset());
+    s->epoch = 0;
+  }
+  reset();
+}
+
+at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  LazyStorage& s = storage_of(t);
+  if (s.epoch == epoch_) sync(reason, call_site());
+  if (!s.data.defined()) {
+    s.dtype = t.scalar_type();
+    s.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+    s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
+  }
+  return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
+}
+
+}  // namespace lazyjit::tracer
