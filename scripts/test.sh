@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds, then runs the whole test suite: C++ (IR, lowering, end to end) with
+# ctest, then the Python package with pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+(cd build && ctest --output-on-failure -j2)
+PYTHONPATH=python .venv/bin/python -m pytest -q tests/python "$@"
