@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph_ir/hash.h"
+
 #include "debug/metrics.h"
 #include "executor/executor.h"
 #include "tracer/hooks.h"
@@ -83,6 +85,75 @@ IValue ivalue_to_meta(const IValue& v) {
   }
   if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
   return v;
+}
+
+// Meta kernels cost 5-100 us (many are Python decompositions), so their results
+// are memoized by everything they can depend on: the op, every tensor's dtype
+// and geometry, and every other argument's value. Scalar values are included
+// too (arange's size depends on them); a changing scalar costs a meta call,
+// never a recompile.
+struct MetaResult {
+  Stack args;  // meta arguments after the call (mutated ones resized)
+  Stack rets;
+};
+
+bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
+  ir::StreamHasher h(ir::StreamHasher::Algo::Xxh3_128);
+  const void* opp = &op.schema();
+  h.update(&opp, sizeof opp);
+  auto tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) return h.update_i64(-7);
+    int64_t head[5] = {static_cast<int64_t>(t.scalar_type()), t.dim(), t.storage_offset(),
+                       is_lazy(t) ? static_cast<int64_t>(t.storage().nbytes()) : -1,
+                       t.unsafeGetTensorImpl()->is_wrapped_number()};
+    h.update(head, sizeof head);
+    h.update(t.sizes().data(), t.dim() * sizeof(int64_t));
+    h.update(t.strides().data(), t.dim() * sizeof(int64_t));
+  };
+  for (const IValue& v : args) {
+    h.update_i64(static_cast<int64_t>(v.tagKind().size()));
+    if (v.isTensor()) tensor(v.toTensor());
+    else if (v.isTensorList()) {
+      h.update_i64(-1);
+      for (const at::Tensor& t : v.toTensorVector()) tensor(t);
+    } else if (v.isOptionalTensorList()) {
+      h.update_i64(-2);
+      for (const IValue& e : v.toListRef()) e.isNone() ? h.update_i64(-3) : tensor(e.toTensor());
+    } else if (v.isNone()) h.update_i64(-4);
+    else if (v.isBool()) h.update_i64(v.toBool() ? 11 : 10);
+    else if (v.isInt()) { h.update_i64(1); h.update_i64(v.toInt()); }
+    else if (v.isDouble()) { double d = v.toDouble(); h.update_i64(2); h.update(&d, sizeof d); }
+    else if (v.isIntList()) { h.update_i64(3); for (int64_t x : v.toIntVector()) h.update_i64(x); }
+    else if (v.isString()) h.update_str(v.toStringRef());
+    else if (v.isDevice()) h.update_str(v.toDevice().str());
+    else if (v.isScalar()) {
+      c10::Scalar sc = v.toScalar();
+      h.update_i64(static_cast<int64_t>(sc.type()));
+      h.update_i64(executor::slot_from_scalar(sc));
+    } else if (v.isList()) {  // SymInt[] and friends
+      h.update_i64(4);
+      for (const IValue& e : v.toListRef()) {
+        if (e.isInt()) h.update_i64(e.toInt());
+        else if (e.isSymInt()) h.update_i64(e.toSymInt().expect_int());
+        else if (e.isDouble()) { double d = e.toDouble(); h.update(&d, sizeof d); }
+        else if (e.isBool()) h.update_i64(e.toBool());
+        else return false;
+      }
+    } else {
+      return false;  // an argument we cannot key: no memo
+    }
+  }
+  *key = h.digest128();
+  return true;
+}
+
+struct Hash128Hasher {
+  size_t operator()(const ir::Hash128& k) const { return k.lo; }
+};
+
+std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
+  static auto* m = new std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>();
+  return *m;
 }
 
 // ---- classification ---------------------------------------------------------
@@ -669,14 +740,26 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
 
   // Shapes, dtypes and argument checks from PyTorch's meta kernels.
-  Stack meta_args;
-  for (const IValue& v : args) meta_args.push_back(ivalue_to_meta(v));
-  Stack meta = meta_args;
-  try {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    op.callBoxed(&meta);
-  } catch (const c10::NotImplementedError&) {
-    return run_eager(op, stack, "no meta kernel");
+  Stack meta_args, meta;
+  ir::Hash128 mkey;
+  bool keyed = meta_key(op, args, &mkey);
+  auto memo = keyed ? meta_memo().find(mkey) : meta_memo().end();
+  if (memo != meta_memo().end()) {
+    meta_args = memo->second.args;
+    meta = memo->second.rets;
+  } else {
+    for (const IValue& v : args) meta_args.push_back(ivalue_to_meta(v));
+    meta = meta_args;
+    try {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.callBoxed(&meta);
+    } catch (const c10::NotImplementedError&) {
+      return run_eager(op, stack, "no meta kernel");
+    }
+    if (keyed) {
+      if (meta_memo().size() > (1 << 16)) meta_memo().clear();
+      meta_memo().emplace(mkey, MetaResult{meta_args, meta});
+    }
   }
   std::vector<at::Tensor> meta_outs;
   for (const IValue& v : meta) {
