@@ -124,6 +124,7 @@ c10::IValue attr_to_ivalue(const ir::AttrValue& a, const c10::Argument& arg,
       [&](const auto& x) -> c10::IValue {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::monostate>) {
+          if (arg.real_type()->kind() == c10::TypeKind::TensorType) return at::Tensor();
           return c10::IValue();
         } else if constexpr (std::is_same_v<T, ir::OperandRef>) {
           return operand(x.index);
@@ -141,6 +142,13 @@ c10::IValue attr_to_ivalue(const ir::AttrValue& a, const c10::Argument& arg,
         } else if constexpr (std::is_same_v<T, std::string>) {
           // Device arguments name the lazyjit device; the step runs on the CPU.
           if (arg.real_type()->str().find("Device") != std::string::npos) return c10::Device(c10::kCPU);
+          return x;
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          if (arg.real_type()->str().rfind("bool[", 0) == 0) {
+            c10::List<bool> l;
+            for (int64_t b : x) l.push_back(b != 0);
+            return l;
+          }
           return x;
         } else {
           return x;

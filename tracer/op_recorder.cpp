@@ -427,7 +427,9 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
     const auto& arg = schema.arguments()[i];
     const IValue& v = args[i];
     bool shape = is_symint_type(arg.real_type());
-    if (v.isTensor()) {
+    if (v.isTensor() && !v.toTensor().defined()) {
+      attrs.push_back({std::monostate{}});
+    } else if (v.isTensor()) {
       attrs.push_back({ir::OperandRef{operand(v.toTensor())}});
       if (arg.alias_info() && arg.alias_info()->isWrite()) mutated.push_back(i);
     } else if (v.isTensorList()) {
@@ -725,6 +727,16 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   const auto& schema = op.schema();
   std::string name = full_name(op);
   size_t nargs = schema.arguments().size();
+  // std::array<bool, N> arguments arrive boxed as generic lists; kernels unbox
+  // them as bool lists.
+  for (size_t i = 0; i < nargs; ++i) {
+    IValue& v = (*stack)[stack->size() - nargs + i];
+    if (v.isList() && !v.isBoolList() && schema.arguments()[i].real_type()->str().rfind("bool[", 0) == 0) {
+      c10::List<bool> l;
+      for (const IValue& e : v.toListRef()) l.push_back(e.toBool());
+      v = l;
+    }
+  }
   Stack args(stack->end() - nargs, stack->end());
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 

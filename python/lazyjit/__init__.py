@@ -103,3 +103,43 @@ def _patch_printing():
 
 
 _patch_printing()
+
+
+def _patch_module_apply():
+    # Module.to(device) keeps tied parameters tied only when the new tensor can be
+    # shallow-copied into the old one (`param.data = new`), which PyTorch allows
+    # for CPU/CUDA/... but not for an out-of-tree device: each module sharing a
+    # Parameter would get its own copy, silently untying e.g. GPT-2's lm_head and
+    # embedding. This re-ties whatever was shared before the conversion.
+    Module = torch.nn.Module
+    orig = Module._apply
+    depth = [0]
+
+    def _apply(self, fn, recurse=True):
+        if depth[0] or not recurse:
+            return orig(self, fn, recurse)
+        shared = {}
+        for mod in self.modules():
+            for kind in ("_parameters", "_buffers"):
+                for name, t in getattr(mod, kind).items():
+                    if t is not None:
+                        shared.setdefault(id(t), []).append((mod, kind, name))
+        depth[0] += 1
+        try:
+            out = orig(self, fn, recurse)
+        finally:
+            depth[0] -= 1
+        for places in shared.values():
+            if len(places) < 2:
+                continue
+            mod0, kind0, name0 = places[0]
+            first = getattr(mod0, kind0)[name0]
+            for mod, kind, name in places[1:]:
+                if getattr(mod, kind)[name] is not first:
+                    getattr(mod, kind)[name] = first
+        return out
+
+    Module._apply = _apply
+
+
+_patch_module_apply()
