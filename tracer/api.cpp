@@ -1,5 +1,6 @@
 // The public API (lazyjit.h) and the registration of the device with PyTorch.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -54,6 +55,11 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }
   bool isPinnedPtr(const void*) const override { return false; }
+  // Random ops on lazyjit draw from the CPU generator, so a seeded program gives
+  // the CPU's numbers.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
 };
 
 }  // namespace
