@@ -639,6 +639,54 @@ bool special_op(const std::string& name, Stack* stack) {
   return false;
 }
 
+// Random ops whose draws do not depend on tensor values are drawn at trace time
+// from the CPU generator, in program order, exactly as eager on the CPU would
+// draw them; the graph reads the draws as an input. A seeded program therefore
+// gives the CPU's numbers, and the draws never cut the graph.
+bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, Stack* stack) {
+  static const std::unordered_set<std::string> inplace = {
+      "aten::uniform_", "aten::normal_", "aten::random_", "aten::random_.from", "aten::random_.to",
+      "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_",
+      "aten::bernoulli_.float"};
+  TraceContext& ctx = TraceContext::get();
+  Stack& s = *stack;
+  const auto& schema = op.schema();
+  size_t nargs = schema.arguments().size();
+  if (inplace.count(name)) {
+    at::Tensor self = s[s.size() - nargs].toTensor();
+    if (!is_lazy(self)) return false;
+    for (size_t i = s.size() - nargs + 1; i < s.size(); ++i)
+      if (s[i].isTensor() && is_lazy(s[i].toTensor())) return false;
+    at::Tensor buf = at::empty(self.sizes(), self.options().device(at::kCPU));
+    Stack cpu(s.end() - nargs, s.end());
+    cpu[0] = buf;
+    op.callBoxed(&cpu);
+    ctx.write(self, ctx.input(buf));
+    s.erase(s.end() - nargs, s.end());
+    s.push_back(self);
+    return true;
+  }
+  if (name == "aten::native_dropout") {
+    at::Tensor input = s[s.size() - 3].toTensor();
+    double p = s[s.size() - 2].toDouble();
+    bool train = s.back().isNone() || s.back().toBool();
+    if (!is_lazy(input) || !train || !at::isFloatingType(input.scalar_type())) return false;
+    // As ATen's native_dropout_cpu: mask ~ Bernoulli(1 - p), out = x * mask / (1 - p).
+    at::Tensor noise = at::empty(input.sizes(), input.options().device(at::kCPU)).bernoulli_(1 - p);
+    at::Tensor lnoise = make_tensor(make_storage(noise.numel(), noise.scalar_type()), noise.scalar_type(),
+                                    noise.sizes(), noise.strides(), 0);
+    ctx.assign_data(lnoise, noise);
+    double scale = p == 1 ? 0.0 : 1.0 / (1 - p);
+    at::Tensor out = input.mul(lnoise).mul_(scale);
+    at::Tensor mask = lnoise.to(at::kBool);
+    s.erase(s.end() - 3, s.end());
+    s.push_back(out);
+    s.push_back(mask);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
@@ -749,6 +797,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   }
   check_devices(args);
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
+  if (draw_at_trace_time(op, name, stack)) return;
   if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
 
   // Shapes, dtypes and argument checks from PyTorch's meta kernels.
