@@ -27,9 +27,10 @@ Metrics& Metrics::get() {
   return *m;
 }
 
-void Metrics::fallback(const std::string& op) {
+void Metrics::fallback(const std::string& op, const std::string& reason, const std::string& site) {
   std::lock_guard<std::mutex> g(mu_);
   ++maps_.fallbacks[op];
+  ++maps_.fallback_sites[op + ": " + reason + (site.empty() ? "" : " @ " + site)];
 }
 
 void Metrics::sync(const std::string& reason, const std::string& site) {
@@ -75,7 +76,7 @@ std::string Metrics::report() const {
     os << title << "\n";
     for (const auto& [k, v] : m) os << "  " << v << "x " << k << "\n";
   };
-  section("fallbacks (op run by its eager CPU kernel):", s.fallbacks);
+  section("fallbacks (op: reason @ call site, run by its eager CPU kernel):", s.fallback_sites);
   section("syncs (reason @ call site):", s.syncs);
   section("compiles (why the cache missed):", s.cache_misses);
   if (!s.timings.empty()) {

@@ -30,6 +30,7 @@ struct Timing {
 struct MetricsSnapshot {
   std::map<std::string, int64_t> counters;
   std::map<std::string, int64_t> fallbacks;     // op name -> runs by its eager CPU kernel
+  std::map<std::string, int64_t> fallback_sites;  // "op: reason @ call site" -> count
   std::map<std::string, int64_t> syncs;         // "reason @ call site" -> count
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
   std::map<std::string, Timing> timings;        // "compile", "execute", "trace"...
@@ -40,7 +41,8 @@ class Metrics {
   static Metrics& get();
   void add(Counter c, int64_t n = 1) { counters_[static_cast<int>(c)].fetch_add(n, std::memory_order_relaxed); }
   int64_t value(Counter c) const { return counters_[static_cast<int>(c)].load(std::memory_order_relaxed); }
-  void fallback(const std::string& op);
+  // An op run by its eager CPU kernel: counted by name, and by reason and site.
+  void fallback(const std::string& op, const std::string& reason, const std::string& site);
   void sync(const std::string& reason, const std::string& site);
   void cache_miss(const std::string& why);
   void time(const std::string& what, double ms);

@@ -694,8 +694,9 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   const auto& schema = op.schema();
   std::string name = full_name(op);
   bool step = lazyjit::mode() == Mode::Step;
-  if (!step) debug::Metrics::get().fallback(name);
-  if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, ctx.call_site());
+  std::string site = ctx.call_site();
+  if (!step) debug::Metrics::get().fallback(name, reason, site);
+  if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
   Stack args = *stack;
   Stack cpu;
   for (const IValue& v : args) {
@@ -720,7 +721,7 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   bool hooked = step && has_op_hooks();
   if (hooked) {
     event.op = name;
-    event.site = ctx.call_site();
+    event.site = site;
     for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
   }
   Stack in_cpu = cpu;

@@ -8,6 +8,7 @@
 #include "debug/metrics.h"
 #include "executor/executor.h"
 #include "lowering/lower.h"
+#include "tracer/call_site.h"
 
 namespace lazyjit::tracer {
 
@@ -26,7 +27,7 @@ TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {
   target_hash_ = ir::hash64(fp.data(), fp.size());
 }
 
-std::string TraceContext::call_site() { return site_provider_ ? site_provider_() : std::string(); }
+std::string TraceContext::call_site() { return site_provider_ ? site_provider_() : cpp_call_site(); }
 
 void TraceContext::forget(LazyStorage* s) {
   std::lock_guard<std::recursive_mutex> lock(mu_);

@@ -159,3 +159,17 @@ TEST_F(Lazyjit, MetricsReportIsReadable) {
   for (const char* k : {"ops_traced", "graphs_executed", "compiles", "cache_hits", "cache_misses", "syncs"})
     EXPECT_NE(r.find(k), std::string::npos) << k;
 }
+
+TEST_F(Lazyjit, SyncsAndFallbacksNameTheCallersFileAndLine) {
+  auto x = lz(torch::randn({8}));
+  auto y = (x + 1).cpu();  // the sync
+  (void)y;
+  auto nz = torch::nonzero(x);  // a fallback
+  (void)nz;
+  auto m = lazyjit::metrics();
+  ASSERT_EQ(m.syncs.size(), 1u);
+  EXPECT_NE(m.syncs.begin()->first.find("device_test.cpp:"), std::string::npos) << m.syncs.begin()->first;
+  ASSERT_EQ(m.fallback_sites.size(), 1u);
+  EXPECT_NE(m.fallback_sites.begin()->first.find("aten::nonzero: needs data @ "), std::string::npos);
+  EXPECT_NE(m.fallback_sites.begin()->first.find("device_test.cpp:"), std::string::npos);
+}

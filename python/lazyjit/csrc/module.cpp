@@ -42,6 +42,7 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   py::dict d;
   for (const auto& [k, v] : s.counters) d[py::str(k)] = v;
   d["fallbacks"] = s.fallbacks;
+  d["fallback_sites"] = s.fallback_sites;
   d["sync_reasons"] = s.syncs;
   d["compile_reasons"] = s.cache_misses;
   py::dict t;
