@@ -85,7 +85,11 @@ void init() {
       if (name.name.rfind("aten::", 0) != 0) continue;
       auto op = d.findOp(name);
       if (!op) continue;
-      bool claim = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      // Composite kernels of ops that have a CPU kernel too (native_layer_norm's
+      // would become batch_norm): the executor runs the CPU kernel instead.
+      bool claim = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+                   (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+                    op->hasKernelForDispatchKey(c10::DispatchKey::CPU));
       static const char* own[] = {"aten::empty", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
                                   "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_"};
       for (const char* o : own) claim |= name.name == o;
