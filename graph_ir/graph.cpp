@@ -231,7 +231,7 @@ std::string Graph::verify() const {
       for (int64_t s : t.sizes)
         if (s < 0) return bad(i, "negative size");
     }
-    size_t want = is_unary(n.kind) ? 1 : is_binary(n.kind) ? 2
+    size_t want = (is_unary(n.kind) || is_reduction(n.kind)) ? 1 : is_binary(n.kind) ? 2
                   : (n.kind == OpKind::Where || n.kind == OpKind::Clamp) ? 3
                   : (n.kind == OpKind::Input || n.kind == OpKind::Scalar) ? 0
                   : (n.kind == OpKind::Full || n.kind == OpKind::AsStrided) ? 1
@@ -243,6 +243,21 @@ std::string Graph::verify() const {
       if (n.outputs.size() != 1) return bad(i, "elementwise op must have one output");
       if (n.attrs.empty() || !std::holds_alternative<int64_t>(n.attrs[0].value))
         return bad(i, "elementwise op needs its compute dtype as attr 0");
+    }
+    if (is_reduction(n.kind)) {
+      if (n.attrs.size() != 2 || !std::holds_alternative<int64_t>(n.attrs[0].value) ||
+          !std::holds_alternative<std::vector<int64_t>>(n.attrs[1].value))
+        return bad(i, "reduction needs its accumulate dtype and reduced dims");
+      const auto& in = values_[n.operands[0]].type.sizes;
+      const auto& out = values_[n.outputs[0]].type.sizes;
+      const auto& dims = std::get<std::vector<int64_t>>(n.attrs[1].value);
+      if (in.size() != out.size()) return bad(i, "reduction must keep the reduced dims");
+      for (size_t k = 0; k < dims.size(); ++k)
+        if (dims[k] != static_cast<int64_t>(in.size() - dims.size() + k))
+          return bad(i, "reduction dims must be the trailing dims");
+      for (size_t d = 0; d < in.size(); ++d)
+        if (out[d] != (d + dims.size() >= in.size() ? 1 : in[d]))
+          return bad(i, "reduction output must be the input with reduced dims of size 1");
     }
     if (n.kind == OpKind::AsStrided || n.kind == OpKind::AsStridedScatter) {
       if (n.attrs.size() != 3) return bad(i, "as_strided needs sizes, strides, offset");

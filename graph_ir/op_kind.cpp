@@ -15,6 +15,9 @@ std::string_view op_name(OpKind k) {
 #undef LAZYJIT_CASE
     case OpKind::Where: return "where";
     case OpKind::Clamp: return "clamp";
+    case OpKind::ReduceSum: return "reduce_sum";
+    case OpKind::ReduceMax: return "reduce_max";
+    case OpKind::ReduceMin: return "reduce_min";
     case OpKind::Aten: return "aten";
   }
   return "?";
@@ -43,6 +46,10 @@ bool is_binary(OpKind k) {
 bool is_elementwise(OpKind k) {
   return is_unary(k) || is_binary(k) || k == OpKind::Where || k == OpKind::Clamp ||
          k == OpKind::Full;
+}
+
+bool is_reduction(OpKind k) {
+  return k == OpKind::ReduceSum || k == OpKind::ReduceMax || k == OpKind::ReduceMin;
 }
 
 bool is_predicate(OpKind k) {

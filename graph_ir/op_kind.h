@@ -42,6 +42,14 @@ enum class OpKind : uint16_t {
 #undef LAZYJIT_ENUM
   Where,             // operands: condition, then, else
   Clamp,             // operands: x, min, max; attr 1: bit 0 = has min, bit 1 = has max
+  // Reductions over the trailing dims of operand 0, keeping them as size 1.
+  // attr 0: accumulate dtype (f32 for f16/bf16/f32, f64, i64 for integers);
+  // attr 1: the reduced dims (int list, sorted, the last k dims of the operand).
+  // ReduceMax/Min propagate NaN like torch.amax/amin. Empty rows give 0 (sum),
+  // -inf/+inf (max/min) for floats.
+  ReduceSum,
+  ReduceMax,
+  ReduceMin,
   Aten,              // any ATen op, run by its library kernel. attr 0: schema name;
                      // attrs 1..n: one per schema argument (see AttrValue)
 };
@@ -51,6 +59,8 @@ bool is_unary(OpKind k);
 bool is_binary(OpKind k);
 // Elementwise ops can be fused into one loop nest.
 bool is_elementwise(OpKind k);
+// Trailing-dim reductions (fused with elementwise producers and consumers).
+bool is_reduction(OpKind k);
 // Comparison and logical ops: bool output, computed in the promoted input dtype.
 bool is_predicate(OpKind k);
 
