@@ -91,7 +91,8 @@ void init() {
                    (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
                     op->hasKernelForDispatchKey(c10::DispatchKey::CPU));
       static const char* own[] = {"aten::empty", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
-                                  "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_"};
+                                  "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_",
+                                  "aten::zero_", "aten::fill_"};
       for (const char* o : own) claim |= name.name == o;
       if (!claim || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
       std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;

@@ -1,6 +1,7 @@
 #include "tracer/op_recorder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/core/op_registration/op_registration.h>
 
 #include <unordered_map>
@@ -64,7 +65,10 @@ at::Tensor to_meta(const at::Tensor& t) {
   if (!t.defined()) return t;
   // CPU scalars mix with meta tensors as they do with any device; wrapped
   // numbers must stay on the CPU to reach Python meta kernels as numbers.
-  if (is_cpu_scalar(t)) return t;
+  if (is_cpu_scalar(t)) {
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(at::kMeta));
+  }
   int64_t storage_numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
   return at::empty({storage_numel}, t.options().device(at::kMeta))
       .as_strided(t.sizes(), t.strides(), t.storage_offset());
@@ -257,10 +261,14 @@ const std::unordered_map<std::string, EwRule>& elementwise_rules() {
     m["aten::logical_and"] = {OpKind::LogicalAnd, 2};
     m["aten::logical_or"] = {OpKind::LogicalOr, 2};
     m["aten::where.self"] = {OpKind::Where, 3};
+    // clamp is maximum then minimum: NaN in x or in a bound propagates, and a
+    // min above max gives max, as in ATen.
     m["aten::clamp"] = {OpKind::Clamp, 3};
     m["aten::clamp.Tensor"] = {OpKind::Clamp, 3};
-    m["aten::clamp_min"] = {OpKind::Clamp, 2};
-    m["aten::clamp_max"] = {OpKind::Clamp, 2};
+    m["aten::clamp_min"] = {OpKind::Maximum, 2};
+    m["aten::clamp_min.Tensor"] = {OpKind::Maximum, 2};
+    m["aten::clamp_max"] = {OpKind::Minimum, 2};
+    m["aten::clamp_max.Tensor"] = {OpKind::Minimum, 2};
     std::pair<const char*, OpKind> unary[] = {
         {"abs", OpKind::Abs}, {"neg", OpKind::Neg}, {"exp", OpKind::Exp}, {"log", OpKind::Log},
         {"sqrt", OpKind::Sqrt}, {"rsqrt", OpKind::Rsqrt}, {"tanh", OpKind::Tanh},
@@ -289,7 +297,7 @@ bool float_only(OpKind k) {
     case OpKind::Pow: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
     case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::GeluTanh:
     case OpKind::Silu: case OpKind::Reciprocal: case OpKind::Sin: case OpKind::Cos:
-    case OpKind::Log1p: case OpKind::Expm1: case OpKind::Erf: case OpKind::Clamp:
+    case OpKind::Log1p: case OpKind::Expm1: case OpKind::Erf:
       return true;
     default: return false;
   }
@@ -378,11 +386,20 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   auto& g = ctx.graph();
   std::vector<ir::Attr> attrs{{static_cast<int64_t>(compute)}};
   if (kind == OpKind::Clamp) {
-    int64_t mask = 0;
-    if (fname == "aten::clamp_min") mask = 1, ops.push_back(ops[0]);
-    else if (fname == "aten::clamp_max") mask = 2, ops.insert(ops.begin() + 1, ops[0]);
-    else mask = (args[1].isNone() ? 0 : 1) | (args[2].isNone() ? 0 : 2);
-    attrs.push_back({mask});
+    ir::TensorType ct = ot;
+    ct.dtype = compute;
+    ValueId v = ops[0];
+    if (!args[1].isNone())
+      v = g.add_node1(OpKind::Maximum, {v, ops[1]}, attrs, args[2].isNone() ? ot : ct);
+    if (!args[2].isNone()) v = g.add_node1(OpKind::Minimum, {v, ops[2]}, attrs, ot);
+    if (v == ops[0]) v = g.add_node1(OpKind::Cast, {v}, attrs, ot);  // clamp with no bounds
+    if (inplace) {
+      ctx.write(args[0].toTensor(), v);
+      out->push_back(args[0]);
+    } else {
+      out->push_back(ctx.new_tensor(v));
+    }
+    return true;
   }
   // add/sub with alpha: x + alpha * y; alpha == 1 is specialised away.
   if ((kind == OpKind::Add || kind == OpKind::Sub) && args.size() > 2 && args[2].isScalar() &&
@@ -576,10 +593,32 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   ctx.write(dst, v);
 }
 
+bool is_special_op(const std::string& name) {
+  static const std::unordered_set<std::string> names = {
+      "aten::empty.memory_format", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
+      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_", "aten::zero_",
+      "aten::fill_.Scalar"};
+  return names.count(name) > 0;
+}
+
 // Handles the ops every device implements itself. Returns false for others.
 bool special_op(const std::string& name, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   auto& s = *stack;
+  if (name == "aten::zero_" || name == "aten::fill_.Scalar") {
+    // Filling fresh memory (zeros_like, torch.full, an optimizer's new state)
+    // makes data, not a graph node: the filled tensor is then an input like
+    // any other, so the first step's graph equals the next steps'.
+    at::Tensor t = s[s.size() - (name == "aten::zero_" ? 1 : 2)].toTensor();
+    if (!is_lazy(t) || !ctx.is_fresh(t)) return false;
+    c10::Scalar v = name == "aten::zero_" ? c10::Scalar(int64_t{0}) : s.back().toScalar();
+    at::Tensor buf = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+    buf.fill_(v);
+    ctx.assign_data(t, buf);
+    s.erase(s.end() - (name == "aten::zero_" ? 1 : 2), s.end());
+    s.push_back(t);
+    return true;
+  }
   if (name == "aten::empty.memory_format") {
     auto sizes = int_list(s[0]);
     at::ScalarType dt = dtype_arg(s[1]);
@@ -789,12 +828,30 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   Stack args(stack->end() - nargs, stack->end());
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 
+  // Step-mode hooks see every op, the device's own ops included.
+  bool hooked_special = lazyjit::mode() == Mode::Step && has_op_hooks() && is_special_op(name);
+  auto cpu_copy = [&](const IValue& v) -> IValue {
+    if (!v.isTensor() || !v.toTensor().defined()) return v;
+    const at::Tensor& t = v.toTensor();
+    return is_lazy(t) ? ctx.cpu_view(t, "hook").clone() : t.clone();
+  };
+  OpEvent event;
+  if (hooked_special) {
+    event.op = name;
+    event.site = ctx.call_site();
+    for (const IValue& v : args) event.inputs.push_back(cpu_copy(v));
+  }
   if (special_op(name, stack)) {  // copies between devices are allowed here
-    if (lazyjit::mode() == Mode::Step && has_op_hooks() && name != "aten::_local_scalar_dense") {
-      OpEvent e{name, {}, {}, ctx.call_site()};
-      call_op_hooks(e);
+    if (hooked_special) {
+      for (const IValue& v : *stack) event.outputs.push_back(cpu_copy(v));
+      call_op_hooks(event);
     }
     return;
+  }
+  if (name == "aten::sub.Tensor" || name == "aten::sub_.Tensor" || name == "aten::rsub.Tensor") {
+    at::native::sub_check(args[0].toTensor(), args[1].toTensor());
+  } else if (name == "aten::sub.Scalar" || name == "aten::sub_.Scalar" || name == "aten::rsub.Scalar") {
+    at::native::sub_check(args[0].toTensor(), args[1].toScalar());
   }
   check_devices(args);
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");

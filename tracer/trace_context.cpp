@@ -99,6 +99,13 @@ void TraceContext::write(const at::Tensor& t, ValueId v) {
   touch(s);
 }
 
+bool TraceContext::is_fresh(const at::Tensor& t) {
+  LazyStorage& s = storage_of(t);
+  return s.epoch != epoch_ && !s.data.defined() && t.storage_offset() == 0 &&
+         t.is_non_overlapping_and_dense() &&
+         static_cast<size_t>(t.numel() * t.element_size()) == t.storage().nbytes();
+}
+
 void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   LazyStorage& s = storage_of(t);
   s.data = cpu.as_strided({cpu.numel()}, {1}, cpu.storage_offset());

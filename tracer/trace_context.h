@@ -33,6 +33,8 @@ class TraceContext {
   void write(const at::Tensor& t, ir::ValueId v);
   // Replaces every element of `t`'s storage with the CPU tensor `data` (dense).
   void assign_data(const at::Tensor& t, const at::Tensor& cpu);
+  // True when `t` covers all of a storage that holds nothing yet (from empty()).
+  bool is_fresh(const at::Tensor& t);
   // A fresh storage holding `v`, and a tensor over it laid out like `v`.
   at::Tensor new_tensor(ir::ValueId v);
   ir::ValueId scalar(const c10::Scalar& s);
