@@ -111,7 +111,7 @@ c10::IValue attr_to_ivalue(const ir::AttrValue& a, const c10::Argument& arg,
         (t->kind() == c10::TypeKind::OptionalType &&
          t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::FloatType))
       return s.toDouble();
-    if (t->kind() == c10::TypeKind::ScalarTypeType || t->kind() == c10::TypeKind::NumberType ||
+    if (t->kind() == c10::TypeKind::NumberType ||
         (t->kind() == c10::TypeKind::OptionalType &&
          t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::NumberType))
       return s;
@@ -182,6 +182,7 @@ void run_aten(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
   op.callBoxed(&stack);
   size_t out = 0;
   auto bind = [&](const at::Tensor& t) {
+    if (!t.defined()) return;  // the tracer saw it undefined too: not a value
     ir::ValueId v = n.outputs.at(out++);
     env[v] = with_layout(t, g.value(v).type);
   };

@@ -1,6 +1,7 @@
 // The public API (lazyjit.h) and the registration of the device with PyTorch.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -57,6 +58,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   bool isPinnedPtr(const void*) const override { return false; }
   // Random ops on lazyjit draw from the CPU generator, so a seeded program gives
   // the CPU's numbers.
+  // Pinned host memory is ordinary host memory here: copies are synchronous.
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();
   }
@@ -92,7 +95,8 @@ void init() {
                     op->hasKernelForDispatchKey(c10::DispatchKey::CPU));
       static const char* own[] = {"aten::empty", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
                                   "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_",
-                                  "aten::zero_", "aten::fill_"};
+                                  "aten::zero_", "aten::fill_",
+                                  "aten::convolution", "aten::convolution_backward"};
       for (const char* o : own) claim |= name.name == o;
       if (!claim || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
       std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;

@@ -11,6 +11,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
+#include <memory>
+#include <string>
+
 #include "graph_ir/graph.h"
 
 namespace lazyjit::tracer {
@@ -22,6 +25,9 @@ struct LazyStorage {
   at::Tensor data;
   uint64_t epoch = 0;  // graph the value belongs to; 0 = none
   ir::ValueId value = 0;
+  // Set when a sync that was to compute this storage failed: reading it raises
+  // this error instead of returning stale or made-up elements.
+  std::shared_ptr<const std::string> lost;
   ~LazyStorage();
 };
 

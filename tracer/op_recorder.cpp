@@ -168,7 +168,11 @@ const std::unordered_set<std::string>& data_dependent_ops() {
       "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique",
       "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim_consecutive",
       "aten::nonzero_numpy", "aten::argwhere", "aten::bincount", "aten::repeat_interleave",
-      "aten::_assert_async", "aten::equal", "aten::is_nonzero", "aten::allclose"};
+      "aten::_assert_async", "aten::equal", "aten::is_nonzero", "aten::allclose",
+      // Meta kernels whose shapes disagree with the CPU kernels' (PyTorch 2.13).
+      "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_native_batch_norm_legit_no_training", "aten::_embedding_bag",
+      "aten::_embedding_bag_forward_only", "aten::linalg_lstsq"};
   return s;
 }
 
@@ -428,6 +432,13 @@ bool is_symint_type(const c10::TypePtr& t) {
   return s.find("SymInt") != std::string::npos;
 }
 
+// Numbers become runtime scalar arguments; ints (dims, sizes) and dtypes stay
+// attributes of the graph.
+bool is_number_arg(const c10::Argument& arg) {
+  std::string t = arg.real_type()->str();
+  return t == "Scalar" || t == "Scalar?" || t == "float" || t == "float?";
+}
+
 // Records `op` as one ATen node; mutated arguments get new values.
 void record_aten(const c10::OperatorHandle& op, const std::string& fname, const Stack& args,
                  const Stack& meta_args, const Stack& meta_rets, Stack* out) {
@@ -455,9 +466,10 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
       attrs.push_back({l});
     } else if (v.isOptionalTensorList()) {
       ir::OperandListRef l;
-      for (const IValue& e : v.toListRef()) l.indices.push_back(e.isNone() ? -1 : operand(e.toTensor()));
+      for (const IValue& e : v.toListRef())
+        l.indices.push_back(e.isNone() || !e.toTensor().defined() ? -1 : operand(e.toTensor()));
       attrs.push_back({l});
-    } else if (v.isScalar() && (v.isDouble() || arg.real_type()->str().find("Scalar") != std::string::npos)) {
+    } else if (v.isScalar() && is_number_arg(arg)) {
       operands.push_back(ctx.scalar(v.toScalar()));
       attrs.push_back({ir::OperandRef{static_cast<int32_t>(operands.size() - 1)}});
     } else if (v.isNone()) {
@@ -493,10 +505,14 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
   for (size_t i : mutated) types.push_back(contiguous_type(meta_args[i].toTensor()));
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     if (schema.returns()[r].alias_info()) continue;
+    // Undefined results (e.g. gradients an output_mask turned off) are not values.
     const IValue& m = meta_rets[r];
-    if (m.isTensor()) types.push_back(dense_type(m.toTensor()));
-    else
-      for (const at::Tensor& t : m.toTensorVector()) types.push_back(dense_type(t));
+    if (m.isTensor()) {
+      if (m.toTensor().defined()) types.push_back(dense_type(m.toTensor()));
+    } else {
+      for (const at::Tensor& t : m.toTensorVector())
+        if (t.defined()) types.push_back(dense_type(t));
+    }
   }
   std::vector<ValueId> outs = ctx.graph().add_node(OpKind::Aten, std::move(operands), std::move(attrs), types);
   size_t k = 0;
@@ -522,10 +538,10 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
     }
     const IValue& m = meta_rets[r];
     if (m.isTensor()) {
-      out->push_back(ctx.new_tensor(outs[k++]));
+      out->push_back(m.toTensor().defined() ? ctx.new_tensor(outs[k++]) : at::Tensor());
     } else {
       std::vector<at::Tensor> l;
-      for (size_t j = 0; j < m.toTensorVector().size(); ++j) l.push_back(ctx.new_tensor(outs[k++]));
+      for (const at::Tensor& t : m.toTensorVector()) l.push_back(t.defined() ? ctx.new_tensor(outs[k++]) : at::Tensor());
       out->push_back(l);
     }
   }
@@ -576,9 +592,12 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   auto& g = ctx.graph();
   DType dt = executor::from_aten(dst.scalar_type());
   ir::TensorType vt = g.value(v).type;
+  if (vt.dtype != dt && !(lowering::lowerable_dtype(dt) && lowering::lowerable_dtype(vt.dtype))) {
+    // Complex and other unlowered conversions: convert on the CPU.
+    at::Tensor cpu = ctx.cpu_view(src, "copy between unlowered dtypes");
+    return copy_into(dst, cpu);
+  }
   if (vt.dtype != dt) {
-    TORCH_CHECK(lowering::lowerable_dtype(dt) && lowering::lowerable_dtype(vt.dtype),
-                "lazyjit: copy between ", src.scalar_type(), " and ", dst.scalar_type(), " is not supported yet");
     vt.dtype = dt;
     vt.strides = ir::contiguous_strides(vt.sizes);
     v = g.add_node1(OpKind::Cast, {v}, {{static_cast<int64_t>(compute_dtype_for(dt))}}, vt);
@@ -767,6 +786,19 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   {
     // The CPU kernel must not see our keys excluded by the caller.
     op.callBoxed(&cpu);
+  }
+  // out= arguments the CPU kernel resized got new CPU memory: the lazyjit
+  // tensor follows, as it would on any device.
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (!ai || !ai->isWrite() || !args[i].isTensor() || !is_lazy(args[i].toTensor())) continue;
+    const at::Tensor& lazy = args[i].toTensor();
+    const at::Tensor& now = in_cpu[i].toTensor();
+    if (now.sizes() == lazy.sizes() && now.is_alias_of(storage_of(lazy).data)) continue;
+    at::Tensor d = now.is_non_overlapping_and_dense() ? now : now.contiguous();
+    lazy.unsafeGetTensorImpl()->set_storage_keep_dtype(make_storage(d.numel(), d.scalar_type()));
+    lazy.unsafeGetTensorImpl()->set_sizes_and_strides(d.sizes(), d.strides(), 0);
+    ctx.assign_data(lazy, d);
   }
   stack->clear();
   for (size_t r = 0; r < schema.returns().size(); ++r) {

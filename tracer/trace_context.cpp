@@ -8,6 +8,7 @@
 #include "debug/metrics.h"
 #include "executor/executor.h"
 #include "lowering/lower.h"
+#include "lowering/plan.h"
 #include "tracer/call_site.h"
 
 namespace lazyjit::tracer {
@@ -45,8 +46,14 @@ static bool dense_cover(const at::Tensor& t, int64_t storage_numel) {
   return t.storage_offset() == 0 && t.numel() == storage_numel && t.is_non_overlapping_and_dense();
 }
 
+static void check_not_lost(const LazyStorage& s) {
+  TORCH_CHECK(!s.lost, "lazyjit: this tensor's value was lost because the sync that computed it failed: ",
+              *s.lost);
+}
+
 ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
   if (s.epoch == epoch_) return s.value;
+  check_not_lost(s);
   if (hint && s.dtype != hint->scalar_type()) {
     TORCH_CHECK(!s.data.defined(),
                 "lazyjit: reading a storage of ", s.dtype, " as ", hint->scalar_type(),
@@ -63,6 +70,9 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     s.value = graph_->add_input(type);
     inputs_.push_back(s.data.as_strided(type.sizes, type.strides, s.data.storage_offset()));
     input_owner_.push_back(&s);
+  } else if (!lowering::lowerable_dtype(type.dtype)) {  // e.g. complex: zeros made on the CPU
+    s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
+    return storage_value(s, hint);
   } else {  // uninitialized memory: any content is valid, zeros is cheapest
     type.strides = ir::contiguous_strides(type.sizes);
     s.value = graph_->add_node1(OpKind::Full, {scalar(c10::Scalar(int64_t{0}))},
@@ -112,6 +122,7 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   s.numel = cpu.numel();
   s.dtype = cpu.scalar_type();
   s.epoch = 0;
+  s.lost.reset();
   touched_.erase(&s);
 }
 
@@ -176,15 +187,28 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
     return;
   }
   debug::Metrics::get().sync(reason, site);
-  cache::CacheKey key = cache::CacheKey::make(graph_->hashes(), target_hash_);
-  std::string name = key.str();
-  auto lookup = cache_.get_or_compile(key, [&] {
-    return std::shared_ptr<cache::CacheEntry>(
-        lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, name));
-  });
-  auto& program = static_cast<const lowering::Program&>(*lookup.entry);
+  std::vector<at::Tensor> outs;
   executor::Bindings b{std::move(inputs_), std::move(scalars_)};
-  std::vector<at::Tensor> outs = executor::run(program, b);
+  try {
+    cache::CacheKey key = cache::CacheKey::make(graph_->hashes(), target_hash_);
+    std::string name = key.str();
+    auto lookup = cache_.get_or_compile(key, [&] {
+      return std::shared_ptr<cache::CacheEntry>(
+          lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, name));
+    });
+    outs = executor::run(static_cast<const lowering::Program&>(*lookup.entry), b);
+  } catch (const std::exception& e) {
+    // Nothing half-done survives: the graph is dropped and every storage it
+    // was to compute remembers why, so later reads raise instead of lying.
+    auto why = std::make_shared<const std::string>(e.what());
+    for (auto [s, i] : results) {
+      s->lost = why;
+      s->epoch = 0;
+      s->data = at::Tensor();
+    }
+    reset();
+    throw;
+  }
   // A result may be an input's memory or shared by two storages: each storage
   // must own its elements, so later in-place steps cannot leak between them.
   std::unordered_set<const void*> taken;
@@ -202,6 +226,7 @@ at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   LazyStorage& s = storage_of(t);
   if (s.epoch == epoch_) sync(reason, call_site());
+  check_not_lost(s);
   if (!s.data.defined()) {
     s.dtype = t.scalar_type();
     s.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());

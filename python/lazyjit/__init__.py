@@ -72,9 +72,22 @@ class _DeviceModule:
     def _is_in_bad_fork() -> bool:
         return False
 
+    # Random ops on lazyjit draw from the CPU generator (see docs/design.md).
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        pass
+        torch.manual_seed(seed)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        torch.manual_seed(seed)
+
+    @staticmethod
+    def get_rng_state(device=None):
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None) -> None:
+        torch.set_rng_state(state)
 
     @staticmethod
     def synchronize(device=None) -> None:
