@@ -212,9 +212,10 @@ void run_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir:
     env[v] = at::empty(t.sizes, at::TensorOptions().dtype(to_aten(t.dtype)));
     bufs.push_back(env[v].data_ptr());
   }
-  if (numel == 0) return;
+  // A row kernel over empty rows still writes its row results (sum 0, max -inf).
+  if (k.sizes[0] == 0 || (numel == 0 && !k.row)) return;
   int64_t outer = k.sizes[0];
-  int64_t inner = numel / outer;
+  int64_t inner = std::max<int64_t>(numel / outer, 1);
   constexpr int64_t kMinElemsPerTask = 1 << 15;
   int threads = num_threads();
   if (threads <= 1 || numel < 2 * kMinElemsPerTask || outer < 2) {

@@ -40,7 +40,16 @@ std::vector<bool> live_nodes(const Graph& g) {
 }
 
 bool node_lowerable(const Graph& g, const Node& n) {
-  if (!ir::is_elementwise(n.kind)) return false;
+  if (ir::is_reduction(n.kind)) {
+    if (n.attrs.size() < 2 || !std::holds_alternative<std::vector<int64_t>>(n.attrs[1].value) ||
+        !std::holds_alternative<int64_t>(n.attrs[0].value))
+      return false;
+    if (std::get<std::vector<int64_t>>(n.attrs[1].value).size() >
+        g.value(n.operands[0]).type.sizes.size())
+      return false;
+  } else if (!ir::is_elementwise(n.kind)) {
+    return false;
+  }
   if (!lowerable_dtype(static_cast<DType>(std::get<int64_t>(n.attrs[0].value)))) return false;
   for (ValueId v : n.operands)
     if (!lowerable_dtype(g.value(v).type.dtype)) return false;
@@ -54,6 +63,18 @@ std::vector<int64_t> broadcast_strides(const ir::TensorType& t, const std::vecto
   for (size_t d = 0; d < t.sizes.size(); ++d)
     st[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
   return st;
+}
+
+// Number of trailing dims a reduction node reduces.
+int32_t reduce_rank_of(const Node& n) {
+  return static_cast<int32_t>(std::get<std::vector<int64_t>>(n.attrs[1].value).size());
+}
+
+// The row space of a row kernel's (uncoalesced) iteration space.
+std::vector<int64_t> row_sizes(const FusedKernel& k) {
+  std::vector<int64_t> r = k.sizes;
+  for (size_t d = r.size() - k.reduce_rank; d < r.size(); ++d) r[d] = 1;
+  return r;
 }
 
 struct Builder {
@@ -82,38 +103,68 @@ struct Builder {
     plan.steps.push_back(s);
   }
 
-  void place_elementwise(uint32_t ni) {
+  enum class Role { None, Full, Row, Reduce };
+
+  // How node `n` would sit in kernel `k`: elementwise nodes join a kernel of
+  // their output's sizes (a row kernel's full space) or a row kernel's row
+  // space; reductions join a row kernel of their input's sizes reducing the
+  // same dims, or turn a plain kernel of their input's sizes into a row kernel.
+  Role role_in(const FusedKernel& k, const Node& n) const {
+    if (ir::is_reduction(n.kind)) {
+      if (g.value(n.operands[0]).type.sizes != k.sizes) return Role::None;
+      if (k.row && k.reduce_rank != reduce_rank_of(n)) return Role::None;
+      return Role::Reduce;
+    }
+    const auto& out = g.value(n.outputs[0]).type.sizes;
+    if (out == k.sizes) return Role::Full;
+    if (k.row && out == row_sizes(k)) return Role::Row;
+    return Role::None;
+  }
+
+  void place_node(uint32_t ni) {
     const Node& n = g.nodes()[ni];
-    const auto& sizes = g.value(n.outputs[0]).type.sizes;
-    int32_t earliest = -1;
-    for (ValueId v : n.operands) earliest = std::max(earliest, dependency(v));
     int32_t chosen = -1;
+    Role role = Role::None;
     if (opts.fuse) {
-      // The latest kernel of the same iteration space that comes after every
+      // The latest kernel that can hold the node, if it comes after every
       // producer; operands made inside that kernel are fine.
       for (int32_t s = static_cast<int32_t>(plan.steps.size()) - 1; s >= 0; --s) {
         const Step& st = plan.steps[s];
         if (st.kind != Step::Kind::Kernel) continue;
-        const FusedKernel& k = plan.kernels[st.kernel];
-        if (k.sizes != sizes) continue;
+        Role r = role_in(plan.kernels[st.kernel], n);
+        if (r == Role::None) continue;
         bool ok = true;
         for (ValueId v : n.operands) {
           int32_t d = dependency(v);
           if (d > s || (d == s && is_folded_view(v))) ok = false;
         }
-        if (ok) chosen = s;
+        if (ok) chosen = s, role = r;
         break;
       }
     }
     if (chosen < 0) {
       FusedKernel k;
-      k.sizes = sizes;
+      k.sizes = g.value(n.outputs[0]).type.sizes;
+      role = Role::Full;
+      if (ir::is_reduction(n.kind)) {
+        k.sizes = g.value(n.operands[0]).type.sizes;
+        k.row = true;
+        k.reduce_rank = reduce_rank_of(n);
+        role = Role::Reduce;
+      }
       k.name = "fused_" + std::to_string(plan.kernels.size());
       plan.kernels.push_back(std::move(k));
       chosen = static_cast<int32_t>(plan.steps.size());
       plan.steps.push_back(Step{Step::Kind::Kernel, 0, static_cast<int32_t>(plan.kernels.size() - 1)});
     }
-    plan.kernels[plan.steps[chosen].kernel].nodes.push_back(ni);
+    FusedKernel& k = plan.kernels[plan.steps[chosen].kernel];
+    if (role == Role::Reduce && !k.row) {  // a plain kernel becomes a row kernel
+      k.row = true;
+      k.reduce_rank = reduce_rank_of(n);
+      k.row_space.assign(k.nodes.size(), false);
+    }
+    k.nodes.push_back(ni);
+    if (k.row) k.row_space.push_back(role == Role::Row || role == Role::Reduce);
     kernel_of_node[ni] = plan.steps[chosen].kernel;
     step_of_value[n.outputs[0]] = chosen;
   }
@@ -151,7 +202,7 @@ struct Builder {
           if (!node_lowerable(g, n))
             throw std::runtime_error("lowering: node " + std::to_string(i) + " (" +
                                      std::string(ir::op_name(n.kind)) + ") has no lowering");
-          place_elementwise(i);
+          place_node(i);
       }
     }
   }
@@ -201,8 +252,50 @@ struct Builder {
     return a;
   }
 
+  // Row kernels: coalesces the row dims and the col dims separately, keeping at
+  // least one of each.
+  static void coalesce_row(FusedKernel& k) {
+    size_t rank = k.sizes.size(), split = rank - static_cast<size_t>(k.reduce_rank);
+    std::vector<int64_t> sizes;
+    std::vector<std::vector<int64_t>> strides(k.loads.size());
+    auto group = [&](size_t lo, size_t hi) {
+      size_t first = sizes.size();
+      for (size_t d = lo; d < hi; ++d) {
+        if (k.sizes[d] == 1) continue;
+        bool merge = sizes.size() > first;
+        for (size_t i = 0; merge && i < k.loads.size(); ++i)
+          merge = strides[i].back() == k.loads[i].strides[d] * k.sizes[d];
+        if (merge) {
+          sizes.back() *= k.sizes[d];
+          for (size_t i = 0; i < k.loads.size(); ++i) strides[i].back() = k.loads[i].strides[d];
+        } else {
+          sizes.push_back(k.sizes[d]);
+          for (size_t i = 0; i < k.loads.size(); ++i) strides[i].push_back(k.loads[i].strides[d]);
+        }
+      }
+      bool empty = sizes.size() == first;
+      for (size_t d = lo; d < hi; ++d) empty |= k.sizes[d] == 0;
+      if (empty) {  // all ones: one iteration; any zero: none
+        bool zero = false;
+        for (size_t d = lo; d < hi; ++d) zero |= k.sizes[d] == 0;
+        sizes.resize(first);
+        sizes.push_back(zero ? 0 : 1);
+        for (auto& st : strides) {
+          st.resize(first);
+          st.push_back(0);
+        }
+      }
+      return sizes.size() - first;
+    };
+    group(0, split);
+    k.reduce_rank = static_cast<int32_t>(group(split, rank));
+    k.sizes = std::move(sizes);
+    for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
+  }
+
   // Drops size-1 dims and merges neighbours that every access walks as one.
   static void coalesce(FusedKernel& k) {
+    if (k.row) return coalesce_row(k);
     std::vector<int64_t> sizes;
     std::vector<std::vector<int64_t>> strides(k.loads.size());
     for (size_t d = 0; d < k.sizes.size(); ++d) {
@@ -250,7 +343,9 @@ std::string Plan::str(const Graph& g) const {
         const FusedKernel& k = kernels[s.kernel];
         os << k.name << " sizes=[";
         for (size_t i = 0; i < k.sizes.size(); ++i) os << (i ? "," : "") << k.sizes[i];
-        os << "] nodes=" << k.nodes.size() << " loads=";
+        os << "]";
+        if (k.row) os << " reduce_rank=" << k.reduce_rank;
+        os << " nodes=" << k.nodes.size() << " loads=";
         for (const Access& a : k.loads)
           os << (a.scalar_index >= 0 ? "s" : "%") << (a.scalar_index >= 0 ? a.scalar_index : a.value) << " ";
         os << "stores=";

@@ -33,11 +33,30 @@ struct Access {
 
 // A fused loop nest. Buffer arguments of the compiled function, in order: one
 // per load with scalar_index < 0, then one per store.
+//
+// A row kernel (`row`) also holds trailing-dim reductions. Its iteration space
+// `sizes` is [rows..., cols...] where the last `reduce_rank` dims (the cols) are
+// the dims its reductions reduce; the "row space" is `sizes` with the cols set
+// to 1. Its nodes are, per `row_space`:
+//  - full-space nodes (false): elementwise nodes whose output has `sizes`; they
+//    may read row-space values (broadcast over the cols);
+//  - row-space nodes (true): the reductions (ReduceSum/Max/Min from the full
+//    space to the row space, all over the same cols) and elementwise nodes whose
+//    output has the row-space sizes.
+// Rows are independent, and the outermost dim is a row dim, so KernelFn's
+// [begin, end) splits rows. After coalescing a row kernel has >= 1 row dim and
+// exactly `reduce_rank` >= 1 col dims (usually sizes = [R, C]). Loads read by
+// row-space nodes have stride 0 over the cols. Stores of row-space values are
+// contiguous buffers of the row-space sizes (one element per row).
 struct FusedKernel {
   std::vector<int64_t> sizes;      // iteration space after coalescing (rank >= 1)
-  std::vector<uint32_t> nodes;     // elementwise nodes in evaluation order
+  std::vector<uint32_t> nodes;     // nodes in evaluation (graph) order
   std::vector<Access> loads;       // external operands, any order
-  std::vector<ValueId> stores;     // values written out, contiguous, sized like the group
+  std::vector<ValueId> stores;     // values written out, contiguous, sized like the
+                                   // group (row kernels: full or row space)
+  bool row = false;                // a row kernel (holds reductions)
+  int32_t reduce_rank = 0;         // row kernels: number of trailing (col) dims of sizes
+  std::vector<bool> row_space;     // row kernels: per entry of `nodes`; empty otherwise
   // Index into loads of a node operand (by the id the node refers to), -1 when
   // the operand is computed inside this kernel.
   int32_t load_of(ValueId operand) const;

@@ -229,6 +229,34 @@ ir::TensorType contiguous_type(const at::Tensor& m) {
 
 // ---- elementwise lowering -----------------------------------------------------
 
+// The dims of a dense, non-contiguous `m` from outermost to innermost in
+// memory; empty when `m` is contiguous or not a permutation of a dense layout.
+std::vector<int64_t> memory_order(const at::Tensor& m) {
+  if (m.dim() < 2 || m.is_contiguous() || m.storage_offset() != 0 || !m.is_non_overlapping_and_dense())
+    return {};
+  std::vector<int64_t> perm(m.dim());
+  for (int64_t i = 0; i < m.dim(); ++i) perm[i] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return m.stride(a) > m.stride(b) || (m.stride(a) == m.stride(b) && m.size(a) > m.size(b));
+  });
+  return perm;
+}
+
+// `t` (broadcast to `rank` dims) with its dims reordered: a new TensorImpl over
+// the same storage, made without dispatching.
+at::Tensor permuted(const at::Tensor& t, int64_t rank, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> sizes(rank, 1), strides(rank, 0), ps(rank), pst(rank);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    sizes[rank - t.dim() + d] = t.size(d);
+    strides[rank - t.dim() + d] = t.stride(d);
+  }
+  for (int64_t d = 0; d < rank; ++d) ps[d] = sizes[perm[d]], pst[d] = strides[perm[d]];
+  if (!t.device().is_meta() && !is_lazy(t)) return t;
+  if (t.device().is_meta()) return at::empty_strided(ps, ir::contiguous_strides(ps), t.options());
+  return make_tensor(t.storage(), t.scalar_type(), ps, pst, t.storage_offset());
+}
+
+
 struct EwRule {
   OpKind kind;
   int arity;  // operands taken from the leading schema arguments
@@ -378,15 +406,20 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   if (compute == DType::Bool && !bool_ok(kind)) return false;
   if (!ir::is_floating(compute) && float_only(kind)) return false;
 
+  // An output laid out like a permuted input (e.g. x.t() * 2) keeps that layout,
+  // as in eager: the node computes in the output's memory order and every
+  // operand is read through the same permutation.
+  std::vector<int64_t> perm = memory_order(mo);
+  auto in_order = [&](const at::Tensor& t) { return perm.empty() ? t : permuted(t, mo.dim(), perm); };
   std::vector<ValueId> ops;
   for (int i = 0; i < rule.arity; ++i) {
     const IValue& a = args[i];
-    if (a.isTensor() && is_lazy(a.toTensor())) ops.push_back(ctx.read(a.toTensor()));
+    if (a.isTensor() && is_lazy(a.toTensor())) ops.push_back(ctx.read(in_order(a.toTensor())));
     else if (a.isTensor()) ops.push_back(ctx.scalar_tensor(a.toTensor()));
     else if (a.isScalar()) ops.push_back(ctx.scalar(a.toScalar()));
     else ops.push_back(ops[0]);  // an absent clamp bound: wired to x, ignored
   }
-  ir::TensorType ot = contiguous_type(mo);
+  ir::TensorType ot = contiguous_type(perm.empty() ? mo : permuted(mo, mo.dim(), perm));
   auto& g = ctx.graph();
   std::vector<ir::Attr> attrs{{static_cast<int64_t>(compute)}};
   if (kind == OpKind::Clamp) {
@@ -398,10 +431,10 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
     if (!args[2].isNone()) v = g.add_node1(OpKind::Minimum, {v, ops[2]}, attrs, ot);
     if (v == ops[0]) v = g.add_node1(OpKind::Cast, {v}, attrs, ot);  // clamp with no bounds
     if (inplace) {
-      ctx.write(args[0].toTensor(), v);
+      ctx.write(in_order(args[0].toTensor()), v);
       out->push_back(args[0]);
     } else {
-      out->push_back(ctx.new_tensor(v));
+      out->push_back(ctx.new_tensor(v, mo));
     }
     return true;
   }
@@ -417,10 +450,10 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   ValueId v = g.add_node1(kind, ops, attrs, ot);
   if (inplace) {
     const at::Tensor& self = args[0].toTensor();
-    ctx.write(self, v);
+    ctx.write(in_order(self), v);
     out->push_back(self);
   } else {
-    out->push_back(ctx.new_tensor(v));
+    out->push_back(ctx.new_tensor(v, mo));
   }
   return true;
 }

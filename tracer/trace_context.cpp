@@ -126,10 +126,12 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   touched_.erase(&s);
 }
 
-at::Tensor TraceContext::new_tensor(ValueId v) {
+at::Tensor TraceContext::new_tensor(ValueId v, const at::Tensor& geometry) {
   const TensorType& type = graph_->value(v).type;
   at::ScalarType dt = executor::to_aten(type.dtype);
-  at::Tensor t = make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
+  bool regeom = geometry.defined() && geometry.sizes().vec() != type.sizes;
+  at::Tensor t = regeom ? make_tensor(make_storage(type.numel(), dt), dt, geometry.sizes(), geometry.strides(), 0)
+                        : make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
   LazyStorage& s = storage_of(t);
   s.value = v;
   touch(s);

@@ -35,8 +35,9 @@ class TraceContext {
   void assign_data(const at::Tensor& t, const at::Tensor& cpu);
   // True when `t` covers all of a storage that holds nothing yet (from empty()).
   bool is_fresh(const at::Tensor& t);
-  // A fresh storage holding `v`, and a tensor over it laid out like `v`.
-  at::Tensor new_tensor(ir::ValueId v);
+  // A fresh storage holding `v`, and a tensor over it laid out like `v`, or with
+  // `geometry`'s sizes and strides when `v` holds its elements in memory order.
+  at::Tensor new_tensor(ir::ValueId v, const at::Tensor& geometry = {});
   ir::ValueId scalar(const c10::Scalar& s);
   ir::ValueId input(const at::Tensor& cpu);  // a CPU tensor read by the graph
   ir::ValueId scalar_tensor(const at::Tensor& cpu0d);  // a 0-d CPU tensor operand

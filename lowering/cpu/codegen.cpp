@@ -1,6 +1,7 @@
 #include "lowering/cpu/codegen.h"
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -108,6 +109,7 @@ class KernelEmitter {
     // Scalars are loop-invariant: read them once.
     for (size_t i = 0; i < k_.loads.size(); ++i)
       if (k_.loads[i].scalar_index >= 0) loaded_[i] = load_scalar(k_.loads[i]);
+    if (k_.row) return emit_row_impl(exit);
     bool empty = false;
     for (size_t d = 1; d < sizes_.size(); ++d) empty |= sizes_[d] <= 0;
     if (empty) {
@@ -165,10 +167,232 @@ class KernelEmitter {
     }
   }
 
+  // --- row kernels ----------------------------------------------------------
+  // Per row: the row-space nodes in order, each reduction with its own loop over
+  // the cols that recomputes the full-space nodes feeding it; then the row-space
+  // stores; then one loop over the cols for the full-space stores.
+  void emit_row_impl(llvm::BasicBlock* exit) {
+    ncol_ = static_cast<size_t>(k_.reduce_rank);
+    if (k_.row_space.size() != k_.nodes.size() || ncol_ < 1 || ncol_ >= sizes_.size())
+      unsupported("malformed row kernel (reduce_rank " + std::to_string(k_.reduce_rank) + ", rank " +
+                  std::to_string(sizes_.size()) + ")");
+    nrow_ = sizes_.size() - ncol_;
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      const ir::Node& n = g_.nodes().at(k_.nodes[i]);
+      pos_of_[n.outputs[0]] = i;
+      if (ir::is_reduction(n.kind) && !k_.row_space[i])
+        unsupported("reduction node " + std::to_string(k_.nodes[i]) + " outside the row space");
+    }
+    for (ValueId v : k_.stores)
+      if (!pos_of_.count(v)) unsupported("store %" + std::to_string(v) + " is not computed in the kernel");
+    cols_empty_ = false;
+    for (size_t d = nrow_; d < sizes_.size(); ++d) cols_empty_ |= sizes_[d] <= 0;
+    bool empty = false;
+    for (size_t d = 1; d < nrow_; ++d) empty |= sizes_[d] <= 0;
+    if (empty) {
+      b_.CreateBr(exit);
+    } else {
+      Value* begin = fn_->getArg(nbuf_ + 1);
+      Value* end = fn_->getArg(nbuf_ + 2);
+      llvm::BasicBlock* outer = llvm::BasicBlock::Create(ctx_, "rows", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
+      b_.SetInsertPoint(outer);
+      idx_.assign(sizes_.size(), nullptr);
+      emit_loops(0, nrow_, begin, end, [&] { emit_row_body(); });
+      b_.CreateBr(exit);
+    }
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+  }
+
+  // Rotated loops over dims [d, last), the first from start to stop (start <
+  // stop known), the others over their constant nonzero sizes.
+  void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d), fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(d));
+    i->addIncoming(start, pre);
+    idx_[d] = i;
+    if (d + 1 < last)
+      emit_loops(d + 1, last, b_.getInt64(0), b_.getInt64(sizes_[d + 1]), body);
+    else
+      body();
+    Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
+    i->addIncoming(next, b_.GetInsertBlock());
+    llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d) + ".end", fn_);
+    llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpSLT(next, stop), head, after);
+    if (d < nrow_) latch->setMetadata(llvm::LLVMContext::MD_loop, row_loop_md());
+    b_.SetInsertPoint(after);
+    idx_[d] = nullptr;
+  }
+
+  // Row loops are neither vectorized nor unrolled: with short rows LLVM would
+  // otherwise vectorize across rows once the col loops are fully unrolled, and
+  // a row's (reassociated) sum would then depend on whether it fell in the
+  // vector body or the remainder, i.e. on how [begin, end) was split.
+  llvm::MDNode* row_loop_md() {
+    auto flag = [&](const char* name, int32_t v) -> llvm::Metadata* {
+      return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name),
+                                      llvm::ConstantAsMetadata::get(b_.getInt32(v))});
+    };
+    llvm::Metadata* ops[] = {nullptr, flag("llvm.loop.vectorize.width", 1),
+                             flag("llvm.loop.interleave.count", 1),
+                             llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")})};
+    llvm::MDNode* md = llvm::MDNode::getDistinct(ctx_, ops);
+    md->replaceOperandWith(0, md);
+    return md;
+  }
+
+  bool is_row_value(ValueId v) const {
+    auto it = pos_of_.find(v);
+    return it != pos_of_.end() && k_.row_space[it->second];
+  }
+
+  // Positions (in node order) of the full-space nodes that `targets` need.
+  std::vector<size_t> full_nodes_for(const std::vector<ValueId>& targets) const {
+    std::vector<bool> need(k_.nodes.size(), false);
+    std::vector<ValueId> work(targets);
+    while (!work.empty()) {
+      ValueId v = work.back();
+      work.pop_back();
+      auto it = pos_of_.find(v);
+      if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second]) continue;
+      need[it->second] = true;
+      for (ValueId o : g_.nodes().at(k_.nodes[it->second]).operands) work.push_back(o);
+    }
+    std::vector<size_t> out;
+    for (size_t i = 0; i < need.size(); ++i)
+      if (need[i]) out.push_back(i);
+    return out;
+  }
+
+  // One loop over the cols computing the full-space nodes at `positions`, then
+  // `body`. Values made inside the loop are forgotten after it.
+  void emit_col_loop(const std::vector<size_t>& positions, const std::function<void()>& body) {
+    auto saved_values = values_;
+    auto saved_loaded = loaded_;
+    emit_loops(nrow_, sizes_.size(), b_.getInt64(0), b_.getInt64(sizes_[nrow_]), [&] {
+      for (size_t i : positions) emit_kernel_node(g_.nodes().at(k_.nodes[i]));
+      body();
+    });
+    values_ = std::move(saved_values);
+    loaded_ = std::move(saved_loaded);
+  }
+
+  void emit_kernel_node(const ir::Node& n) {
+    DType out = g_.value(n.outputs[0]).type.dtype;
+    TV r = emit_node(n);
+    values_[n.outputs[0]] = {convert(r, out), out};
+  }
+
+  // Contiguous offset over dims [first, last) of the iteration space.
+  Value* contiguous_index(size_t first, size_t last) {
+    std::vector<int64_t> st(sizes_.size(), 0);
+    int64_t acc = 1;
+    for (size_t d = last; d-- > first;) {
+      st[d] = acc;
+      acc *= sizes_[d];
+    }
+    return index(st, 0);
+  }
+
+  void store(size_t s, Value* offset) {
+    DType t = g_.value(k_.stores[s]).type.dtype;
+    Value* v = to_memory(convert(operand(k_.stores[s]), t), t);
+    Value* p = b_.CreateInBoundsGEP(mem_type(t), fn_->getArg(nbuf_ - k_.stores.size() + s), offset);
+    b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
+  }
+
+  void emit_row_body() {
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      if (!k_.row_space[i]) continue;
+      const ir::Node& n = g_.nodes().at(k_.nodes[i]);
+      if (ir::is_reduction(n.kind))
+        emit_reduction(n);
+      else
+        emit_kernel_node(n);
+    }
+    std::vector<ValueId> full_stores;
+    for (size_t s = 0; s < k_.stores.size(); ++s) {
+      if (is_row_value(k_.stores[s]))
+        store(s, contiguous_index(0, nrow_));
+      else
+        full_stores.push_back(k_.stores[s]);
+    }
+    if (full_stores.empty() || cols_empty_) return;
+    emit_col_loop(full_nodes_for(full_stores), [&] {
+      Value* off = contiguous_index(0, sizes_.size());
+      for (size_t s = 0; s < k_.stores.size(); ++s)
+        if (!is_row_value(k_.stores[s])) store(s, off);
+    });
+  }
+
+  // The accumulator lives in an entry-block alloca that SROA turns into the
+  // loop's reduction phi. Only the float sum is reassociable (so that it
+  // vectorizes); max/min use llvm.maximum/minimum, which propagate NaN.
+  void emit_reduction(const ir::Node& n) {
+    DType at = opmath(static_cast<DType>(attr_i64(n, 0)));
+    llvm::Type* T = reg_type(at);
+    bool fl = ir::is_floating(at), u = is_unsigned(at);
+    Value* init = nullptr;
+    switch (n.kind) {
+      case OpKind::ReduceSum: init = llvm::Constant::getNullValue(T); break;
+      case OpKind::ReduceMax:
+        init = fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/true)
+                  : llvm::ConstantInt::get(T, u ? llvm::APInt::getMinValue(T->getIntegerBitWidth())
+                                                : llvm::APInt::getSignedMinValue(T->getIntegerBitWidth()));
+        break;
+      case OpKind::ReduceMin:
+        init = fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/false)
+                  : llvm::ConstantInt::get(T, u ? llvm::APInt::getMaxValue(T->getIntegerBitWidth())
+                                                : llvm::APInt::getSignedMaxValue(T->getIntegerBitWidth()));
+        break;
+      default: unsupported(std::string(ir::op_name(n.kind)) + " is not a reduction");
+    }
+    llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* acc = eb.CreateAlloca(T, nullptr, "acc");
+    b_.CreateStore(init, acc);
+    if (!cols_empty_) {
+      emit_col_loop(full_nodes_for({n.operands.at(0)}), [&] {
+        Value* x = convert(operand(n.operands[0]), at);
+        Value* cur = b_.CreateLoad(T, acc);
+        Value* r = nullptr;
+        switch (n.kind) {
+          case OpKind::ReduceSum:
+            if (fl) {
+              r = b_.CreateFAdd(cur, x);
+              if (auto* I = llvm::dyn_cast<llvm::Instruction>(r)) {
+                llvm::FastMathFlags fmf;
+                fmf.setAllowReassoc();
+                fmf.setNoSignedZeros();
+                I->setFastMathFlags(fmf);
+              }
+            } else {
+              r = binary_int(OpKind::Add, cur, x, at);
+            }
+            break;
+          case OpKind::ReduceMax:
+            r = b_.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::maximum
+                                         : u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, cur, x);
+            break;
+          default:
+            r = b_.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::minimum
+                                         : u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, cur, x);
+        }
+        b_.CreateStore(r, acc);
+      });
+    }
+    DType out = g_.value(n.outputs[0]).type.dtype;
+    values_[n.outputs[0]] = {convert({b_.CreateLoad(T, acc), at}, out), out};
+  }
+
   Value* index(const std::vector<int64_t>& strides, int64_t offset) {
     Value* off = b_.getInt64(offset);
     for (size_t d = 0; d < sizes_.size(); ++d) {
       int64_t st = d < strides.size() ? strides[d] : 0;
+      if (st != 0 && !idx_[d]) unsupported("an access varies over a dim it is not read in");
       if (st != 0)
         off = b_.CreateAdd(off, b_.CreateMul(idx_[d], b_.getInt64(st), "", false, true), "", false,
                            true);
@@ -496,6 +720,9 @@ class KernelEmitter {
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
   std::vector<int> buffer_of_;       // per load: its buffer parameter, -1 for scalars
   std::vector<Value*> idx_;          // per dim: the induction variable
+  size_t nrow_ = 0, ncol_ = 0;       // row kernels: leading row dims, trailing col dims
+  bool cols_empty_ = false;          // row kernels: no cols (empty rows)
+  std::unordered_map<ValueId, size_t> pos_of_;  // row kernels: node position of each value
   std::unordered_map<ValueId, TV> values_;  // computed in the kernel
   std::unordered_map<int32_t, TV> loaded_;  // per load index
   std::unordered_set<std::string> used_;  // vector variants declared
