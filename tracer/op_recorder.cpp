@@ -458,6 +458,131 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   return true;
 }
 
+// ---- reductions and normalizations ------------------------------------------------
+//
+// Reductions over trailing dims, and softmax / log_softmax / layer_norm built
+// from them, become row-reduction nodes: the planner fuses each into one kernel
+// that reads a row once. Intermediates stay in the accumulate dtype (f32 for
+// half types); only results are rounded to the output dtype.
+
+struct RowBuilder {
+  TraceContext& ctx;
+  ir::Graph& g;
+  DType acc;
+  std::vector<int64_t> full, row;  // sizes of the input and of one value per row
+  int64_t k;                       // reduced trailing dims
+
+  ir::TensorType type(const std::vector<int64_t>& sizes, DType dt) const {
+    return ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)};
+  }
+  ValueId ew(OpKind kind, std::vector<ValueId> ops, const std::vector<int64_t>& sizes, DType out) {
+    return g.add_node1(kind, std::move(ops), {{static_cast<int64_t>(acc)}}, type(sizes, out));
+  }
+  ValueId reduce(OpKind kind, ValueId x) {
+    std::vector<int64_t> dims;
+    for (int64_t d = static_cast<int64_t>(full.size()) - k; d < static_cast<int64_t>(full.size()); ++d) dims.push_back(d);
+    return g.add_node1(kind, {x}, {{static_cast<int64_t>(acc)}, {dims}}, type(row, acc));
+  }
+  ValueId number(double v) { return ctx.scalar(c10::Scalar(v)); }
+  int64_t row_numel() const {
+    int64_t n = 1;
+    for (size_t d = full.size() - k; d < full.size(); ++d) n *= full[d];
+    return n;
+  }
+};
+
+DType accumulate_dtype(DType t) {
+  if (t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32) return DType::Float32;
+  if (t == DType::Float64) return DType::Float64;
+  return DType::Int64;
+}
+
+// Reduced dims of `self` (empty list: all), or -1 unless they are exactly the trailing ones.
+int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
+  int64_t rank = self.dim();
+  std::vector<int64_t> dims;
+  if (dims_arg.isInt()) dims.push_back(dims_arg.toInt());
+  else if (!dims_arg.isNone()) dims = dims_arg.toIntVector();
+  if (dims.empty()) return rank;
+  for (int64_t& d : dims) d = c10::maybe_wrap_dim(d, std::max<int64_t>(rank, 1));
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(i)) return -1;
+  return static_cast<int64_t>(dims.size());
+}
+
+bool try_reduction(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
+                   Stack* out) {
+  static const std::unordered_set<std::string> names = {
+      "aten::sum.dim_IntList", "aten::sum", "aten::mean.dim", "aten::mean", "aten::amax", "aten::amin",
+      "aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm"};
+  if (!names.count(fname) || !args[0].isTensor() || !is_lazy(args[0].toTensor())) return false;
+  const at::Tensor& self = args[0].toTensor();
+  DType in_dt = executor::from_aten(self.scalar_type());
+  if (!lowering::lowerable_dtype(in_dt)) return false;
+  for (const at::Tensor& m : meta_outs)
+    if (!lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+  TraceContext& ctx = TraceContext::get();
+  bool is_float = ir::is_floating(in_dt);
+  int64_t k;
+  if (fname == "aten::sum" || fname == "aten::mean") k = self.dim();
+  else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") k = trailing_dims(self, args[1]);
+  else if (fname == "aten::native_layer_norm") k = static_cast<int64_t>(args[1].toListRef().size());
+  else k = trailing_dims(self, args[1]);
+  if (k < 0 || (fname != "aten::sum.dim_IntList" && fname != "aten::sum" && !is_float)) return false;
+  if ((fname == "aten::_softmax" || fname == "aten::_log_softmax") && self.dim() > 0 && k != 1) return false;
+  if (fname == "aten::native_layer_norm" && self.dim() < k) return false;
+
+  RowBuilder b{ctx, ctx.graph(), DType::Float32, self.sizes().vec(), self.sizes().vec(), k};
+  for (size_t d = b.full.size() - k; d < b.full.size(); ++d) b.row[d] = 1;
+  DType out_dt = executor::from_aten(meta_outs[0].scalar_type());
+  b.acc = accumulate_dtype(fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0 ? out_dt : in_dt);
+  ValueId x = ctx.read(self);
+  auto result = [&](ValueId v, const at::Tensor& m) { out->push_back(ctx.new_tensor(v, m)); };
+
+  if (fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0) {
+    ValueId s = b.reduce(OpKind::ReduceSum, x);
+    if (fname.rfind("aten::mean", 0) == 0)
+      s = b.ew(OpKind::Mul, {s, b.number(1.0 / static_cast<double>(b.row_numel()))}, b.row, b.acc);
+    result(b.ew(OpKind::Cast, {s}, b.row, out_dt), meta_outs[0]);
+  } else if (fname == "aten::amax" || fname == "aten::amin") {
+    if (b.row_numel() == 0) return false;  // ATen raises on empty rows
+    b.acc = in_dt == DType::Float16 || in_dt == DType::BFloat16 ? DType::Float32 : in_dt;
+    ValueId m = b.reduce(fname == "aten::amax" ? OpKind::ReduceMax : OpKind::ReduceMin, x);
+    result(b.ew(OpKind::Cast, {m}, b.row, out_dt), meta_outs[0]);
+  } else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") {
+    ValueId m = b.reduce(OpKind::ReduceMax, x);
+    ValueId sh = b.ew(OpKind::Sub, {x, m}, b.full, b.acc);
+    ValueId e = b.ew(OpKind::Exp, {sh}, b.full, b.acc);
+    ValueId s = b.reduce(OpKind::ReduceSum, e);
+    ValueId y = fname == "aten::_softmax"
+                    ? b.ew(OpKind::Div, {e, s}, b.full, out_dt)
+                    : b.ew(OpKind::Sub, {sh, b.ew(OpKind::Log, {s}, b.row, b.acc)}, b.full, out_dt);
+    result(y, meta_outs[0]);
+  } else {  // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+    ValueId inv_n = b.number(1.0 / static_cast<double>(std::max<int64_t>(b.row_numel(), 1)));
+    ValueId eps = b.number(args[4].toDouble());
+    std::vector<std::optional<ValueId>> affine;
+    for (int i : {2, 3})
+      affine.push_back(args[i].isTensor() && args[i].toTensor().defined() ? std::optional<ValueId>(ctx.read(args[i].toTensor()))
+                                                                            : std::nullopt);
+    ValueId mean = b.ew(OpKind::Mul, {b.reduce(OpKind::ReduceSum, x), inv_n}, b.row, b.acc);
+    ValueId d = b.ew(OpKind::Sub, {x, mean}, b.full, b.acc);
+    ValueId var = b.ew(OpKind::Mul, {b.reduce(OpKind::ReduceSum, b.ew(OpKind::Mul, {d, d}, b.full, b.acc)), inv_n}, b.row, b.acc);
+    ValueId rstd = b.ew(OpKind::Rsqrt, {b.ew(OpKind::Add, {var, eps}, b.row, b.acc)}, b.row, b.acc);
+    ValueId y = b.ew(OpKind::Mul, {d, rstd}, b.full, b.acc);
+    if (affine[0]) y = b.ew(OpKind::Mul, {y, *affine[0]}, b.full, b.acc);
+    if (affine[1]) y = b.ew(OpKind::Add, {y, *affine[1]}, b.full, b.acc);
+    result(b.ew(OpKind::Cast, {y}, b.full, out_dt), meta_outs[0]);
+    // The CPU kernel returns mean and rstd in the input dtype (the meta kernel
+    // says float32 for half inputs); eager CPU is the oracle.
+    result(b.ew(OpKind::Cast, {mean}, b.row, in_dt), meta_outs[1]);
+    result(b.ew(OpKind::Cast, {rstd}, b.row, in_dt), meta_outs[2]);
+  }
+  return true;
+}
+
 // ---- generic ATen steps -------------------------------------------------------
 
 bool is_symint_type(const c10::TypePtr& t) {
@@ -977,6 +1102,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (inplace && !(schema.arguments().size() && schema.arguments()[0].alias_info() &&
                    schema.arguments()[0].alias_info()->isWrite()))
     inplace = false;
+  if (!inplace && !schema.is_mutable() && try_reduction(fname, args, meta_outs, stack)) return;
   if ((inplace || !schema.is_mutable()) && try_elementwise(fname, inplace, args, inplace ? std::vector<at::Tensor>{meta_args[0].toTensor()} : meta_outs, meta_args, stack))
     return;
   record_aten(op, name, args, meta_args, meta, stack);

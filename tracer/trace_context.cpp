@@ -129,7 +129,7 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
 at::Tensor TraceContext::new_tensor(ValueId v, const at::Tensor& geometry) {
   const TensorType& type = graph_->value(v).type;
   at::ScalarType dt = executor::to_aten(type.dtype);
-  bool regeom = geometry.defined() && geometry.sizes().vec() != type.sizes;
+  bool regeom = geometry.defined() && (geometry.sizes().vec() != type.sizes || geometry.strides().vec() != type.strides);
   at::Tensor t = regeom ? make_tensor(make_storage(type.numel(), dt), dt, geometry.sizes(), geometry.strides(), 0)
                         : make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
   LazyStorage& s = storage_of(t);

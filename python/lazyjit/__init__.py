@@ -72,14 +72,15 @@ class _DeviceModule:
     def _is_in_bad_fork() -> bool:
         return False
 
-    # Random ops on lazyjit draw from the CPU generator (see docs/design.md).
+    # Random ops on lazyjit draw from the CPU generator (see docs/design.md), which
+    # torch.manual_seed seeds before it calls this.
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        torch.manual_seed(seed)
+        pass
 
     @staticmethod
     def manual_seed(seed: int) -> None:
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
 
     @staticmethod
     def get_rng_state(device=None):

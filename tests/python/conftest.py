@@ -1,0 +1,66 @@
+"""Shared fixtures for lazyjit's Python tests.
+
+Eager PyTorch on the CPU is the oracle everywhere: each test runs the same
+program on CPU tensors and on "lazyjit" tensors and compares.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON_DIR = os.path.join(ROOT, "python")
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
+
+
+def _import_lazyjit():
+    # The extension may be relinked while the suite starts; retry briefly.
+    for attempt in range(4):
+        try:
+            import lazyjit  # noqa: F401
+            return lazyjit
+        except ImportError:
+            if attempt == 3:
+                raise
+            time.sleep(10)
+
+
+lazyjit = _import_lazyjit()
+
+DEV = "lazyjit"
+
+
+@pytest.fixture(autouse=True)
+def _lazy_mode():
+    """Every test starts and ends in lazy mode with nothing pending."""
+    lazyjit.set_mode("lazy")
+    yield
+    lazyjit.set_mode("lazy")
+    lazyjit.sync()
+
+
+@pytest.fixture
+def fresh():
+    """Empty compile cache and zeroed metrics, for tests that count compiles."""
+    lazyjit.sync()
+    lazyjit.clear_cache()
+    lazyjit.reset_metrics()
+    yield lazyjit
+    lazyjit.sync()
+
+
+def run_python(code: str, env_extra=None, timeout=120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter that imports lazyjit from this checkout."""
+    env = dict(os.environ)
+    env.pop("LAZYJIT_DUMP", None)
+    env.pop("LAZYJIT_MODE", None)
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, f"subprocess failed:\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc

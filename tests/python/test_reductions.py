@@ -1,0 +1,131 @@
+"""Reductions and normalizations on lazyjit against eager, and that a softmax or a
+layer_norm (with the residual add before it) compiles to one fused row kernel."""
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyjit
+
+DEV = "lazyjit"
+SHAPES = [(7, 33), (4, 3, 17), (1, 1000), (5, 1), (3, 0)]
+
+
+def close(got, want, dtype=torch.float32):
+    tol = {torch.float32: (1e-5, 1.3e-6), torch.float64: (1e-7, 1e-7),
+           torch.bfloat16: (1e-2, 1.6e-2), torch.float16: (1e-3, 1e-3)}.get(dtype)
+    if tol is None:
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    else:
+        torch.testing.assert_close(got.cpu(), want, atol=tol[0], rtol=tol[1], equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_mean_over_trailing_dims(shape, dtype, keepdim):
+    x = torch.randn(shape).to(dtype)
+    for dims in ([-1], list(range(1, len(shape))) or [-1]):
+        close(x.to(DEV).sum(dims, keepdim=keepdim), x.sum(dims, keepdim=keepdim), dtype)
+        if x.numel():
+            close(x.to(DEV).mean(dims, keepdim=keepdim), x.mean(dims, keepdim=keepdim), dtype)
+    close(x.to(DEV).sum(), x.sum(), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+def test_integer_sums_accumulate_in_int64(dtype):
+    x = torch.randint(0, 100, (6, 9)).to(dtype)
+    close(x.to(DEV).sum(-1), x.sum(-1), dtype)
+    close(x.to(DEV).sum(), x.sum(), dtype)
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (4, 3, 17), (2, 1000)])
+def test_amax_amin_propagate_nan(shape):
+    x = torch.randn(shape)
+    x.view(-1)[3] = float("nan")
+    x.view(-1)[-1] = float("inf")
+    for f in (torch.amax, torch.amin):
+        close(f(x.to(DEV), -1), f(x, -1))
+        close(f(x.to(DEV), -1, keepdim=True), f(x, -1, keepdim=True))
+
+
+def test_reductions_over_leading_dims_still_match():
+    x = torch.randn(5, 6, 7)
+    close(x.to(DEV).sum(0), x.sum(0))
+    close(x.to(DEV).amax(1), x.amax(1))
+    close(F.softmax(x.to(DEV), dim=1), F.softmax(x, dim=1))
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (4, 3, 17), (1, 1000), (2, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_softmax_log_softmax(shape, dtype):
+    x = (torch.randn(shape) * 4).to(dtype)
+    close(F.softmax(x.to(DEV), -1), F.softmax(x, -1), dtype)
+    close(F.log_softmax(x.to(DEV), -1), F.log_softmax(x, -1), dtype)
+    close(F.softmax(x.to(DEV), -1, dtype=torch.float32), F.softmax(x, -1, dtype=torch.float32), torch.float32)
+
+
+def test_softmax_of_rows_with_inf_and_nan():
+    x = torch.tensor([[1.0, float("-inf"), 2.0], [float("nan"), 0.0, 1.0], [float("-inf")] * 3])
+    close(F.softmax(x.to(DEV), -1), F.softmax(x, -1))
+
+
+@pytest.mark.parametrize("shape,normalized", [((8, 32), (32,)), ((2, 5, 16), (16,)), ((2, 5, 16), (5, 16)), ((3, 7), (7,))])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_layer_norm(shape, normalized, affine, dtype):
+    x = (torch.randn(shape) * 3 + 1).to(dtype)
+    w = torch.randn(normalized).to(dtype) if affine else None
+    b = torch.randn(normalized).to(dtype) if affine else None
+    lw = w.to(DEV) if affine else None
+    lb = b.to(DEV) if affine else None
+    close(F.layer_norm(x.to(DEV), normalized, lw, lb, 1e-5), F.layer_norm(x, normalized, w, b, 1e-5), dtype)
+    got = torch.native_layer_norm(x.to(DEV), normalized, lw, lb, 1e-5)
+    want = torch.native_layer_norm(x, normalized, w, b, 1e-5)
+    for g, wt in zip(got, want):
+        close(g, wt, dtype)
+
+
+def test_layer_norm_backward_matches_eager():
+    x = torch.randn(6, 24, requires_grad=True)
+    ln = torch.nn.LayerNorm(24)
+    lln = torch.nn.LayerNorm(24)
+    lln.load_state_dict(ln.state_dict())
+    lln.to(DEV)
+    lx = x.detach().to(DEV).requires_grad_()
+    (ln(x) ** 2).sum().backward()
+    (lln(lx) ** 2).sum().backward()
+    close(lx.grad, x.grad)
+    close(lln.weight.grad, ln.weight.grad)
+
+
+_FUSION_PROGRAM = r"""
+import torch, torch.nn.functional as F, lazyjit
+x = torch.randn(64, 128).to("lazyjit"); r = torch.randn(64, 128).to("lazyjit")
+w = torch.randn(128).to("lazyjit"); b = torch.randn(128).to("lazyjit")
+lazyjit.sync()
+{body}
+lazyjit.sync()
+"""
+
+
+def kernels_of(tmp_path, body):
+    env = dict(os.environ, LAZYJIT_DUMP=str(tmp_path))
+    subprocess.run([sys.executable, "-c", _FUSION_PROGRAM.format(body=body)], check=True, env=env)
+    plans = glob.glob(str(tmp_path / "*.plan.txt"))
+    assert len(plans) == 1, plans
+    return [l for l in open(plans[0]).read().splitlines() if l.startswith("fused_")]
+
+
+def test_softmax_is_one_row_kernel(tmp_path):
+    ks = kernels_of(tmp_path, "y = F.softmax(x, -1)")
+    assert len(ks) == 1 and "reduce_rank=1" in ks[0], ks
+
+
+def test_residual_plus_layer_norm_is_one_row_kernel(tmp_path):
+    ks = kernels_of(tmp_path, "y = F.layer_norm(x + r, (128,), w, b)")
+    assert len(ks) == 1 and "reduce_rank=1" in ks[0], ks

@@ -1,0 +1,1079 @@
+#!/usr/bin/env python3
+"""OpInfo conformance harness for lazyjit.
+
+Drives PyTorch's own operator database
+(torch.testing._internal.common_methods_invocations.op_db): for every op and
+every sample input it generates on CPU, the op runs once eagerly on CPU and once
+with all tensor arguments moved to the "lazyjit" device; the lazyjit outputs are
+brought back with .cpu() and compared with torch.testing.assert_close
+(equal_nan=True).  Tensor arguments the op mutated are compared as well, so an
+in-place op that forgets to update its input fails.
+
+Samples run in worker subprocesses.  A sample that kills its worker (segfault,
+abort, ...) is recorded as "crash" (after one confirming re-run in a fresh
+worker), a sample that takes longer than --timeout seconds as "timeout"; in both
+cases the worker is restarted and the op resumes after that sample.  The parent
+process never imports lazyjit.
+
+Statuses:
+  pass     outputs (and mutated inputs) match within tolerance
+  fail     lazyjit raised, or the results differ; the reason says which
+  skip     eager CPU itself raises ("eager raises"), or the op is random /
+           has nondeterministic output ("random", "nondeterministic")
+  crash    the worker process died while running the sample
+  timeout  the sample ran longer than --timeout seconds
+
+Tolerances: a sample passes if it matches at assert_close's default
+tolerances for its dtype ("strict"), or -- for floating/complex outputs -- at
+rtol = atol = 1e-3, the tolerance PyTorch's own TestCommon.test_compare_cpu
+uses for comparing a device against CPU.  Samples that only pass at the looser
+tolerance are counted ("loose") in the report.  Integer and bool outputs must
+match exactly.
+
+Examples:
+  .venv/bin/python tools/opinfo_conformance.py                  # full float32 pass
+  .venv/bin/python tools/opinfo_conformance.py --ops add,mul --max-samples-per-op 5
+  .venv/bin/python tools/opinfo_conformance.py --sample-other-dtypes
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import queue
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
+                "exponential", "geometric", "cauchy", "poisson", "log_normal")
+UNINITIALIZED_WORDS = ("empty",)  # empty, empty_like, new_empty, empty_strided, ...
+# OpInfo skips of TestCommon.test_compare_cpu whose message says the output
+# cannot be compared across devices; those are honoured, others are not.
+OPINFO_SKIP_WORDS = ("determin", "undefined", "random", "uninitialized", "order")
+
+# Ops whose sample generators create some tensor arguments on the CPU whatever
+# the device (indices that the op requires on the CPU): only sample.input and
+# kwargs move to lazyjit for these.
+KEEP_ARGS_ON_CPU = ("tensor_split",)
+
+DEFAULT_OTHER_DTYPES = ("float64", "int64", "bool", "bfloat16")
+OTHER_DTYPES_STRIDE = 7
+LOOSE_TOL = 1e-3
+
+STATUSES = ("pass", "fail", "skip", "crash", "timeout")
+
+
+# --------------------------------------------------------------------------
+# Worker side (runs in a subprocess; imports torch and lazyjit)
+# --------------------------------------------------------------------------
+
+class _Mismatch(Exception):
+    pass
+
+
+def _worker_main():
+    # The protocol uses the original stdout; anything else written to fd 1
+    # (C++ prints, warnings) goes to stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+
+    import warnings
+    warnings.simplefilter("ignore")
+
+    import torch
+    lazyjit = None
+    last_err = None
+    for attempt in range(4):
+        try:
+            import lazyjit  # noqa: F401  (registers the device)
+            break
+        except Exception as e:  # the library may be being rebuilt
+            last_err = e
+            time.sleep(30)
+    if lazyjit is None:
+        proto.write(json.dumps({"ev": "fatal", "reason": f"import lazyjit: {last_err!r}"}) + "\n")
+        return
+    torch.set_num_threads(1)
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    def send(**kw):
+        proto.write(json.dumps(kw) + "\n")
+        proto.flush()
+
+    send(ev="ready")
+    # This process is a fork server: it never touches the lazyjit device
+    # itself; every task runs in a forked child (cheap, and the imports are
+    # already done), so a child that crashes or is killed for a timeout costs
+    # only a new fork.
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        task = json.loads(line)
+        if task.get("cmd") == "exit":
+            break
+        op = op_db[task["op_index"]]
+        dtype = getattr(torch, task["dtype"])
+        gate_r, gate_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            rc = 0
+            try:
+                os.close(gate_w)
+                os.read(gate_r, 1)  # wait until the server has announced us
+                _run_task(torch, lazyjit, op, dtype, task, send)
+                send(ev="done")
+            except BaseException as e:  # a harness bug, not a sample result
+                try:
+                    send(ev="gen_error", reason=f"harness: {_first_line(e)}")
+                except BaseException:
+                    pass
+                rc = 3
+            finally:
+                try:
+                    proto.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(rc)
+        os.close(gate_r)
+        send(ev="child", pid=pid)
+        os.write(gate_w, b"x")
+        os.close(gate_w)
+        _, status = os.waitpid(pid, 0)
+        send(ev="exit", rc=os.waitstatus_to_exitcode(status))
+
+
+def _dtype_short(dt):
+    import torch
+    table = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
+             torch.bfloat16: "bf16", torch.int64: "i64", torch.int32: "i32",
+             torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "b8",
+             torch.complex64: "c64", torch.complex128: "c128"}
+    return table.get(dt, str(dt).replace("torch.", ""))
+
+
+def _describe(x, depth=0):
+    import torch
+    if isinstance(x, torch.Tensor):
+        s = f"{_dtype_short(x.dtype)}{list(x.shape)}"
+        if x.layout != torch.strided:
+            s += f"<{str(x.layout).replace('torch.', '')}>"
+        elif x.numel() > 1 and not x.is_contiguous():
+            s += f"(strides={list(x.stride())})"
+        return s
+    if depth > 3:
+        return "..."
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_describe(v, depth + 1) for v in x[:8])
+        if len(x) > 8:
+            inner += ", ..."
+        return ("[" + inner + "]") if isinstance(x, list) else ("(" + inner + ("," if len(x) == 1 else "") + ")")
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k}={_describe(v, depth + 1)}" for k, v in x.items()) + "}"
+    if callable(x) and hasattr(x, "__name__"):
+        return x.__name__
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _describe_sample(sample):
+    parts = [_describe(sample.input)]
+    parts += [_describe(a) for a in sample.args]
+    parts += [f"{k}={_describe(v)}" for k, v in sample.kwargs.items()]
+    s = ", ".join(parts)
+    return s if len(s) <= 300 else s[:297] + "..."
+
+
+def _map(x, fn):
+    """Applies fn to every tensor in a nested structure; rebuilds containers."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, list):
+        return [_map(v, fn) for v in x]
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_map(v, fn) for v in x)
+    if isinstance(x, tuple):  # namedtuple / torch.return_types
+        return tuple(_map(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    return x
+
+
+def _tensors(x, out=None):
+    import torch
+    if out is None:
+        out = []
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _tensors(v, out)
+    return out
+
+
+def _to_lazy_args(x, torch):
+    """Tensors -> lazyjit; torch.device('cpu') and device='cpu' -> lazyjit."""
+    lz = torch.device("lazyjit")
+    if isinstance(x, torch.Tensor):
+        return x.to(lz)
+    if isinstance(x, torch.device):
+        return lz if x.type == "cpu" else x
+    if isinstance(x, list):
+        return [_to_lazy_args(v, torch) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_to_lazy_args(v, torch) for v in x)
+    if isinstance(x, dict):
+        return {k: (("lazyjit" if v == "cpu" else v) if k == "device" and isinstance(v, str)
+                    else _to_lazy_args(v, torch)) for k, v in x.items()}
+    return x
+
+
+def _clone_args(x, torch):
+    if isinstance(x, torch.Tensor):
+        return x.clone() if x.layout == torch.strided else x.clone()
+    if isinstance(x, list):
+        return [_clone_args(v, torch) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_clone_args(v, torch) for v in x)
+    if isinstance(x, dict):
+        return {k: _clone_args(v, torch) for k, v in x.items()}
+    return x
+
+
+_DEFAULT_TOL = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7), "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+
+
+def _tol(dtype, loose):
+    name = str(dtype).replace("torch.", "")
+    if name not in _DEFAULT_TOL:
+        return 0.0, 0.0
+    rtol, atol = _DEFAULT_TOL[name]
+    if loose:
+        rtol, atol = max(rtol, LOOSE_TOL), max(atol, LOOSE_TOL)
+    return rtol, atol
+
+
+def _compare(actual, expected, path, loose, torch):
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            raise _Mismatch(f"{path}: expected Tensor, got {type(actual).__name__}")
+        if actual.layout != expected.layout:
+            raise _Mismatch(f"{path}: layout {actual.layout} vs expected {expected.layout}")
+        if actual.dtype != expected.dtype:
+            raise _Mismatch(f"dtype {_dtype_short(actual.dtype)} vs expected {_dtype_short(expected.dtype)}")
+        if actual.shape != expected.shape:
+            raise _Mismatch(f"shape {list(actual.shape)} vs expected {list(expected.shape)}")
+        if expected.layout != torch.strided:
+            actual, expected = actual.to_dense(), expected.to_dense()
+        rtol, atol = _tol(expected.dtype, loose)
+        try:
+            torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
+                                       check_device=False, check_stride=False)
+        except AssertionError:
+            a, e = actual, expected
+            if a.dtype == torch.bool:
+                a, e = a.int(), e.int()
+            if a.is_complex():
+                diff = (a - e).abs()
+            else:
+                a64, e64 = a.double(), e.double()
+                diff = (a64 - e64).abs()
+                both_nan = a64.isnan() & e64.isnan()
+                same_inf = (a64 == e64)
+                diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+                diff = torch.where(a64.isnan() ^ e64.isnan(), torch.full_like(diff, float("inf")), diff)
+            bad = int((diff > atol + rtol * e.abs().double() if not e.is_complex() else diff > atol).sum())
+            md = float(diff.max()) if diff.numel() else 0.0
+            raise _Mismatch(f"values differ{(' at ' + path) if path else ''}: max abs diff {md:.3g}, "
+                            f"{bad}/{expected.numel()} elements")
+        return
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)):
+            raise _Mismatch(f"{path}: expected sequence, got {type(actual).__name__}")
+        if len(actual) != len(expected):
+            raise _Mismatch(f"{path}: length {len(actual)} vs expected {len(expected)}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _compare(a, e, f"{path}[{i}]", loose, torch)
+        return
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict) or set(actual) != set(expected):
+            raise _Mismatch(f"{path}: dict keys differ")
+        for k in expected:
+            _compare(actual[k], expected[k], f"{path}[{k!r}]", loose, torch)
+        return
+    if isinstance(expected, (bool, int, float, complex)) and isinstance(actual, (bool, int, float, complex)):
+        try:
+            torch.testing.assert_close(actual, expected, equal_nan=True,
+                                       rtol=LOOSE_TOL if loose else None, atol=LOOSE_TOL if loose else None)
+        except AssertionError:
+            raise _Mismatch(f"{path}: scalar {actual!r} vs expected {expected!r}")
+        except Exception:
+            if actual != expected:
+                raise _Mismatch(f"{path}: scalar {actual!r} vs expected {expected!r}")
+        return
+    if actual != expected:
+        raise _Mismatch(f"{path}: {type(actual).__name__} {str(actual)[:40]} vs expected {str(expected)[:40]}")
+
+
+def _first_line(e):
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    # Skip PyTorch's generic preambles to get at the real message.
+    for ln in msg:
+        if ln.strip() and not ln.startswith("Traceback"):
+            first = ln.strip()
+            break
+    if len(first) > 240:
+        first = first[:237] + "..."
+    return f"{type(e).__name__}: {first}"
+
+
+def _skip_reason(op, dtype):
+    """Why the whole op is skipped for dtype, or None."""
+    name = op.name.lower()
+    if any(w in name for w in RANDOM_WORDS):
+        return "random"
+    if getattr(op, "has_nondeterministic_output", False):
+        return "nondeterministic output"
+    if any(w in name for w in UNINITIALIZED_WORDS):
+        return "nondeterministic output (uninitialized memory)"
+    import unittest  # noqa: F401
+    for d in getattr(op, "decorators", ()) or ():
+        if getattr(d, "test_name", None) != "test_compare_cpu":
+            continue
+        if getattr(d, "device_type", None) not in (None, "cpu"):
+            continue
+        if not getattr(d, "active_if", True):
+            continue
+        dts = getattr(d, "dtypes", None)
+        if dts is not None and dtype not in dts:
+            continue
+        for dec in d.decorators:
+            msg = None
+            for cell in (getattr(dec, "__closure__", None) or ()):
+                try:
+                    v = cell.cell_contents
+                except ValueError:
+                    continue
+                if isinstance(v, str):
+                    msg = v
+            if msg and any(w in msg.lower() for w in OPINFO_SKIP_WORDS):
+                return f"opinfo: {msg}"
+    return None
+
+
+def _sanity(torch):
+    try:
+        x = torch.arange(4, dtype=torch.float32)
+        y = (x.to("lazyjit") * 2 + 1).cpu()
+        return bool(torch.equal(y, x * 2 + 1))
+    except Exception:
+        return False
+
+
+def _run_task(torch, lazyjit, op, dtype, task, send):
+    """Runs samples [start, start+count) of op in dtype. Returns True when the
+    worker should exit (its lazyjit state no longer works)."""
+    import random
+    start, limit, seed = task["start"], task.get("limit"), task.get("seed", 0)
+    only = task.get("only")
+    skip_all = _skip_reason(op, dtype)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed)
+    except Exception:
+        pass
+    try:
+        gen = op.reference_inputs if task.get("reference_inputs") else op.sample_inputs
+        samples = gen("cpu", dtype, requires_grad=False)
+        it = iter(samples)
+    except Exception as e:
+        send(ev="gen_error", reason=_first_line(e))
+        return False
+    i = -1
+    while True:
+        i += 1
+        if limit is not None and i >= limit:
+            break
+        try:
+            sample = next(it)
+        except StopIteration:
+            break
+        except Exception as e:
+            send(ev="gen_error", i=i, reason=_first_line(e))
+            break
+        if i < start or (only is not None and i != only):
+            continue
+        try:
+            desc = _describe_sample(sample)
+        except Exception:
+            desc = "?"
+        send(ev="start", i=i, desc=desc)
+        t0 = time.time()
+        if skip_all:
+            send(ev="result", i=i, status="skip", reason=skip_all, desc=desc, secs=0.0)
+            continue
+        # Harness self-test hook (tests/python/test_opinfo.py): simulate a
+        # crash or hang of the sample "OP:I" to exercise the recovery paths.
+        fault = os.environ.get("OPINFO_HARNESS_FAULT", "")
+        if fault:
+            kind, _, where = fault.partition("=")
+            if where == f"{op.name}:{i}":
+                if kind == "abort":
+                    os.abort()
+                if kind == "hang":
+                    time.sleep(3600)
+        rec = _run_sample(torch, lazyjit, op, sample)
+        rec.update(ev="result", i=i, desc=desc, secs=round(time.time() - t0, 4))
+        send(**rec)
+        if rec["status"] == "fail":
+            # A failed sample may leave lazyjit's pending state broken; check
+            # that the device still works (a crash here is the sample's).
+            send(ev="check", i=i)
+            ok = _sanity(torch)
+            send(ev="checked", i=i, ok=ok)
+            if not ok:
+                send(ev="tainted", i=i)
+                return True  # this child's device state is broken: stop here
+        if only is not None and i >= only:
+            break
+    return False
+
+
+def _run_sample(torch, lazyjit, op, sample):
+    args_cpu = (sample.input, sample.args, sample.kwargs)
+    # Eager on a clone (the op may mutate its inputs).
+    try:
+        e_in = _clone_args(args_cpu, torch)
+        expected = op(e_in[0], *e_in[1], **e_in[2])
+    except Exception as e:
+        msg = _first_line(e)
+        if any(w in msg for w in ("lazyjit", "_DeviceModule", "PrivateUse1", "privateuse1")):
+            # Eager CPU only raises because lazyjit is registered: a lazyjit bug.
+            return {"status": "fail", "phase": "eager",
+                    "reason": f"[eager cpu, lazyjit imported] {msg}"}
+        return {"status": "skip", "reason": f"eager raises: {msg}"}
+    try:
+        expected = sample.output_process_fn_grad(expected)
+    except Exception:
+        pass
+    # lazyjit
+    phase = "to_lazyjit"
+    try:
+        if op.name in KEEP_ARGS_ON_CPU:
+            l_in = (_to_lazy_args(args_cpu[0], torch), args_cpu[1], _to_lazy_args(args_cpu[2], torch))
+        else:
+            l_in = _to_lazy_args(args_cpu, torch)
+        phase = "call"
+        out = op(l_in[0], *l_in[1], **l_in[2])
+        phase = "sync"
+        lazyjit.sync()
+        phase = "to_cpu"
+        actual = _map(out, lambda t: t.cpu())
+        actual_in = _map(l_in, lambda t: t.cpu())
+    except Exception as e:
+        return {"status": "fail", "phase": phase, "reason": f"[{phase}] {_first_line(e)}"}
+    try:
+        actual = sample.output_process_fn_grad(actual)
+    except Exception:
+        pass
+    loose = False
+    for attempt_loose in (False, True):
+        try:
+            _compare(actual, expected, "out", attempt_loose, torch)
+            _compare(_tensors(actual_in), _tensors(e_in), "input", attempt_loose, torch)
+            loose = attempt_loose
+            break
+        except _Mismatch as m:
+            if attempt_loose:
+                return {"status": "fail", "phase": "compare", "reason": f"mismatch: {m}"}
+        except Exception as e:
+            return {"status": "fail", "phase": "compare", "reason": f"[compare] {_first_line(e)}"}
+    rec = {"status": "pass"}
+    if loose:
+        rec["loose"] = True
+    return rec
+
+
+# --------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, slot, logdir):
+        self.slot = slot
+        self.logdir = logdir
+        self.proc = None
+        self.buf = b""
+        self.nstarted = 0
+
+    def start(self):
+        self.nstarted += 1
+        self.log_path = os.path.join(self.logdir, f"worker{self.slot}_{self.nstarted}.log")
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ)
+        env.setdefault("LAZYJIT_NUM_THREADS", "1")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        pypath = os.path.join(REPO, "python")
+        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, cwd=REPO, start_new_session=True)
+        self.buf = b""
+        msg = self.read(timeout=240)
+        if msg is None or msg.get("ev") != "ready":
+            self.kill()
+            raise RuntimeError(f"worker failed to start: {msg} {self.stderr_tail()}")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, obj):
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read(self, timeout):
+        """Next protocol message; None on timeout; {'ev': 'died'} if the worker exited."""
+        deadline = time.time() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.time()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.proc.wait()
+                    return {"ev": "died", "rc": self.proc.returncode}
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"ev": "junk", "line": line[:200].decode(errors="replace")}
+
+    def stderr_tail(self):
+        try:
+            self.log.flush()
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - 4000))
+                lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            return lines[-1].strip()[:200] if lines else ""
+        except Exception:
+            return ""
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except Exception:
+                self.proc.kill()
+            self.proc.wait()
+        try:
+            self.log.close()
+        except Exception:
+            pass
+
+    def stop(self):
+        if self.alive():
+            try:
+                self.send({"cmd": "exit"})
+                self.proc.wait(timeout=10)
+            except Exception:
+                pass
+        self.kill()
+
+
+def _death_reason(rc):
+    if rc is None:
+        return "worker died"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"worker exited with code {rc}"
+
+
+def run_task(worker, task, timeout, retry_crash=True):
+    """Runs one (op, dtype) task, resuming after samples that crash or time
+    out. Returns (records by sample index, generation error or None)."""
+    records = {}
+    descs = {}
+    confirmed = set()  # crash reasons (grouped) already reproduced in a fresh process
+    gen_error = None
+    start = 0
+    only = task.get("only")
+    while True:
+        if not worker.alive():
+            worker.start()
+        worker.send(dict(task, start=start))
+        current = None   # sample running
+        post = None      # sample whose after-failure device check is running
+        child = None
+        done = False
+        resume = None    # index to resume from after a timeout / crash / taint
+        timed_out = False
+        rc = None
+        while True:
+            busy = current is not None or post is not None
+            msg = worker.read(timeout=timeout if busy else max(timeout, 300))
+            if msg is None:  # timeout
+                if child is None:
+                    worker.kill()
+                    return records, "fork server hung"
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                timed_out = True
+                if current is not None:
+                    records[current] = {"status": "timeout", "reason": f"timeout (> {timeout:g} s)",
+                                        "desc": descs.get(current, "")}
+                    resume = current + 1
+                elif post is not None:
+                    first = records[post]
+                    records[post] = {"status": "timeout", "desc": first.get("desc", ""),
+                                     "reason": "timeout in the next lazyjit use after the sample failed"
+                                               f" ({first.get('reason')})",
+                                     "after": first.get("reason")}
+                    resume = post + 1
+                else:
+                    gen_error = f"timeout (> {max(timeout, 300):g} s) while generating samples"
+                current = post = None
+                continue  # wait for the server's "exit"
+            ev = msg.get("ev")
+            if ev == "child":
+                child = msg["pid"]
+            elif ev == "start":
+                current = msg["i"]
+                descs[current] = msg.get("desc", "")
+                post = None
+            elif ev == "result":
+                i = msg.pop("i")
+                msg.pop("ev")
+                records[i] = msg
+                current = None
+            elif ev == "check":
+                post = msg["i"]
+            elif ev == "checked":
+                post = None
+                if not msg.get("ok"):
+                    records[msg["i"]]["device_broken_after"] = True
+            elif ev == "tainted":
+                resume = msg["i"] + 1
+            elif ev == "gen_error":
+                gen_error = msg.get("reason")
+            elif ev == "done":
+                done = True
+            elif ev == "exit":
+                rc = msg["rc"]
+                break
+            elif ev in ("died", "junk"):  # the fork server itself died
+                rc = -signal.SIGKILL if ev == "junk" else msg.get("rc")
+                worker.kill()
+                break
+            elif ev == "fatal":
+                raise RuntimeError(msg.get("reason"))
+        if rc not in (0, None) and not timed_out:
+            reason = f"crash: {_death_reason(rc)}"
+            tail = worker.stderr_tail()
+            if current is None and post is None:
+                return records, f"{reason} while generating samples; {tail}"
+            if current is None:
+                # The sample failed cleanly, then the next use of the device
+                # (a tiny known-good computation) killed the process: in a
+                # user's program that sample crashes the process.
+                first = records[post]
+                current = post
+                rec = {"status": "crash", "desc": first.get("desc", ""), "stderr": tail,
+                       "reason": f"{reason} in the next lazyjit use after the sample failed"
+                                 f" ({first.get('reason')})",
+                       "after": first.get("reason")}
+            else:
+                rec = {"status": "crash", "reason": reason, "stderr": tail,
+                       "desc": descs.get(current, "")}
+            gk = group_key(rec["reason"])
+            if retry_crash and gk not in confirmed:
+                # Confirm in a fresh process: a crash that does not reproduce
+                # is recorded with the re-run's result and flagged. Once a
+                # crash reproduces, later samples of the op crashing the
+                # same way are taken as they are.
+                sub, _ = run_task(worker, dict(task, only=current, limit=current + 1), timeout,
+                                  retry_crash=False)
+                again = sub.get(current)
+                if again is not None and again["status"] != "crash":
+                    again["flaky_crash"] = reason
+                    rec = again
+                else:
+                    confirmed.add(gk)
+            records[current] = rec
+            resume = current + 1
+        if only is not None or done or resume is None:
+            if not done and resume is None and gen_error is None and rc == 0:
+                gen_error = "worker stopped before the end of the samples (harness)"
+            return records, gen_error
+        start = resume
+
+
+def select_ops(op_db, args):
+    import torch
+    chosen = []
+    subs = [s for s in (args.ops or "").split(",") if s]
+    exact = set(s for s in (args.exact_ops or "").split(",") if s)
+    for idx, op in enumerate(op_db):
+        full = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+        if exact and full not in exact and op.name not in exact:
+            continue
+        if subs and not any(s in full for s in subs):
+            continue
+        if args.sample_other_dtypes and idx % OTHER_DTYPES_STRIDE != 0:
+            continue
+        chosen.append((idx, full, op))
+    return chosen
+
+
+def group_key(reason):
+    """Normalises a failure reason so that samples failing the same way group together."""
+    r = reason
+    r = re.sub(r"max abs diff [^,]+, \d+/\d+ elements", "max abs diff ...", r)
+    r = re.sub(r"\bat (out|input)(\[[^\]]*\])*", r"at \1", r)
+    r = re.sub(r"\[[\d, ]*\]", "[...]", r)
+    r = re.sub(r"0x[0-9a-f]+", "0x..", r)
+    r = re.sub(r"(?<![A-Za-z_0-9.])-?\d+(\.\d+)?(e[-+]?\d+)?", "N", r)
+    return r
+
+
+def summarize(results):
+    tot = collections.Counter()
+    for r in results:
+        for s in r["samples"]:
+            tot[s["status"]] += 1
+    return tot
+
+
+def write_reports(results, meta, out_md):
+    out_json = os.path.splitext(out_md)[0] + ".json"
+    os.makedirs(os.path.dirname(os.path.abspath(out_md)), exist_ok=True)
+    by_dtype = collections.OrderedDict()
+    for r in results:
+        c = by_dtype.setdefault(r["dtype"], collections.Counter())
+        for s in r["samples"]:
+            c[s["status"]] += 1
+            if s.get("loose"):
+                c["loose"] += 1
+            if s.get("flaky_crash"):
+                c["flaky_crash"] += 1
+    summary = {}
+    for dt, c in by_dtype.items():
+        total = sum(c[s] for s in STATUSES)
+        ran = total - c["skip"]
+        summary[dt] = {**{s: c[s] for s in STATUSES}, "total": total, "loose": c["loose"],
+                       "flaky_crash": c["flaky_crash"],
+                       "pass_rate_all": round(c["pass"] / total, 4) if total else None,
+                       "pass_rate_run": round(c["pass"] / ran, 4) if ran else None}
+    # One op per line; passing samples keep only what is needed to count them.
+    slim = []
+    for r in results:
+        r2 = dict(r)
+        r2["samples"] = [({k: v for k, v in x.items() if k in ("status", "index", "loose")}
+                          if x["status"] == "pass" and not x.get("flaky_crash") else x)
+                         for x in r["samples"]]
+        slim.append(r2)
+    with open(out_json, "w") as f:
+        f.write('{"meta": ' + json.dumps(meta) + ',\n "summary": ' + json.dumps(summary)
+                + ',\n "ops": [\n' + ",\n".join(json.dumps(r) for r in slim) + "\n]}\n")
+
+    L = []
+    L.append(f"# lazyjit OpInfo conformance ({', '.join(by_dtype)})\n")
+    L.append("Generated by `tools/opinfo_conformance.py` (see `docs/conformance/README.md`); "
+             f"full per-sample data in `{os.path.basename(out_json)}`.\n")
+    L.append("| | |\n|---|---|")
+    for k in ("date", "torch", "git_commit", "lazyjit_so_mtime", "args", "wall_s", "jobs", "timeout_s"):
+        if k in meta:
+            L.append(f"| {k} | `{meta[k]}` |")
+    L.append("")
+    L.append("## Summary\n")
+    L.append("**pass rate of run** = pass / (samples - skip): the share of comparable samples "
+             "that match eager CPU; this is the figure the >= 95% float32 target applies to "
+             "(random and nondeterministic-output ops cannot be compared and are skipped). "
+             "**pass rate** = pass / all samples, skips included.\n")
+    L.append("| dtype | samples | pass | fail | skip | crash | timeout | pass rate | pass rate of run | passed only at 1e-3 |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for dt, s in summary.items():
+        L.append(f"| {dt} | {s['total']} | {s['pass']} | {s['fail']} | {s['skip']} | {s['crash']} | "
+                 f"{s['timeout']} | {100 * (s['pass_rate_all'] or 0):.2f}% | "
+                 f"{100 * (s['pass_rate_run'] or 0):.2f}% | {s['loose']} |")
+    L.append("")
+    flaky = sum(s["flaky_crash"] for s in summary.values())
+    if flaky:
+        L.append(f"{flaky} sample(s) killed their worker once but not on the confirming re-run "
+                 "(flagged `flaky_crash` in the JSON; listed below).\n")
+    nogen = [r for r in results if r.get("gen_error")]
+    unsupported = [r for r in results if r.get("unsupported")]
+
+    # Failure groups
+    groups = collections.OrderedDict()
+    for r in results:
+        for s in r["samples"]:
+            if s["status"] in ("fail", "crash", "timeout"):
+                k = (s["status"], group_key(s["reason"]))
+                g = groups.setdefault(k, {"n": 0, "ops": collections.Counter()})
+                g["n"] += 1
+                g["ops"][f"{r['op']} ({r['dtype']})"] += 1
+    L.append("## Failure reasons, grouped\n")
+    L.append("Reasons with numbers and shapes normalised; most frequent first.\n")
+    L.append("| samples | status | reason | ops (samples) |")
+    L.append("|---|---|---|---|")
+    for (st, k), g in sorted(groups.items(), key=lambda kv: -kv[1]["n"]):
+        ops = ", ".join(f"{o} ({n})" for o, n in g["ops"].most_common(8))
+        if len(g["ops"]) > 8:
+            ops += f", ... {len(g['ops']) - 8} more ops"
+        L.append(f"| {g['n']} | {st} | {_md(k)} | {_md(ops)} |")
+    L.append("")
+
+    # Skip reasons
+    skips = collections.Counter()
+    for r in results:
+        for s in r["samples"]:
+            if s["status"] == "skip":
+                skips[group_key(s["reason"])[:160]] += 1
+    L.append("## Skip reasons\n")
+    L.append("| samples | reason |\n|---|---|")
+    for k, n in skips.most_common():
+        L.append(f"| {n} | {_md(k)} |")
+    L.append("")
+
+    # Per op table
+    L.append("## Per op and dtype\n")
+    L.append("| op | dtype | samples | pass | fail | skip | crash | timeout |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if r.get("unsupported"):
+            continue
+        c = collections.Counter(s["status"] for s in r["samples"])
+        note = " (sample generation error)" if r.get("gen_error") else ""
+        L.append(f"| {_md(r['op'])}{note} | {r['dtype']} | {len(r['samples'])} | {c['pass']} | {c['fail']} | "
+                 f"{c['skip']} | {c['crash']} | {c['timeout']} |")
+    L.append("")
+    if unsupported:
+        L.append("## Ops without this dtype on CPU (no samples)\n")
+        per = collections.defaultdict(list)
+        for r in unsupported:
+            per[r["dtype"]].append(r["op"])
+        for dt, ops in per.items():
+            L.append(f"- {dt}: {len(ops)} ops: " + ", ".join(f"`{o}`" for o in ops))
+        L.append("")
+    if nogen:
+        L.append("## Sample generation errors\n")
+        for r in nogen:
+            L.append(f"- `{r['op']}` ({r['dtype']}): {_md(r['gen_error'])}")
+        L.append("")
+
+    # Every failure
+    L.append("## Every failure\n")
+    L.append("Grouped per op, dtype and exact reason; `#i` is the sample index in "
+             "`op.sample_inputs('cpu', dtype)` after `torch.manual_seed(0)` "
+             "(rerun one with `--exact-ops OP --only-sample I`).\n")
+    for r in results:
+        fails = [(i, s) for i, s in enumerate(r["samples"]) if s["status"] in ("fail", "crash", "timeout")]
+        flk = [(i, s) for i, s in enumerate(r["samples"]) if s.get("flaky_crash")]
+        if not fails and not flk:
+            continue
+        L.append(f"### {r['op']} ({r['dtype']})\n")
+        byreason = collections.OrderedDict()
+        for i, s in fails:
+            byreason.setdefault((s["status"], s["reason"]), []).append((s.get("index", i), s))
+        for (st, reason), items in byreason.items():
+            idxs = ", ".join(f"#{i}" for i, _ in items[:30]) + (" ..." if len(items) > 30 else "")
+            L.append(f"- **{st}** ({len(items)}): {_md(reason)}  ")
+            L.append(f"  samples {idxs}; e.g. #{items[0][0]}: `{items[0][1].get('desc', '')}`")
+            if items[0][1].get("stderr"):
+                L.append(f"  stderr: `{items[0][1]['stderr']}`")
+        for i, s in flk:
+            L.append(f"- flaky crash on #{s.get('index', i)} ({s['flaky_crash']}), re-run: {s['status']}")
+        L.append("")
+    with open(out_md, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return summary
+
+
+def _md(s):
+    return str(s).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--worker":
+        _worker_main()
+        return 0
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtypes", default=None,
+                   help="comma-separated dtypes (default float32; with --sample-other-dtypes: "
+                        + ",".join(DEFAULT_OTHER_DTYPES) + ")")
+    p.add_argument("--ops", default=None, help="comma-separated substrings of op names (name.variant)")
+    p.add_argument("--exact-ops", default=None, help="comma-separated exact op names (name or name.variant)")
+    p.add_argument("--max-samples-per-op", type=int, default=None)
+    p.add_argument("--only-sample", type=int, default=None, help="run only this sample index")
+    p.add_argument("--sample-other-dtypes", action="store_true",
+                   help=f"every {OTHER_DTYPES_STRIDE}th op of op_db in " + ", ".join(DEFAULT_OTHER_DTYPES))
+    p.add_argument("--out", default=None, help="markdown report; the JSON goes next to it")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per sample (default 20)")
+    p.add_argument("--reference-inputs", action="store_true",
+                   help="use op.reference_inputs (sample_inputs plus more cases; what PyTorch's "
+                        "TestCommon.test_compare_cpu uses) instead of op.sample_inputs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    if args.dtypes is None:
+        args.dtypes = ",".join(DEFAULT_OTHER_DTYPES) if args.sample_other_dtypes else "float32"
+    dtype_names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if args.out is None:
+        args.out = os.path.join(REPO, "docs", "conformance",
+                                "opinfo_other_dtypes.md" if args.sample_other_dtypes
+                                else f"opinfo_{'_'.join(dtype_names)}.md")
+
+    import warnings
+    warnings.simplefilter("ignore")
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ops = select_ops(op_db, args)
+    tasks = []
+    results = []
+    for idx, full, op in ops:
+        for dn in dtype_names:
+            dt = getattr(torch, dn)
+            try:
+                supported = dt in op.supported_dtypes("cpu")
+            except Exception:
+                supported = True
+            if not supported:
+                results.append({"op": full, "op_index": idx, "dtype": dn, "unsupported": True, "samples": []})
+                continue
+            rec = {"op": full, "op_index": idx, "dtype": dn, "samples": []}
+            results.append(rec)
+            tasks.append((rec, {"op_index": idx, "dtype": dn, "seed": args.seed,
+                                "reference_inputs": args.reference_inputs,
+                                "limit": (args.only_sample + 1) if args.only_sample is not None
+                                else args.max_samples_per_op,
+                                "only": args.only_sample}))
+
+    so_dir = os.path.join(REPO, "python", "lazyjit")
+
+    def so_mtime():
+        so_files = [f for f in os.listdir(so_dir) if f.startswith("_C") and f.endswith(".so")]
+        if not so_files:
+            return "?"
+        return datetime.datetime.fromtimestamp(os.path.getmtime(os.path.join(so_dir, so_files[0]))
+                                               ).strftime("%Y-%m-%d %H:%M:%S")
+    so_at_start = so_mtime()
+    t0 = time.time()
+    q = queue.Queue()
+    for t in tasks:
+        q.put(t)
+    logdir = tempfile.mkdtemp(prefix="opinfo_workers_")
+    lock = threading.Lock()
+    done = [0]
+    errors = []
+
+    def loop(slot):
+        w = Worker(slot, logdir)
+        ntasks = 0
+        try:
+            while True:
+                try:
+                    rec, task = q.get_nowait()
+                except queue.Empty:
+                    break
+                ts = time.time()
+                recs, gen_error = run_task(w, task, args.timeout)
+                ntasks += 1
+                n = (max(recs) + 1) if recs else 0
+                samples = []
+                for i in range(n):
+                    s = recs.get(i)
+                    if s is None:
+                        if task.get("only") is not None:
+                            continue
+                        s = {"status": "fail", "reason": "no result recorded (harness)"}
+                    s["index"] = i
+                    samples.append(s)
+                rec["samples"] = samples
+                if gen_error:
+                    rec["gen_error"] = gen_error
+                rec["secs"] = round(time.time() - ts, 2)
+                with lock:
+                    done[0] += 1
+                    if not args.quiet:
+                        c = collections.Counter(s["status"] for s in samples)
+                        print(f"[{done[0]}/{len(tasks)} {time.time() - t0:6.0f}s] {rec['op']} {rec['dtype']}: "
+                              + " ".join(f"{k}={c[k]}" for k in STATUSES if c[k])
+                              + (f" GEN_ERROR {gen_error}" if gen_error else ""), flush=True)
+        except Exception as e:
+            errors.append(repr(e))
+        finally:
+            w.stop()
+
+    threads = [threading.Thread(target=loop, args=(s,), daemon=True) for s in range(max(1, args.jobs))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        print("harness errors:", errors, file=sys.stderr)
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        if dirty:
+            commit += " (+ uncommitted changes)"
+    except Exception:
+        commit = "?"
+    meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "torch": torch.__version__, "git_commit": commit,
+            "lazyjit_so_mtime": so_at_start if so_mtime() == so_at_start
+            else f"{so_at_start}, REBUILT during the run ({so_mtime()})",
+            "args": " ".join(argv), "wall_s": round(time.time() - t0, 1), "jobs": args.jobs,
+            "timeout_s": args.timeout, "harness_errors": errors}
+    results.sort(key=lambda r: (r["op_index"], dtype_names.index(r["dtype"])))
+    summary = write_reports(results, meta, args.out)
+    for dt, s in summary.items():
+        print(f"{dt}: {s['total']} samples, pass {s['pass']}, fail {s['fail']}, skip {s['skip']}, "
+              f"crash {s['crash']}, timeout {s['timeout']}, pass rate {100 * (s['pass_rate_all'] or 0):.2f}% "
+              f"({100 * (s['pass_rate_run'] or 0):.2f}% of run)")
+    print(f"report: {args.out}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
