@@ -1,6 +1,6 @@
 # The layers that include libtorch: tracer, executor, the Python module, and the
 # tests and examples that use them. libtorch comes from the venv's torch wheel.
-set(LAZYJIT_PYTHON "${LAZYJIT_VENV}/bin/python")
+set(LAZYJIT_PYTHON "${LAZYJIT_VENV}/bin/python" CACHE FILEPATH "Python whose torch lazyjit builds against")
 execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import torch; print(torch.utils.cmake_prefix_path)"
                 OUTPUT_VARIABLE TORCH_CMAKE_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import pybind11; print(pybind11.get_cmake_dir())"
@@ -11,7 +11,7 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   executor/executor.cpp
-  tracer/call_site.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp tracer/api.cpp)
+  tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb)
@@ -38,3 +38,7 @@ set_target_properties(lazyjit_python PROPERTIES OUTPUT_NAME _C
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit
   BUILD_RPATH "$ORIGIN/lib;${TORCH_INSTALL_PREFIX}/lib")
 target_link_libraries(lazyjit_python PRIVATE lazyjit ${TORCH_PYTHON_LIBRARY})
+
+add_executable(bench_trace_cost bench/trace_cost.cpp)
+target_link_libraries(bench_trace_cost lazyjit)
+set_target_properties(bench_trace_cost PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")

@@ -60,4 +60,9 @@ uint64_t StreamHasher::digest64() const {
 
 uint64_t hash64(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
+Hash128 hash128(const void* data, size_t len) {
+  XXH128_hash_t h = XXH3_128bits(data, len);
+  return {h.low64, h.high64};
+}
+
 }  // namespace lazyjit::ir

@@ -37,5 +37,23 @@ class StreamHasher {
 };
 
 uint64_t hash64(const void* data, size_t len);
+Hash128 hash128(const void* data, size_t len);
+
+// Collects bytes, then hashes them in one call: cheaper than a streaming state
+// for short keys built on a hot path (no allocation once warm).
+class BufferHasher {
+ public:
+  void clear() { buf_.clear(); }
+  void update(const void* data, size_t len) { buf_.append(static_cast<const char*>(data), len); }
+  void update_i64(int64_t v) { update(&v, sizeof v); }
+  void update_str(std::string_view s) {
+    update_i64(static_cast<int64_t>(s.size()));
+    update(s.data(), s.size());
+  }
+  Hash128 digest128() const { return hash128(buf_.data(), buf_.size()); }
+
+ private:
+  std::string buf_;
+};
 
 }  // namespace lazyjit::ir

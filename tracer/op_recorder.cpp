@@ -1,6 +1,7 @@
 #include "tracer/op_recorder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/core/op_registration/op_registration.h>
 
@@ -28,6 +29,26 @@ namespace {
 std::string full_name(const c10::OperatorHandle& op) {
   const auto& n = op.schema().operator_name();
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+// What recording needs to know about an op that never changes: computed once.
+struct OpInfo {
+  std::string name;   // "aten::add_.Tensor"
+  std::string fname;  // its functional form, "aten::add.Tensor"
+  bool inplace = false;
+};
+std::string functional_name(const std::string& name, bool* inplace);
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  static std::unordered_map<const void*, OpInfo> infos;  // guarded by the trace lock
+  auto [it, fresh] = infos.try_emplace(&op.schema());
+  if (fresh) {
+    OpInfo& i = it->second;
+    i.name = full_name(op);
+    i.fname = functional_name(i.name, &i.inplace);
+    const auto& args = op.schema().arguments();
+    if (i.inplace && !(args.size() && args[0].alias_info() && args[0].alias_info()->isWrite())) i.inplace = false;
+  }
+  return it->second;
 }
 
 bool is_cpu_scalar(const at::Tensor& t) {
@@ -102,7 +123,8 @@ struct MetaResult {
 };
 
 bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
-  ir::StreamHasher h(ir::StreamHasher::Algo::Xxh3_128);
+  thread_local ir::BufferHasher h;
+  h.clear();
   const void* opp = &op.schema();
   h.update(&opp, sizeof opp);
   auto tensor = [&](const at::Tensor& t) {
@@ -186,6 +208,10 @@ bool needs_eager(const c10::FunctionSchema& schema, const Stack& args) {
   }
   for (const IValue& v : args)
     if (v.isGenerator() || v.isStorage() || v.isCapsule() || v.isObject()) return true;
+  // Random ops not drawn at trace time (their draws depend on tensor values)
+  // run now, so draws happen in program order, as in eager.
+  for (const auto& a : schema.arguments())
+    if (a.real_type()->str().find("Generator") != std::string::npos) return true;
   return false;
 }
 
@@ -1003,7 +1029,8 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
   const auto& schema = op.schema();
-  std::string name = full_name(op);
+  const OpInfo& info = op_info(op);
+  const std::string& name = info.name;
   size_t nargs = schema.arguments().size();
   // std::array<bool, N> arguments arrive boxed as generic lists; kernels unbox
   // them as bool lists.
@@ -1043,7 +1070,32 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   } else if (name == "aten::sub.Scalar" || name == "aten::sub_.Scalar" || name == "aten::rsub.Scalar") {
     at::native::sub_check(args[0].toTensor(), args[1].toScalar());
   }
+  // Index tensors may live on the CPU, as with CUDA: they join the device.
+  if (name.rfind("aten::index", 0) == 0 || name.rfind("aten::_index_put_impl_", 0) == 0) {
+    for (size_t i = 0; i < nargs; ++i) {
+      IValue& v = (*stack)[stack->size() - nargs + i];
+      if (!v.isOptionalTensorList() && !v.isTensorList()) continue;
+      bool moved = false;
+      c10::List<std::optional<at::Tensor>> l;
+      for (const IValue& e : v.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined() && e.toTensor().device().is_cpu() && e.toTensor().dim() > 0) {
+          l.push_back(e.toTensor().to(lazyjit::device()));
+          moved = true;
+        } else {
+          l.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(e.toTensor()));
+        }
+      }
+      if (moved && v.isOptionalTensorList()) v = l, args[i] = l;
+    }
+  }
   check_devices(args);
+  // Writes into a tensor whose elements share memory (an expanded view) are
+  // refused at the op, as in eager, not at the next sync.
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (ai && ai->isWrite() && args[i].isTensor() && is_lazy(args[i].toTensor()))
+      at::assert_no_internal_overlap(args[i].toTensor());
+  }
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
   if (draw_at_trace_time(op, name, stack)) return;
   if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
@@ -1062,8 +1114,10 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     try {
       at::AutoDispatchBelowADInplaceOrView guard;
       op.callBoxed(&meta);
-    } catch (const c10::NotImplementedError&) {
-      return run_eager(op, stack, "no meta kernel");
+    } catch (const std::exception&) {
+      // No meta kernel, or one that needs data (boolean masks). A genuine
+      // argument error raises again, from the CPU kernel, like eager.
+      return run_eager(op, stack, "no usable meta kernel");
     }
     if (keyed) {
       if (meta_memo().size() > (1 << 16)) meta_memo().clear();
@@ -1097,11 +1151,8 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     }
     return;
   }
-  bool inplace = false;
-  std::string fname = functional_name(name, &inplace);
-  if (inplace && !(schema.arguments().size() && schema.arguments()[0].alias_info() &&
-                   schema.arguments()[0].alias_info()->isWrite()))
-    inplace = false;
+  bool inplace = info.inplace;
+  const std::string& fname = info.fname;
   if (!inplace && !schema.is_mutable() && try_reduction(fname, args, meta_outs, stack)) return;
   if ((inplace || !schema.is_mutable()) && try_elementwise(fname, inplace, args, inplace ? std::vector<at::Tensor>{meta_args[0].toTensor()} : meta_outs, meta_args, stack))
     return;

@@ -156,7 +156,17 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
   ir::DType dt = executor::from_aten(cpu.scalar_type());
   TORCH_CHECK(ir::is_floating(dt) || ir::is_integral(dt, true),
               "lazyjit: 0-d CPU tensor operand of dtype ", cpu.scalar_type(), " is not supported yet");
-  scalars_.push_back(executor::slot_from_scalar(cpu.item()));
+  // Read the element directly: item() would go through the dispatcher (~1 us).
+  c10::Scalar value;
+  switch (cpu.scalar_type()) {
+    case at::kDouble: value = *cpu.const_data_ptr<double>(); break;
+    case at::kFloat: value = static_cast<double>(*cpu.const_data_ptr<float>()); break;
+    case at::kLong: value = *cpu.const_data_ptr<int64_t>(); break;
+    case at::kInt: value = static_cast<int64_t>(*cpu.const_data_ptr<int32_t>()); break;
+    case at::kBool: value = *cpu.const_data_ptr<bool>(); break;
+    default: value = cpu.item();
+  }
+  scalars_.push_back(executor::slot_from_scalar(value));
   return graph_->add_scalar(dt, cpu.unsafeGetTensorImpl()->is_wrapped_number());
 }
 
@@ -172,9 +182,13 @@ void TraceContext::reset() {
 void TraceContext::sync(const std::string& reason, const std::string& site) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (graph_->nodes().empty()) return;
-  // Live storages whose elements the graph changed, in creation order.
+  // Live storages whose elements the graph changed, ordered by the value each
+  // holds: value numbers follow the trace, so the same program gets the same
+  // output order (and key) whichever tensors the caller happens to keep.
   std::vector<LazyStorage*> live(touched_.begin(), touched_.end());
-  std::sort(live.begin(), live.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
+  std::sort(live.begin(), live.end(), [](auto* a, auto* b) {
+    return a->value != b->value ? a->value < b->value : a->seq < b->seq;
+  });
   std::vector<std::pair<LazyStorage*, size_t>> results;
   std::unordered_map<ValueId, size_t> output_index;
   for (LazyStorage* s : live) {

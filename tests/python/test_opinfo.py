@@ -89,14 +89,21 @@ def test_harness_survives_crash_and_timeout(tmp_path):
     assert [x["status"] for x in samples[1:]] == ["pass", "pass"], samples
 
 
-def test_random_ops_are_skipped(tmp_path):
+def test_random_ops_match_the_cpu_generator(tmp_path):
+    # lazyjit draws random numbers from the CPU generator at trace time, so a
+    # random op seeded like the eager run gives the eager run's numbers.
     out = str(tmp_path / "rand.md")
-    r = _run(["--exact-ops", "rand_like,nn.functional.dropout", "--max-samples-per-op", "2",
-              "--out", out, "--quiet", "--jobs", "1"])
+    r = _run(["--exact-ops", "rand_like,randn_like,nn.functional.dropout,bernoulli,normal",
+              "--max-samples-per-op", "3", "--out", out, "--quiet", "--jobs", "1"])
     assert r.returncode == 0, r.stdout + r.stderr
+    passed = 0
     for o in _load(out)["ops"]:
         assert o["samples"], o
-        assert all(x["status"] == "skip" and x["reason"] == "random" for x in o["samples"]), o
+        for x in o["samples"]:
+            # (Some random OpInfos carry PyTorch's own "non-deterministic" skip.)
+            assert x["status"] == "pass" or x["reason"].startswith("opinfo:"), (o["op"], x)
+            passed += x["status"] == "pass"
+    assert passed >= 3, passed
 
 
 def test_committed_report_exists_and_parses():

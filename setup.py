@@ -1,0 +1,31 @@
+"""`pip install --no-build-isolation .` builds the C++ core and the extension with
+CMake against the torch installed in the running Python, then packages them."""
+import os
+import subprocess
+import sys
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildWithCMake(build_py):
+    def run(self):
+        build = os.environ.get("LAZYJIT_BUILD_DIR", os.path.join(ROOT, "build"))
+        if not os.path.exists(os.path.join(build, "build.ninja")):
+            subprocess.check_call(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja",
+                                   "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                                   f"-DLAZYJIT_PYTHON={sys.executable}"])
+        subprocess.check_call(["ninja", "-C", build, f"-j{os.environ.get('LAZYJIT_JOBS', '2')}",
+                               "lazyjit_python"])
+        super().run()
+
+
+setup(
+    packages=["lazyjit"],
+    package_dir={"": "python"},
+    package_data={"lazyjit": ["_C*.so", "lib/*.so"]},
+    cmdclass={"build_py": BuildWithCMake},
+    zip_safe=False,
+)
