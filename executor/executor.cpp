@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Parallel.h>
+#include <ATen/EmptyTensor.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -11,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "debug/metrics.h"
+#include "executor/buffer_pool.h"
 
 namespace lazyjit::executor {
 
@@ -159,12 +162,31 @@ c10::IValue attr_to_ivalue(const ir::AttrValue& a, const c10::Argument& arg,
 
 // Runs one ATen node by its CPU kernel. Mutable arguments are cloned first, so
 // the node stays functional: its outputs are the clones, then the op's returns.
-void run_aten(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
-              const std::vector<int64_t>& scalars) {
+c10::OperatorHandle resolve(const ir::Node& n) {
   const std::string& full = std::get<std::string>(n.attrs[0].value);
   auto dot = full.find('.');
   std::string name = full.substr(0, dot), overload = dot == std::string::npos ? "" : full.substr(dot + 1);
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+}
+
+// Operator handles of a program's ATen steps, by node index.
+struct Runtime {
+  std::vector<std::optional<c10::OperatorHandle>> ops;
+};
+
+const Runtime& runtime_of(const lowering::Program& p) {
+  std::call_once(p.runtime_once, [&] {
+    auto rt = std::make_shared<Runtime>();
+    rt->ops.resize(p.graph.nodes().size());
+    for (const Step& s : p.plan.steps)
+      if (s.kind == Step::Kind::Aten) rt->ops[s.node] = resolve(p.graph.nodes()[s.node]);
+    p.runtime = rt;
+  });
+  return *static_cast<const Runtime*>(p.runtime.get());
+}
+
+void run_aten(const c10::OperatorHandle& op, const ir::Graph& g, const ir::Node& n,
+              std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars) {
   const auto& schema = op.schema();
   torch::jit::Stack stack;
   std::vector<size_t> mutated;
@@ -209,7 +231,8 @@ void run_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir:
   for (int64_t s : k.sizes) numel *= s;
   for (ir::ValueId v : k.stores) {
     const ir::TensorType& t = g.value(v).type;
-    env[v] = at::empty(t.sizes, at::TensorOptions().dtype(to_aten(t.dtype)));
+    env[v] = at::detail::empty_generic(t.sizes, buffer_pool(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                       to_aten(t.dtype), std::nullopt);
     bufs.push_back(env[v].data_ptr());
   }
   // A row kernel over empty rows still writes its row results (sum 0, max -inf).
@@ -262,6 +285,7 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
 std::vector<at::Tensor> run(const lowering::Program& p, const Bindings& b) {
   auto t0 = std::chrono::steady_clock::now();
   const ir::Graph& g = p.graph;
+  const Runtime& rt = runtime_of(p);
   std::vector<at::Tensor> env(g.values().size());
   for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = b.inputs.at(i);
   for (const Step& s : p.plan.steps) {
@@ -270,7 +294,7 @@ std::vector<at::Tensor> run(const lowering::Program& p, const Bindings& b) {
         run_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], g, env, b.scalars);
         break;
       case Step::Kind::Aten:
-        run_aten(g, g.nodes()[s.node], env, b.scalars);
+        run_aten(*rt.ops[s.node], g, g.nodes()[s.node], env, b.scalars);
         break;
       case Step::Kind::AsStrided:
       case Step::Kind::AsStridedScatter:

@@ -1,6 +1,7 @@
 // The map of the compiler: graph -> plan (DCE, fusion, coalescing) -> target code.
 #pragma once
 #include <memory>
+#include <mutex>
 
 #include "cache/compile_cache.h"
 #include "graph_ir/graph.h"
@@ -16,6 +17,11 @@ struct Program : cache::CacheEntry {
   Plan plan;
   std::unique_ptr<CompiledCode> code;
   double compile_ms = 0;
+  // What the executor resolves once per program (ATen operator handles), so a
+  // cached program launches without name lookups. Opaque here: lowering does
+  // not know libtorch.
+  mutable std::once_flag runtime_once;
+  mutable std::shared_ptr<void> runtime;
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails

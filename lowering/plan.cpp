@@ -252,15 +252,18 @@ struct Builder {
     return a;
   }
 
-  // Row kernels: coalesces the row dims and the col dims separately, keeping at
-  // least one of each.
-  static void coalesce_row(FusedKernel& k) {
-    size_t rank = k.sizes.size(), split = rank - static_cast<size_t>(k.reduce_rank);
+  // Drops size-1 dims and merges neighbours that every access walks as one. Row
+  // kernels coalesce their row dims and their reduced dims separately, keeping
+  // at least one of each.
+  static void coalesce(FusedKernel& k) {
+    size_t rank = k.sizes.size(), split = k.row ? rank - static_cast<size_t>(k.reduce_rank) : rank;
     std::vector<int64_t> sizes;
     std::vector<std::vector<int64_t>> strides(k.loads.size());
     auto group = [&](size_t lo, size_t hi) {
       size_t first = sizes.size();
+      bool zero = false;
       for (size_t d = lo; d < hi; ++d) {
+        zero |= k.sizes[d] == 0;
         if (k.sizes[d] == 1) continue;
         bool merge = sizes.size() > first;
         for (size_t i = 0; merge && i < k.loads.size(); ++i)
@@ -273,11 +276,7 @@ struct Builder {
           for (size_t i = 0; i < k.loads.size(); ++i) strides[i].push_back(k.loads[i].strides[d]);
         }
       }
-      bool empty = sizes.size() == first;
-      for (size_t d = lo; d < hi; ++d) empty |= k.sizes[d] == 0;
-      if (empty) {  // all ones: one iteration; any zero: none
-        bool zero = false;
-        for (size_t d = lo; d < hi; ++d) zero |= k.sizes[d] == 0;
+      if (zero || sizes.size() == first) {  // any zero: no iteration; all ones: one
         sizes.resize(first);
         sizes.push_back(zero ? 0 : 1);
         for (auto& st : strides) {
@@ -288,38 +287,7 @@ struct Builder {
       return sizes.size() - first;
     };
     group(0, split);
-    k.reduce_rank = static_cast<int32_t>(group(split, rank));
-    k.sizes = std::move(sizes);
-    for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
-  }
-
-  // Drops size-1 dims and merges neighbours that every access walks as one.
-  static void coalesce(FusedKernel& k) {
-    if (k.row) return coalesce_row(k);
-    std::vector<int64_t> sizes;
-    std::vector<std::vector<int64_t>> strides(k.loads.size());
-    for (size_t d = 0; d < k.sizes.size(); ++d) {
-      if (k.sizes[d] == 1) continue;
-      bool merge = !sizes.empty();
-      for (size_t i = 0; merge && i < k.loads.size(); ++i)
-        merge = strides[i].back() == k.loads[i].strides[d] * k.sizes[d];
-      if (merge) {
-        sizes.back() *= k.sizes[d];
-        for (size_t i = 0; i < k.loads.size(); ++i) strides[i].back() = k.loads[i].strides[d];
-      } else {
-        sizes.push_back(k.sizes[d]);
-        for (size_t i = 0; i < k.loads.size(); ++i) strides[i].push_back(k.loads[i].strides[d]);
-      }
-    }
-    if (sizes.empty()) {  // 0-d or all ones: one iteration
-      sizes.push_back(1);
-      for (auto& s : strides) s.push_back(0);
-    }
-    for (int64_t s : k.sizes)
-      if (s == 0) {  // empty: keep one dim of size 0
-        sizes.assign(1, 0);
-        for (auto& st : strides) st.assign(1, 0);
-      }
+    if (k.row) k.reduce_rank = static_cast<int32_t>(group(split, rank));
     k.sizes = std::move(sizes);
     for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
   }
