@@ -637,7 +637,10 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
                 ref_first, ref_last = first, last
             elif ref_first is not None:
                 c_first = compare(first, ref_first)
-                c_last = compare(last, ref_last)
+                # A training step's later outputs depend on how many steps each
+                # system ran (run counts adapt to speed): compare the first step.
+                c_last = (compare(last, ref_last) if not getattr(wl, "train", False)
+                          else {"ok": True, "max_abs_diff": 0.0, "error": None})
                 res["correct"] = c_first["ok"] and c_last["ok"]
                 res["max_abs_diff"] = max(c_first["max_abs_diff"], c_last["max_abs_diff"])
                 res["correct_error"] = c_first["error"] or c_last["error"]
