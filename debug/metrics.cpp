@@ -15,6 +15,7 @@ const char* counter_name(Counter c) {
     case Counter::Syncs: return "syncs";
     case Counter::HashCollisions: return "hash_collisions";
     case Counter::StepOps: return "step_ops";
+    case Counter::LayoutCopies: return "layout_copies";
     case Counter::kCount: break;
   }
   return "?";

@@ -19,6 +19,7 @@ enum class Counter : int {
   Syncs,           // points where pending work was run
   HashCollisions,  // cache hits refused by the confirming hash
   StepOps,         // ops run one at a time in step mode
+  LayoutCopies,    // library results copied to the layout the tracer promised
   kCount
 };
 

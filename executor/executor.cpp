@@ -96,6 +96,7 @@ namespace {
 // Makes `t` carry exactly the declared layout, copying only when it does not.
 at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
   if (t.sizes().vec() == type.sizes && t.strides().vec() == type.strides) return t;
+  debug::Metrics::get().add(debug::Counter::LayoutCopies);
   at::Tensor out = at::empty_strided(type.sizes, type.strides, t.options());
   out.copy_(t);
   return out;
