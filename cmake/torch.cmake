@@ -11,7 +11,8 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   executor/executor.cpp executor/buffer_pool.cpp
-  tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp tracer/api.cpp)
+  tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp
+  tracer/op_lowering.cpp tracer/device_ops.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb)

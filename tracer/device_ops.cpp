@@ -1,0 +1,226 @@
+// The ops every device implements itself, and random draws at trace time.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
+
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "executor/executor.h"
+#include "lowering/plan.h"
+#include "tracer/lazy_storage.h"
+#include "tracer/op_lowering.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit::tracer {
+
+using c10::IValue;
+using ir::DType;
+using ir::OpKind;
+using ir::ValueId;
+using torch::jit::Stack;
+
+// ---- special ops ----------------------------------------------------------------
+
+namespace {
+
+at::ScalarType dtype_arg(const IValue& v) {
+  return v.isNone() ? c10::get_default_dtype_as_scalartype() : static_cast<at::ScalarType>(v.toInt());
+}
+
+std::vector<int64_t> int_list(const IValue& v) {
+  std::vector<int64_t> l;
+  for (const IValue& e : v.toListRef()) l.push_back(e.isSymInt() ? e.toSymInt().expect_int() : e.toInt());
+  return l;
+}
+
+at::Tensor new_empty(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dt) {
+  int64_t storage_numel = 0;
+  bool empty = false;
+  for (int64_t s : sizes) empty |= s == 0;
+  if (!empty) {
+    storage_numel = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) storage_numel += (sizes[d] - 1) * strides[d];
+  }
+  return make_tensor(make_storage(storage_numel, dt), dt, sizes, strides, 0);
+}
+
+// dst.copy_(src) for every placement of the two.
+void copy_into(const at::Tensor& dst, const at::Tensor& src) {
+  TraceContext& ctx = TraceContext::get();
+  if (!is_lazy(dst)) {  // to the CPU: a sync point
+    dst.copy_(ctx.cpu_view(src, "copy to cpu"));
+    return;
+  }
+  if (!is_lazy(src)) {
+    at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
+    buf.copy_(src);
+    if (dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
+        static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes()) {
+      ctx.assign_data(dst, buf);
+    } else {
+      ctx.write(dst, ctx.input(buf));
+    }
+    return;
+  }
+  ValueId v = ctx.read(src);
+  auto& g = ctx.graph();
+  DType dt = executor::from_aten(dst.scalar_type());
+  ir::TensorType vt = g.value(v).type;
+  if (vt.dtype != dt && !(lowering::lowerable_dtype(dt) && lowering::lowerable_dtype(vt.dtype))) {
+    // Complex and other unlowered conversions: convert on the CPU.
+    at::Tensor cpu = ctx.cpu_view(src, "copy between unlowered dtypes");
+    return copy_into(dst, cpu);
+  }
+  if (vt.dtype != dt) {
+    vt.dtype = dt;
+    vt.strides = ir::contiguous_strides(vt.sizes);
+    v = g.add_node1(OpKind::Cast, {v}, {{static_cast<int64_t>(compute_dtype_for(dt))}}, vt);
+  }
+  if (vt.sizes != dst.sizes().vec()) {  // broadcast src to dst
+    std::vector<int64_t> sizes = dst.sizes().vec(), strides(sizes.size(), 0);
+    size_t off = sizes.size() - vt.sizes.size();
+    for (size_t d = 0; d < vt.sizes.size(); ++d) strides[off + d] = vt.sizes[d] == 1 ? 0 : vt.strides[d];
+    v = g.add_node1(OpKind::AsStrided, {v}, {{sizes, true}, {strides, true}, {int64_t{0}, true}},
+                    ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)});
+  }
+  ctx.write(dst, v);
+}
+
+}  // namespace
+
+bool is_special_op(const std::string& name) {
+  static const std::unordered_set<std::string> names = {
+      "aten::empty.memory_format", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
+      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_", "aten::zero_",
+      "aten::fill_.Scalar"};
+  return names.count(name) > 0;
+}
+
+// Handles the ops every device implements itself. Returns false for others.
+bool special_op(const std::string& name, Stack* stack) {
+  TraceContext& ctx = TraceContext::get();
+  auto& s = *stack;
+  if (name == "aten::zero_" || name == "aten::fill_.Scalar") {
+    // Filling fresh memory (zeros_like, torch.full, an optimizer's new state)
+    // makes data, not a graph node: the filled tensor is then an input like
+    // any other, so the first step's graph equals the next steps'.
+    at::Tensor t = s[s.size() - (name == "aten::zero_" ? 1 : 2)].toTensor();
+    if (!is_lazy(t) || !ctx.is_fresh(t)) return false;
+    c10::Scalar v = name == "aten::zero_" ? c10::Scalar(int64_t{0}) : s.back().toScalar();
+    at::Tensor buf = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+    buf.fill_(v);
+    ctx.assign_data(t, buf);
+    s.erase(s.end() - (name == "aten::zero_" ? 1 : 2), s.end());
+    s.push_back(t);
+    return true;
+  }
+  if (name == "aten::empty.memory_format") {
+    auto sizes = int_list(s[0]);
+    at::ScalarType dt = dtype_arg(s[1]);
+    auto mf = s[5].isNone() ? at::MemoryFormat::Contiguous : s[5].toMemoryFormat();
+    at::Tensor m = at::empty(sizes, at::TensorOptions().device(at::kMeta).dtype(dt), mf);
+    s.clear();
+    s.push_back(new_empty(m.sizes(), m.strides(), dt));
+    return true;
+  }
+  if (name == "aten::empty_strided") {
+    auto sizes = int_list(s[0]), strides = int_list(s[1]);
+    at::ScalarType dt = dtype_arg(s[2]);
+    s.clear();
+    s.push_back(new_empty(sizes, strides, dt));
+    return true;
+  }
+  if (name == "aten::copy_") {
+    at::Tensor dst = s[0].toTensor(), src = s[1].toTensor();
+    copy_into(dst, src);
+    s.clear();
+    s.push_back(dst);
+    return true;
+  }
+  if (name == "aten::_copy_from" || name == "aten::_copy_from_and_resize") {
+    at::Tensor src = s[0].toTensor(), dst = s[1].toTensor();
+    if (name == "aten::_copy_from_and_resize" && dst.sizes() != src.sizes()) dst.resize_(src.sizes());
+    copy_into(dst, src);
+    s.clear();
+    s.push_back(dst);
+    return true;
+  }
+  if (name == "aten::_local_scalar_dense") {
+    at::Tensor t = s[0].toTensor();
+    at::Tensor cpu = ctx.cpu_view(t, "item()");
+    s.clear();
+    s.push_back(cpu.item());
+    return true;
+  }
+  if (name == "aten::resize_") {
+    at::Tensor t = s[0].toTensor();
+    auto sizes = int_list(s[1]);
+    int64_t numel = 1;
+    for (int64_t d : sizes) numel *= d;
+    size_t need = static_cast<size_t>(numel + t.storage_offset()) * t.element_size();
+    if (need > t.storage().nbytes()) {
+      at::Tensor old = ctx.cpu_view(t, "resize_").as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
+      at::Tensor grown = at::zeros({static_cast<int64_t>(need / t.element_size())}, old.options());
+      grown.narrow(0, 0, old.numel()).copy_(old);
+      t.storage().unsafeGetStorageImpl()->set_nbytes(need);
+      ctx.assign_data(t, grown);
+    }
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    s.clear();
+    s.push_back(t);
+    return true;
+  }
+  return false;
+}
+
+// Random ops whose draws do not depend on tensor values are drawn at trace time
+// from the CPU generator, in program order, exactly as eager on the CPU would
+// draw them; the graph reads the draws as an input. A seeded program therefore
+// gives the CPU's numbers, and the draws never cut the graph.
+bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, Stack* stack) {
+  static const std::unordered_set<std::string> inplace = {
+      "aten::uniform_", "aten::normal_", "aten::random_", "aten::random_.from", "aten::random_.to",
+      "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_",
+      "aten::bernoulli_.float"};
+  TraceContext& ctx = TraceContext::get();
+  Stack& s = *stack;
+  const auto& schema = op.schema();
+  size_t nargs = schema.arguments().size();
+  if (inplace.count(name)) {
+    at::Tensor self = s[s.size() - nargs].toTensor();
+    if (!is_lazy(self)) return false;
+    for (size_t i = s.size() - nargs + 1; i < s.size(); ++i)
+      if (s[i].isTensor() && is_lazy(s[i].toTensor())) return false;
+    at::Tensor buf = at::empty(self.sizes(), self.options().device(at::kCPU));
+    Stack cpu(s.end() - nargs, s.end());
+    cpu[0] = buf;
+    op.callBoxed(&cpu);
+    ctx.write(self, ctx.input(buf));
+    s.erase(s.end() - nargs, s.end());
+    s.push_back(self);
+    return true;
+  }
+  if (name == "aten::native_dropout") {
+    at::Tensor input = s[s.size() - 3].toTensor();
+    double p = s[s.size() - 2].toDouble();
+    bool train = s.back().isNone() || s.back().toBool();
+    if (!is_lazy(input) || !train || !at::isFloatingType(input.scalar_type())) return false;
+    // As ATen's native_dropout_cpu: mask ~ Bernoulli(1 - p), out = x * mask / (1 - p).
+    at::Tensor noise = at::empty(input.sizes(), input.options().device(at::kCPU)).bernoulli_(1 - p);
+    at::Tensor lnoise = make_tensor(make_storage(noise.numel(), noise.scalar_type()), noise.scalar_type(),
+                                    noise.sizes(), noise.strides(), 0);
+    ctx.assign_data(lnoise, noise);
+    double scale = p == 1 ? 0.0 : 1.0 / (1 - p);
+    at::Tensor out = input.mul(lnoise).mul_(scale);
+    at::Tensor mask = lnoise.to(at::kBool);
+    s.erase(s.end() - 3, s.end());
+    s.push_back(out);
+    s.push_back(mask);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace lazyjit::tracer

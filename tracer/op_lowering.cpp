@@ -1,0 +1,392 @@
+// ATen ops to graph nodes: elementwise ops and row reductions.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
+
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "executor/executor.h"
+#include "lowering/plan.h"
+#include "tracer/lazy_storage.h"
+#include "tracer/op_lowering.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit::tracer {
+
+using c10::IValue;
+using ir::DType;
+using ir::OpKind;
+using ir::ValueId;
+using torch::jit::Stack;
+
+namespace {
+
+// ---- elementwise lowering -----------------------------------------------------
+
+// The dims of a dense, non-contiguous `m` from outermost to innermost in
+// memory; empty when `m` is contiguous or not a permutation of a dense layout.
+std::vector<int64_t> memory_order(const at::Tensor& m) {
+  if (m.dim() < 2 || m.is_contiguous() || m.storage_offset() != 0 || !m.is_non_overlapping_and_dense())
+    return {};
+  std::vector<int64_t> perm(m.dim());
+  for (int64_t i = 0; i < m.dim(); ++i) perm[i] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return m.stride(a) > m.stride(b) || (m.stride(a) == m.stride(b) && m.size(a) > m.size(b));
+  });
+  return perm;
+}
+
+// `t` (broadcast to `rank` dims) with its dims reordered: a new TensorImpl over
+// the same storage, made without dispatching.
+at::Tensor permuted(const at::Tensor& t, int64_t rank, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> sizes(rank, 1), strides(rank, 0), ps(rank), pst(rank);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    sizes[rank - t.dim() + d] = t.size(d);
+    strides[rank - t.dim() + d] = t.stride(d);
+  }
+  for (int64_t d = 0; d < rank; ++d) ps[d] = sizes[perm[d]], pst[d] = strides[perm[d]];
+  if (!t.device().is_meta() && !is_lazy(t)) return t;
+  if (t.device().is_meta()) return at::empty_strided(ps, ir::contiguous_strides(ps), t.options());
+  return make_tensor(t.storage(), t.scalar_type(), ps, pst, t.storage_offset());
+}
+
+
+struct EwRule {
+  OpKind kind;
+  int arity;  // operands taken from the leading schema arguments
+};
+
+const std::unordered_map<std::string, EwRule>& elementwise_rules() {
+  static const std::unordered_map<std::string, EwRule> r = [] {
+    std::unordered_map<std::string, EwRule> m;
+    auto both = [&](const std::string& base, OpKind k, int arity) {
+      m[base + ".Tensor"] = {k, arity};
+      m[base + ".Scalar"] = {k, arity};
+    };
+    both("aten::add", OpKind::Add, 2);
+    both("aten::sub", OpKind::Sub, 2);
+    both("aten::mul", OpKind::Mul, 2);
+    both("aten::div", OpKind::Div, 2);
+    m["aten::div.Tensor_mode"] = {OpKind::Div, 2};
+    m["aten::div.Scalar_mode"] = {OpKind::Div, 2};
+    both("aten::remainder", OpKind::Remainder, 2);
+    for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      static const std::unordered_map<std::string, OpKind> k = {
+          {"eq", OpKind::Eq}, {"ne", OpKind::Ne}, {"lt", OpKind::Lt},
+          {"le", OpKind::Le}, {"gt", OpKind::Gt}, {"ge", OpKind::Ge}};
+      both(std::string("aten::") + c, k.at(c), 2);
+    }
+    both("aten::bitwise_and", OpKind::BitAnd, 2);
+    both("aten::bitwise_or", OpKind::BitOr, 2);
+    both("aten::bitwise_xor", OpKind::BitXor, 2);
+    m["aten::pow.Tensor_Scalar"] = {OpKind::Pow, 2};
+    m["aten::pow.Tensor_Tensor"] = {OpKind::Pow, 2};
+    m["aten::pow.Scalar"] = {OpKind::Pow, 2};
+    m["aten::maximum"] = {OpKind::Maximum, 2};
+    m["aten::minimum"] = {OpKind::Minimum, 2};
+    m["aten::logical_and"] = {OpKind::LogicalAnd, 2};
+    m["aten::logical_or"] = {OpKind::LogicalOr, 2};
+    m["aten::where.self"] = {OpKind::Where, 3};
+    // clamp is maximum then minimum: NaN in x or in a bound propagates, and a
+    // min above max gives max, as in ATen.
+    m["aten::clamp"] = {OpKind::Clamp, 3};
+    m["aten::clamp.Tensor"] = {OpKind::Clamp, 3};
+    m["aten::clamp_min"] = {OpKind::Maximum, 2};
+    m["aten::clamp_min.Tensor"] = {OpKind::Maximum, 2};
+    m["aten::clamp_max"] = {OpKind::Minimum, 2};
+    m["aten::clamp_max.Tensor"] = {OpKind::Minimum, 2};
+    std::pair<const char*, OpKind> unary[] = {
+        {"abs", OpKind::Abs}, {"neg", OpKind::Neg}, {"exp", OpKind::Exp}, {"log", OpKind::Log},
+        {"sqrt", OpKind::Sqrt}, {"rsqrt", OpKind::Rsqrt}, {"tanh", OpKind::Tanh},
+        {"sigmoid", OpKind::Sigmoid}, {"relu", OpKind::Relu}, {"gelu", OpKind::Gelu},
+        {"silu", OpKind::Silu}, {"reciprocal", OpKind::Reciprocal}, {"sin", OpKind::Sin},
+        {"cos", OpKind::Cos}, {"log1p", OpKind::Log1p}, {"expm1", OpKind::Expm1},
+        {"erf", OpKind::Erf}, {"logical_not", OpKind::LogicalNot}};
+    for (auto [n, k] : unary) m[std::string("aten::") + n] = {k, 1};
+    return m;
+  }();
+  return r;
+}
+
+}  // namespace
+
+// "aten::add_.Tensor" -> "aten::add.Tensor"
+std::string functional_name(const std::string& name, bool* inplace) {
+  auto dot = name.find('.');
+  std::string base = name.substr(0, dot), rest = dot == std::string::npos ? "" : name.substr(dot);
+  *inplace = !base.empty() && base.back() == '_' && base.compare(0, 8, "aten::__") != 0;
+  if (*inplace) base.pop_back();
+  return base + rest;
+}
+
+namespace {
+
+bool float_only(OpKind k) {
+  switch (k) {
+    case OpKind::Div: case OpKind::DivTrunc: case OpKind::DivFloor: case OpKind::Remainder:
+    case OpKind::Pow: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
+    case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::GeluTanh:
+    case OpKind::Silu: case OpKind::Reciprocal: case OpKind::Sin: case OpKind::Cos:
+    case OpKind::Log1p: case OpKind::Expm1: case OpKind::Erf:
+      return true;
+    default: return false;
+  }
+}
+
+bool bool_ok(OpKind k) {
+  return ir::is_predicate(k) || k == OpKind::BitAnd || k == OpKind::BitOr || k == OpKind::BitXor ||
+         k == OpKind::Where || k == OpKind::Cast;
+}
+
+}  // namespace
+
+DType compute_dtype_for(DType t) {
+  return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+}
+
+// Records an elementwise op; returns false (recording nothing) when the op is not
+// one the codegen handles for these dtypes.
+bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
+                     const std::vector<at::Tensor>& meta_outs, const Stack& meta_args,
+                     Stack* out) {
+  auto it = elementwise_rules().find(fname);
+  if (it == elementwise_rules().end() || meta_outs.size() != 1) return false;
+  EwRule rule = it->second;
+  TraceContext& ctx = TraceContext::get();
+  const at::Tensor& mo = meta_outs[0];
+  DType out_dt = executor::from_aten(mo.scalar_type());
+  if (!lowering::lowerable_dtype(out_dt)) return false;
+
+  // Operand dtypes as PyTorch promotes them.
+  std::vector<at::Tensor> metas;
+  for (int i = 0; i < rule.arity; ++i) {
+    const IValue& m = meta_args[i];
+    if (m.isTensor()) metas.push_back(m.toTensor());
+    else if (m.isScalar()) {
+      at::Tensor w = at::empty({}, at::TensorOptions().device(at::kMeta).dtype(
+                                       m.toScalar().isFloatingPoint() ? at::kDouble
+                                       : m.toScalar().isBoolean()     ? at::kBool
+                                                                      : at::kLong));
+      w.unsafeGetTensorImpl()->set_wrapped_number(true);
+      metas.push_back(w);
+    } else if (m.isNone()) {
+      metas.emplace_back();
+    } else {
+      return false;
+    }
+  }
+  for (const auto& m : metas)
+    if (m.defined() && !lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+
+  OpKind kind = rule.kind;
+  if (fname.find("_mode") != std::string::npos && args.size() > 2 && args[2].isString()) {
+    kind = args[2].toStringRef() == "trunc" ? OpKind::DivTrunc : OpKind::DivFloor;
+  }
+  if (kind == OpKind::Gelu && args.size() > 1 && args[1].isString() && args[1].toStringRef() == "tanh")
+    kind = OpKind::GeluTanh;
+
+  DType compute;
+  if (ir::is_predicate(kind) && kind != OpKind::Eq && kind != OpKind::Ne && kind != OpKind::Lt &&
+      kind != OpKind::Le && kind != OpKind::Gt && kind != OpKind::Ge) {
+    compute = DType::Bool;  // logical ops
+  } else if (ir::is_predicate(kind)) {
+    compute = executor::from_aten(metas.size() == 2 ? at::result_type(metas[0], metas[1]) : metas[0].scalar_type());
+  } else if (kind == OpKind::Where) {
+    compute = out_dt;
+  } else if (inplace) {
+    at::ScalarType rt = metas[0].scalar_type();
+    for (size_t i = 1; i < metas.size(); ++i)
+      if (metas[i].defined()) rt = at::result_type(at::empty({}, at::TensorOptions().device(at::kMeta).dtype(rt)), metas[i]);
+    compute = executor::from_aten(ir::is_floating(out_dt) ? mo.scalar_type() : rt);
+    if (ir::is_floating(executor::from_aten(rt)) && !ir::is_floating(out_dt)) return false;
+  } else {
+    compute = out_dt;
+  }
+  compute = compute_dtype_for(compute);
+  if (compute == DType::Bool && !bool_ok(kind)) return false;
+  if (!ir::is_floating(compute) && float_only(kind)) return false;
+
+  // An output laid out like a permuted input (e.g. x.t() * 2) keeps that layout,
+  // as in eager: the node computes in the output's memory order and every
+  // operand is read through the same permutation.
+  std::vector<int64_t> perm = memory_order(mo);
+  auto in_order = [&](const at::Tensor& t) { return perm.empty() ? t : permuted(t, mo.dim(), perm); };
+  std::vector<ValueId> ops;
+  for (int i = 0; i < rule.arity; ++i) {
+    const IValue& a = args[i];
+    if (a.isTensor() && is_lazy(a.toTensor())) ops.push_back(ctx.read(in_order(a.toTensor())));
+    else if (a.isTensor()) ops.push_back(ctx.scalar_tensor(a.toTensor()));
+    else if (a.isScalar()) ops.push_back(ctx.scalar(a.toScalar()));
+    else ops.push_back(ops[0]);  // an absent clamp bound: wired to x, ignored
+  }
+  ir::TensorType ot = contiguous_type(perm.empty() ? mo : permuted(mo, mo.dim(), perm));
+  auto& g = ctx.graph();
+  std::vector<ir::Attr> attrs{{static_cast<int64_t>(compute)}};
+  if (kind == OpKind::Clamp) {
+    ir::TensorType ct = ot;
+    ct.dtype = compute;
+    ValueId v = ops[0];
+    if (!args[1].isNone())
+      v = g.add_node1(OpKind::Maximum, {v, ops[1]}, attrs, args[2].isNone() ? ot : ct);
+    if (!args[2].isNone()) v = g.add_node1(OpKind::Minimum, {v, ops[2]}, attrs, ot);
+    if (v == ops[0]) v = g.add_node1(OpKind::Cast, {v}, attrs, ot);  // clamp with no bounds
+    if (inplace) {
+      ctx.write(in_order(args[0].toTensor()), v);
+      out->push_back(args[0]);
+    } else {
+      out->push_back(ctx.new_tensor(v, mo));
+    }
+    return true;
+  }
+  // add/sub with alpha: x + alpha * y; alpha == 1 is specialised away.
+  if ((kind == OpKind::Add || kind == OpKind::Sub) && args.size() > 2 && args[2].isScalar() &&
+      !args[2].toScalar().equal(1)) {
+    ValueId alpha = ctx.scalar(args[2].toScalar());
+    ir::TensorType mt = g.value(ops[1]).type;
+    mt.dtype = compute;
+    mt.strides = ir::contiguous_strides(mt.sizes);
+    ops[1] = g.add_node1(OpKind::Mul, {ops[1], alpha}, {{static_cast<int64_t>(compute)}}, mt);
+  }
+  ValueId v = g.add_node1(kind, ops, attrs, ot);
+  if (inplace) {
+    const at::Tensor& self = args[0].toTensor();
+    ctx.write(in_order(self), v);
+    out->push_back(self);
+  } else {
+    out->push_back(ctx.new_tensor(v, mo));
+  }
+  return true;
+}
+
+namespace {
+
+// ---- reductions and normalizations ------------------------------------------------
+//
+// Reductions over trailing dims, and softmax / log_softmax / layer_norm built
+// from them, become row-reduction nodes: the planner fuses each into one kernel
+// that reads a row once. Intermediates stay in the accumulate dtype (f32 for
+// half types); only results are rounded to the output dtype.
+
+struct RowBuilder {
+  TraceContext& ctx;
+  ir::Graph& g;
+  DType acc;
+  std::vector<int64_t> full, row;  // sizes of the input and of one value per row
+  int64_t k;                       // reduced trailing dims
+
+  ir::TensorType type(const std::vector<int64_t>& sizes, DType dt) const {
+    return ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)};
+  }
+  ValueId ew(OpKind kind, std::vector<ValueId> ops, const std::vector<int64_t>& sizes, DType out) {
+    return g.add_node1(kind, std::move(ops), {{static_cast<int64_t>(acc)}}, type(sizes, out));
+  }
+  ValueId reduce(OpKind kind, ValueId x) {
+    std::vector<int64_t> dims;
+    for (int64_t d = static_cast<int64_t>(full.size()) - k; d < static_cast<int64_t>(full.size()); ++d) dims.push_back(d);
+    return g.add_node1(kind, {x}, {{static_cast<int64_t>(acc)}, {dims}}, type(row, acc));
+  }
+  ValueId number(double v) { return ctx.scalar(c10::Scalar(v)); }
+  int64_t row_numel() const {
+    int64_t n = 1;
+    for (size_t d = full.size() - k; d < full.size(); ++d) n *= full[d];
+    return n;
+  }
+};
+
+DType accumulate_dtype(DType t) {
+  if (t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32) return DType::Float32;
+  if (t == DType::Float64) return DType::Float64;
+  return DType::Int64;
+}
+
+// Reduced dims of `self` (empty list: all), or -1 unless they are exactly the trailing ones.
+int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
+  int64_t rank = self.dim();
+  std::vector<int64_t> dims;
+  if (dims_arg.isInt()) dims.push_back(dims_arg.toInt());
+  else if (!dims_arg.isNone()) dims = dims_arg.toIntVector();
+  if (dims.empty()) return rank;
+  for (int64_t& d : dims) d = c10::maybe_wrap_dim(d, std::max<int64_t>(rank, 1));
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(i)) return -1;
+  return static_cast<int64_t>(dims.size());
+}
+
+}  // namespace
+
+bool try_reduction(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
+                   Stack* out) {
+  static const std::unordered_set<std::string> names = {
+      "aten::sum.dim_IntList", "aten::sum", "aten::mean.dim", "aten::mean", "aten::amax", "aten::amin",
+      "aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm"};
+  if (!names.count(fname) || !args[0].isTensor() || !is_lazy(args[0].toTensor())) return false;
+  const at::Tensor& self = args[0].toTensor();
+  DType in_dt = executor::from_aten(self.scalar_type());
+  if (!lowering::lowerable_dtype(in_dt)) return false;
+  for (const at::Tensor& m : meta_outs)
+    if (!lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+  TraceContext& ctx = TraceContext::get();
+  bool is_float = ir::is_floating(in_dt);
+  int64_t k;
+  if (fname == "aten::sum" || fname == "aten::mean") k = self.dim();
+  else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") k = trailing_dims(self, args[1]);
+  else if (fname == "aten::native_layer_norm") k = static_cast<int64_t>(args[1].toListRef().size());
+  else k = trailing_dims(self, args[1]);
+  if (k < 0 || (fname != "aten::sum.dim_IntList" && fname != "aten::sum" && !is_float)) return false;
+  if ((fname == "aten::_softmax" || fname == "aten::_log_softmax") && self.dim() > 0 && k != 1) return false;
+  if (fname == "aten::native_layer_norm" && self.dim() < k) return false;
+
+  RowBuilder b{ctx, ctx.graph(), DType::Float32, self.sizes().vec(), self.sizes().vec(), k};
+  for (size_t d = b.full.size() - k; d < b.full.size(); ++d) b.row[d] = 1;
+  DType out_dt = executor::from_aten(meta_outs[0].scalar_type());
+  b.acc = accumulate_dtype(fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0 ? out_dt : in_dt);
+  ValueId x = ctx.read(self);
+  auto result = [&](ValueId v, const at::Tensor& m) { out->push_back(ctx.new_tensor(v, m)); };
+
+  if (fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0) {
+    ValueId s = b.reduce(OpKind::ReduceSum, x);
+    if (fname.rfind("aten::mean", 0) == 0)
+      s = b.ew(OpKind::Mul, {s, b.number(1.0 / static_cast<double>(b.row_numel()))}, b.row, b.acc);
+    result(b.ew(OpKind::Cast, {s}, b.row, out_dt), meta_outs[0]);
+  } else if (fname == "aten::amax" || fname == "aten::amin") {
+    if (b.row_numel() == 0) return false;  // ATen raises on empty rows
+    b.acc = in_dt == DType::Float16 || in_dt == DType::BFloat16 ? DType::Float32 : in_dt;
+    ValueId m = b.reduce(fname == "aten::amax" ? OpKind::ReduceMax : OpKind::ReduceMin, x);
+    result(b.ew(OpKind::Cast, {m}, b.row, out_dt), meta_outs[0]);
+  } else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") {
+    ValueId m = b.reduce(OpKind::ReduceMax, x);
+    ValueId sh = b.ew(OpKind::Sub, {x, m}, b.full, b.acc);
+    ValueId e = b.ew(OpKind::Exp, {sh}, b.full, b.acc);
+    ValueId s = b.reduce(OpKind::ReduceSum, e);
+    ValueId y = fname == "aten::_softmax"
+                    ? b.ew(OpKind::Div, {e, s}, b.full, out_dt)
+                    : b.ew(OpKind::Sub, {sh, b.ew(OpKind::Log, {s}, b.row, b.acc)}, b.full, out_dt);
+    result(y, meta_outs[0]);
+  } else {  // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+    ValueId inv_n = b.number(1.0 / static_cast<double>(std::max<int64_t>(b.row_numel(), 1)));
+    ValueId eps = b.number(args[4].toDouble());
+    std::vector<std::optional<ValueId>> affine;
+    for (int i : {2, 3})
+      affine.push_back(args[i].isTensor() && args[i].toTensor().defined() ? std::optional<ValueId>(ctx.read(args[i].toTensor()))
+                                                                            : std::nullopt);
+    ValueId mean = b.ew(OpKind::Mul, {b.reduce(OpKind::ReduceSum, x), inv_n}, b.row, b.acc);
+    ValueId d = b.ew(OpKind::Sub, {x, mean}, b.full, b.acc);
+    ValueId var = b.ew(OpKind::Mul, {b.reduce(OpKind::ReduceSum, b.ew(OpKind::Mul, {d, d}, b.full, b.acc)), inv_n}, b.row, b.acc);
+    ValueId rstd = b.ew(OpKind::Rsqrt, {b.ew(OpKind::Add, {var, eps}, b.row, b.acc)}, b.row, b.acc);
+    ValueId y = b.ew(OpKind::Mul, {d, rstd}, b.full, b.acc);
+    if (affine[0]) y = b.ew(OpKind::Mul, {y, *affine[0]}, b.full, b.acc);
+    if (affine[1]) y = b.ew(OpKind::Add, {y, *affine[1]}, b.full, b.acc);
+    result(b.ew(OpKind::Cast, {y}, b.full, out_dt), meta_outs[0]);
+    // The CPU kernel returns mean and rstd in the input dtype (the meta kernel
+    // says float32 for half inputs); eager CPU is the oracle.
+    result(b.ew(OpKind::Cast, {mean}, b.row, in_dt), meta_outs[1]);
+    result(b.ew(OpKind::Cast, {rstd}, b.row, in_dt), meta_outs[2]);
+  }
+  return true;
+}
+
+}  // namespace lazyjit::tracer
