@@ -91,7 +91,8 @@ void Graph::add_output(ValueId v) {
 namespace {
 // Feeds one attribute into a hasher; every alternative is tagged by its index so
 // that e.g. int 1 and bool true differ.
-void hash_attr(StreamHasher& h, const AttrValue& a) {
+template <class H>
+void hash_attr(H& h, const AttrValue& a) {
   h.update_i64(static_cast<int64_t>(a.index()));
   std::visit(
       [&](const auto& x) {
@@ -120,32 +121,50 @@ void hash_attr(StreamHasher& h, const AttrValue& a) {
 }
 }  // namespace
 
+// A node's bytes are gathered per stream first, then fed in one update each:
+// streaming hashers pay a fixed cost per update, and a node has dozens of fields.
 void Graph::hash_node(const Node& n) {
+  struct Bytes {
+    std::string b;
+    void update(const void* d, size_t len) { b.append(static_cast<const char*>(d), len); }
+    void update_i64(int64_t v) { update(&v, sizeof v); }
+    void update_str(std::string_view s) {
+      update_i64(static_cast<int64_t>(s.size()));
+      update(s.data(), s.size());
+    }
+  };
+  thread_local Bytes st, sh, cf;
+  st.b.clear();
+  sh.b.clear();
+  cf.b.clear();
   int64_t head[3] = {static_cast<int64_t>(n.kind), static_cast<int64_t>(n.operands.size()),
                      static_cast<int64_t>(n.outputs.size())};
-  structure_.update(head, sizeof head);
-  confirm_.update(head, sizeof head);
+  st.update(head, sizeof head);
+  cf.update(head, sizeof head);
   for (ValueId v : n.operands) {
-    structure_.update_i64(v);
-    confirm_.update_i64(v);
+    st.update_i64(v);
+    cf.update_i64(v);
   }
   for (const Attr& a : n.attrs) {
-    StreamHasher& h = a.shape_like ? shape_ : structure_;
+    Bytes& h = a.shape_like ? sh : st;
     h.update_i64(-2);
     hash_attr(h, a.value);
-    hash_attr(confirm_, a.value);
+    hash_attr(cf, a.value);
   }
   for (ValueId v : n.outputs) {
     const TensorType& t = values_[v].type;
-    structure_.update_i64(static_cast<int64_t>(t.dtype));
-    structure_.update_i64(static_cast<int64_t>(t.sizes.size()));
-    confirm_.update_i64(static_cast<int64_t>(t.dtype));
+    st.update_i64(static_cast<int64_t>(t.dtype));
+    st.update_i64(static_cast<int64_t>(t.sizes.size()));
+    cf.update_i64(static_cast<int64_t>(t.dtype));
     for (const auto* vec : {&t.sizes, &t.strides}) {
-      shape_.update_i64(static_cast<int64_t>(vec->size()));
-      shape_.update(vec->data(), vec->size() * sizeof(int64_t));
-      confirm_.update(vec->data(), vec->size() * sizeof(int64_t));
+      sh.update_i64(static_cast<int64_t>(vec->size()));
+      sh.update(vec->data(), vec->size() * sizeof(int64_t));
+      cf.update(vec->data(), vec->size() * sizeof(int64_t));
     }
   }
+  structure_.update(st.b.data(), st.b.size());
+  if (!sh.b.empty()) shape_.update(sh.b.data(), sh.b.size());
+  confirm_.update(cf.b.data(), cf.b.size());
 }
 
 GraphHashes Graph::hashes() const {

@@ -37,6 +37,9 @@ struct OpInfo {
   std::string name;   // "aten::add_.Tensor"
   std::string fname;  // its functional form, "aten::add.Tensor"
   bool inplace = false;
+  bool special = false;      // one of the device's own ops (device_ops.cpp)
+  bool index = false;        // takes index tensors, which may live on the CPU
+  int sub_check = 0;         // 1: sub/rsub of two tensors, 2: of a tensor and a Scalar
 };
 const OpInfo& op_info(const c10::OperatorHandle& op) {
   static std::unordered_map<const void*, OpInfo> infos;  // guarded by the trace lock
@@ -47,6 +50,10 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     i.fname = functional_name(i.name, &i.inplace);
     const auto& args = op.schema().arguments();
     if (i.inplace && !(args.size() && args[0].alias_info() && args[0].alias_info()->isWrite())) i.inplace = false;
+    i.special = is_special_op(i.name);
+    i.index = i.name.rfind("aten::index", 0) == 0 || i.name.rfind("aten::_index_put_impl_", 0) == 0;
+    if (i.name == "aten::sub.Tensor" || i.name == "aten::sub_.Tensor" || i.name == "aten::rsub.Tensor") i.sub_check = 1;
+    if (i.name == "aten::sub.Scalar" || i.name == "aten::sub_.Scalar" || i.name == "aten::rsub.Scalar") i.sub_check = 2;
   }
   return it->second;
 }
@@ -118,8 +125,9 @@ IValue ivalue_to_meta(const IValue& v) {
 // too (arange's size depends on them); a changing scalar costs a meta call,
 // never a recompile.
 struct MetaResult {
-  Stack args;  // meta arguments after the call (mutated ones resized)
+  Stack args;                     // meta arguments after the call (mutated ones resized)
   Stack rets;
+  std::vector<at::Tensor> outs;   // the tensors among rets, flattened
 };
 
 bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
@@ -493,7 +501,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 
   // Step-mode hooks see every op, the device's own ops included.
-  bool hooked_special = lazyjit::mode() == Mode::Step && has_op_hooks() && is_special_op(name);
+  bool hooked_special = info.special && lazyjit::mode() == Mode::Step && has_op_hooks();
   auto cpu_copy = [&](const IValue& v) -> IValue {
     if (!v.isTensor() || !v.toTensor().defined()) return v;
     const at::Tensor& t = v.toTensor();
@@ -505,20 +513,17 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     event.site = ctx.call_site();
     for (const IValue& v : args) event.inputs.push_back(cpu_copy(v));
   }
-  if (special_op(name, stack)) {  // copies between devices are allowed here
+  if (info.special && special_op(name, stack)) {  // copies between devices are allowed here
     if (hooked_special) {
       for (const IValue& v : *stack) event.outputs.push_back(cpu_copy(v));
       call_op_hooks(event);
     }
     return;
   }
-  if (name == "aten::sub.Tensor" || name == "aten::sub_.Tensor" || name == "aten::rsub.Tensor") {
-    at::native::sub_check(args[0].toTensor(), args[1].toTensor());
-  } else if (name == "aten::sub.Scalar" || name == "aten::sub_.Scalar" || name == "aten::rsub.Scalar") {
-    at::native::sub_check(args[0].toTensor(), args[1].toScalar());
-  }
+  if (info.sub_check == 1) at::native::sub_check(args[0].toTensor(), args[1].toTensor());
+  if (info.sub_check == 2) at::native::sub_check(args[0].toTensor(), args[1].toScalar());
   // Index tensors may live on the CPU, as with CUDA: they join the device.
-  if (name.rfind("aten::index", 0) == 0 || name.rfind("aten::_index_put_impl_", 0) == 0) {
+  if (info.index) {
     for (size_t i = 0; i < nargs; ++i) {
       IValue& v = (*stack)[stack->size() - nargs + i];
       if (!v.isOptionalTensorList() && !v.isTensorList()) continue;
@@ -547,36 +552,39 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (draw_at_trace_time(op, name, stack)) return;
   if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
 
-  // Shapes, dtypes and argument checks from PyTorch's meta kernels.
-  Stack meta_args, meta;
+  // Shapes, dtypes and argument checks from PyTorch's meta kernels, memoized:
+  // a hit reuses the stored results without copying them.
   ir::Hash128 mkey;
   bool keyed = meta_key(op, args, &mkey);
   auto memo = keyed ? meta_memo().find(mkey) : meta_memo().end();
-  if (memo != meta_memo().end()) {
-    meta_args = memo->second.args;
-    meta = memo->second.rets;
-  } else {
-    for (const IValue& v : args) meta_args.push_back(ivalue_to_meta(v));
-    meta = meta_args;
+  MetaResult fresh;
+  const MetaResult* mr = memo != meta_memo().end() ? &memo->second : nullptr;
+  if (!mr) {
+    for (const IValue& v : args) fresh.args.push_back(ivalue_to_meta(v));
+    fresh.rets = fresh.args;
     try {
       at::AutoDispatchBelowADInplaceOrView guard;
-      op.callBoxed(&meta);
+      op.callBoxed(&fresh.rets);
     } catch (const std::exception&) {
       // No meta kernel, or one that needs data (boolean masks). A genuine
       // argument error raises again, from the CPU kernel, like eager.
       return run_eager(op, stack, "no usable meta kernel");
     }
+    for (const IValue& v : fresh.rets) {
+      if (v.isTensor()) fresh.outs.push_back(v.toTensor());
+      else if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorVector()) fresh.outs.push_back(t);
+    }
     if (keyed) {
       if (meta_memo().size() > (1 << 16)) meta_memo().clear();
-      meta_memo().emplace(mkey, MetaResult{meta_args, meta});
+      mr = &meta_memo().emplace(mkey, std::move(fresh)).first->second;
+    } else {
+      mr = &fresh;
     }
   }
-  std::vector<at::Tensor> meta_outs;
-  for (const IValue& v : meta) {
-    if (v.isTensor()) meta_outs.push_back(v.toTensor());
-    else if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorVector()) meta_outs.push_back(t);
-  }
+  const Stack& meta_args = mr->args;
+  const Stack& meta = mr->rets;
+  const std::vector<at::Tensor>& meta_outs = mr->outs;
 
   bool views = is_view_op(schema);
   for (size_t r = 0; views && r < schema.returns().size(); ++r) {
