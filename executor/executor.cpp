@@ -289,7 +289,8 @@ std::vector<at::Tensor> run(const lowering::Program& p, const Bindings& b) {
   const Runtime& rt = runtime_of(p);
   std::vector<at::Tensor> env(g.values().size());
   for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = b.inputs.at(i);
-  for (const Step& s : p.plan.steps) {
+  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    const Step& s = p.plan.steps[si];
     switch (s.kind) {
       case Step::Kind::Kernel:
         run_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], g, env, b.scalars);
@@ -302,6 +303,9 @@ std::vector<at::Tensor> run(const lowering::Program& p, const Bindings& b) {
         run_view(g, g.nodes()[s.node], env);
         break;
     }
+    // The buffer plan: results no later step reads go back to the pool now.
+    if (si < p.plan.frees.size())
+      for (ir::ValueId v : p.plan.frees[si]) env[v].reset();
   }
   std::vector<at::Tensor> outs;
   outs.reserve(g.outputs().size());

@@ -79,17 +79,33 @@ struct Plan {
   std::vector<Step> steps;
   std::vector<FusedKernel> kernels;
   std::vector<KernelFn> kernel_fns;  // filled by Target::compile, one per kernel
+  // Buffer plan: per step, the values made by earlier steps whose last reader
+  // it is (graph outputs never). The executor releases them after the step, so
+  // their memory is reused by later steps of the same run (through the buffer
+  // pool, which also carries it into the next run). Empty: nothing is released
+  // before the run ends.
+  std::vector<std::vector<ValueId>> frees;
+  int64_t planned_peak_bytes = 0;  // most bytes of step results alive at once
+  int64_t result_bytes = 0;        // bytes of all step results (the peak without frees)
   std::string str(const ir::Graph& g) const;
 };
 
 struct PlanOptions {
-  bool fuse = true;  // false: one kernel per elementwise node (for tests and bisecting)
+  bool fuse = true;     // false: one kernel per elementwise node (for tests and bisecting)
+  bool buffers = true;  // false: no buffer plan (every result lives to the end of the run)
+  // Pass names to skip ("dce", "fold", "cse", "fuse", "buffers"); lower() adds
+  // LAZYJIT_DISABLE_PASSES.
+  std::vector<std::string> disabled;
 };
 
 // Elementwise nodes whose dtypes the CPU codegen handles (others become Aten steps
 // in the tracer, so this is a check, not a choice).
 bool lowerable_dtype(DType t);
 
+// Fusion (the "fuse" pass), coalescing, then buffer planning ("buffers").
 Plan plan_graph(const ir::Graph& g, const PlanOptions& opts = {});
+
+// The buffer plan of a built plan: fills frees and the byte counts.
+void plan_buffers(const ir::Graph& g, Plan& plan);
 
 }  // namespace lazyjit::lowering

@@ -8,6 +8,7 @@
 #include "debug/metrics.h"
 #include "executor/executor.h"
 #include "lowering/lower.h"
+#include "lowering/passes.h"
 #include "lowering/plan.h"
 #include "tracer/call_site.h"
 
@@ -24,7 +25,9 @@ TraceContext& TraceContext::get() {
 
 TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {
   target_ = lowering::make_cpu_target();
-  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION;
+  // Turned-off passes change the code a key stands for.
+  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";passes off:";
+  for (const std::string& p : lowering::disabled_passes_from_env()) fp += p + ",";
   target_hash_ = ir::hash64(fp.data(), fp.size());
 }
 

@@ -1,0 +1,302 @@
+#include "lowering/passes.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace lazyjit::lowering {
+
+using ir::DType;
+using ir::Graph;
+using ir::Node;
+using ir::OpKind;
+using ir::ValueId;
+
+namespace {
+
+constexpr ValueId kUnmapped = ~ValueId{0};
+
+// Rebuilds a graph node by node: the sources first, numbered as before, then
+// whatever nodes the pass copies, with operands renamed to the new values.
+class Rewriter {
+ public:
+  explicit Rewriter(const Graph& src) : src_(src), map_(src.values().size(), kUnmapped) {
+    for (ValueId v : src.inputs()) map_[v] = out_.add_input(src.value(v).type);
+    for (ValueId v : src.scalars()) {
+      const Node& p = src.producer(v);
+      bool wrapped = p.attrs.size() > 1 && std::holds_alternative<bool>(p.attrs[1].value) &&
+                     std::get<bool>(p.attrs[1].value);
+      map_[v] = out_.add_scalar(src.value(v).type.dtype, wrapped);
+    }
+  }
+
+  ValueId map(ValueId v) const {
+    if (map_[v] == kUnmapped)
+      throw std::logic_error("graph pass: %" + std::to_string(v) + " used before it was rewritten");
+    return map_[v];
+  }
+  bool mapped(ValueId v) const { return map_[v] != kUnmapped; }
+  // The old value `v` is now computed by the new value `to`.
+  void alias(ValueId v, ValueId to) { map_[v] = to; }
+
+  std::vector<ValueId> operands(const Node& n) const {
+    std::vector<ValueId> ops;
+    ops.reserve(n.operands.size());
+    for (ValueId v : n.operands) ops.push_back(map(v));
+    return ops;
+  }
+  // Copies `n` with its operands renamed; maps its outputs.
+  void copy(const Node& n) {
+    std::vector<ir::TensorType> types;
+    for (ValueId v : n.outputs) types.push_back(src_.value(v).type);
+    auto outs = out_.add_node(n.kind, operands(n), n.attrs, std::move(types));
+    for (size_t i = 0; i < outs.size(); ++i) map_[n.outputs[i]] = outs[i];
+  }
+
+  Graph& graph() { return out_; }
+  Graph finish() {
+    for (ValueId v : src_.outputs()) out_.add_output(map(v));
+    return std::move(out_);
+  }
+
+ private:
+  const Graph& src_;
+  Graph out_;
+  std::vector<ValueId> map_;
+};
+
+bool is_source(OpKind k) { return k == OpKind::Input || k == OpKind::Scalar; }
+
+std::vector<bool> live_nodes(const Graph& g) {
+  std::vector<bool> live(g.nodes().size(), false);
+  std::vector<uint32_t> work;
+  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
+  while (!work.empty()) {
+    uint32_t n = work.back();
+    work.pop_back();
+    if (live[n]) continue;
+    live[n] = true;
+    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
+  }
+  return live;
+}
+
+// Every value of dtype `from` survives a round trip through `to` unchanged.
+bool widens_exactly(DType from, DType to) {
+  if (from == to || from == DType::Bool) return true;
+  auto int_bits = [](DType t) -> int {
+    switch (t) {
+      case DType::UInt8: return 8;   // unsigned: fits a signed type of more bits
+      case DType::Int8: return 7;
+      case DType::Int16: return 15;
+      case DType::Int32: return 31;
+      case DType::Int64: return 63;
+      default: return 0;
+    }
+  };
+  auto mantissa = [](DType t) -> int {  // integers a float holds exactly: 2^m
+    switch (t) {
+      case DType::Float16: return 11;
+      case DType::BFloat16: return 8;
+      case DType::Float32: return 24;
+      case DType::Float64: return 53;
+      default: return 0;
+    }
+  };
+  if (ir::is_integral(from, false)) {
+    if (ir::is_integral(to, false)) {
+      if (from == DType::UInt8) return to != DType::Int8;
+      return to != DType::UInt8 && int_bits(to) >= int_bits(from);
+    }
+    return ir::is_floating(to) && mantissa(to) >= int_bits(from) + 1;
+  }
+  if (from == DType::Float16 || from == DType::BFloat16)
+    return to == DType::Float32 || to == DType::Float64;
+  if (from == DType::Float32) return to == DType::Float64;
+  return false;
+}
+
+DType compute_of(const Node& n) { return static_cast<DType>(std::get<int64_t>(n.attrs[0].value)); }
+
+// The value `v`'s node computes, when that is just one of its operands.
+std::optional<ValueId> identity_of(const Graph& g, const Node& n) {
+  auto same_type = [&](ValueId a) { return g.value(a).type == g.value(n.outputs[0]).type; };
+  auto from = [&](ValueId a) -> std::optional<ValueId> {
+    // Scalars are arguments, not buffers: a value computed from one stays a node.
+    if (same_type(a) && g.producer(a).kind != OpKind::Scalar) return a;
+    return std::nullopt;
+  };
+  switch (n.kind) {
+    case OpKind::Cast: {
+      ValueId x = n.operands[0];
+      DType t = g.value(x).type.dtype;
+      // cast(x) in its own dtype, computed in a type that holds it exactly.
+      if (widens_exactly(t, compute_of(n))) return from(x);
+      return std::nullopt;
+    }
+    case OpKind::AsStrided: {
+      const auto& src = g.value(n.operands[0]).type;
+      const auto& sizes = std::get<std::vector<int64_t>>(n.attrs[0].value);
+      const auto& strides = std::get<std::vector<int64_t>>(n.attrs[1].value);
+      if (std::get<int64_t>(n.attrs[2].value) == 0 && sizes == src.sizes && strides == src.strides)
+        return from(n.operands[0]);
+      return std::nullopt;
+    }
+    case OpKind::Where:
+      if (n.operands[1] == n.operands[2]) return from(n.operands[1]);
+      return std::nullopt;
+    case OpKind::Maximum:
+    case OpKind::Minimum:
+      if (n.operands[0] == n.operands[1] && compute_of(n) == g.value(n.operands[0]).type.dtype)
+        return from(n.operands[0]);
+      return std::nullopt;
+    case OpKind::Clamp:
+      if (n.attrs.size() > 1 && std::holds_alternative<int64_t>(n.attrs[1].value) &&
+          std::get<int64_t>(n.attrs[1].value) == 0 && compute_of(n) == g.value(n.operands[0]).type.dtype)
+        return from(n.operands[0]);
+      return std::nullopt;
+    default:
+      break;
+  }
+  // Involutions and round trips: f(g(x)) == x.
+  const Node& inner = g.producer(n.operands[0]);
+  if (inner.kind == OpKind::Input || inner.kind == OpKind::Scalar) return std::nullopt;
+  if (n.kind == OpKind::Neg && inner.kind == OpKind::Neg) {
+    ValueId x = inner.operands[0];
+    DType t = g.value(x).type.dtype;
+    // Exact when both negations happen in x's own type (or a wider float).
+    if ((ir::is_floating(t) || ir::is_signed_integral(t)) && compute_of(n) == compute_of(inner) &&
+        compute_of(inner) == t)
+      return from(x);
+  }
+  if (n.kind == OpKind::LogicalNot && inner.kind == OpKind::LogicalNot) {
+    ValueId x = inner.operands[0];
+    if (g.value(x).type.dtype == DType::Bool && g.value(n.operands[0]).type.dtype == DType::Bool)
+      return from(x);
+  }
+  return std::nullopt;
+}
+
+// cast(cast(x, wide), narrow) == x when `wide` holds every value of x's dtype.
+std::optional<ValueId> round_trip_of(const Graph& g, const Node& n) {
+  if (n.kind != OpKind::Cast) return std::nullopt;
+  const Node& inner = g.producer(n.operands[0]);
+  if (inner.kind != OpKind::Cast) return std::nullopt;
+  ValueId x = inner.operands[0];
+  DType t = g.value(x).type.dtype, mid = g.value(n.operands[0]).type.dtype;
+  if (!widens_exactly(t, compute_of(inner)) || !widens_exactly(t, mid) ||
+      !widens_exactly(t, compute_of(n)))
+    return std::nullopt;
+  if (g.value(x).type != g.value(n.outputs[0]).type || g.producer(x).kind == OpKind::Scalar)
+    return std::nullopt;
+  return x;
+}
+
+struct NodeKeyHash {
+  size_t operator()(const std::pair<OpKind, std::vector<ValueId>>& k) const {
+    uint64_t h = ir::hash64(k.second.data(), k.second.size() * sizeof(ValueId));
+    return static_cast<size_t>(h ^ (static_cast<uint64_t>(k.first) * 0x9e3779b97f4a7c15ull));
+  }
+};
+
+}  // namespace
+
+Graph eliminate_dead_code(const Graph& g) {
+  std::vector<bool> live = live_nodes(g);
+  Rewriter rw(g);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (live[i] && !is_source(n.kind)) rw.copy(n);
+  }
+  return rw.finish();
+}
+
+Graph eliminate_common_subexpressions(const Graph& g) {
+  Rewriter rw(g);
+  // Candidates by op and renamed operands; attributes and result types are
+  // compared exactly on a bucket hit.
+  std::unordered_map<std::pair<OpKind, std::vector<ValueId>>, std::vector<uint32_t>, NodeKeyHash> seen;
+  for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (is_source(n.kind)) continue;
+    std::pair<OpKind, std::vector<ValueId>> key{n.kind, rw.operands(n)};
+    auto& bucket = seen[key];
+    const Node* same = nullptr;
+    for (uint32_t j : bucket) {
+      const Node& m = g.nodes()[j];
+      if (m.attrs != n.attrs || m.outputs.size() != n.outputs.size()) continue;
+      bool types = true;
+      for (size_t o = 0; o < n.outputs.size() && types; ++o)
+        types = g.value(m.outputs[o]).type == g.value(n.outputs[o]).type;
+      if (types) {
+        same = &m;
+        break;
+      }
+    }
+    if (same) {
+      for (size_t o = 0; o < n.outputs.size(); ++o) rw.alias(n.outputs[o], rw.map(same->outputs[o]));
+      continue;
+    }
+    rw.copy(n);
+    bucket.push_back(i);
+  }
+  return rw.finish();
+}
+
+Graph fold_constants(const Graph& g) {
+  Rewriter rw(g);
+  // Replacements are found on the old graph; a chain of them resolves because
+  // each replaced value maps to whatever its replacement already maps to.
+  for (const Node& n : g.nodes()) {
+    if (is_source(n.kind)) continue;
+    std::optional<ValueId> same;
+    if (n.outputs.size() == 1 && (ir::is_elementwise(n.kind) || n.kind == OpKind::AsStrided)) {
+      same = identity_of(g, n);
+      if (!same) same = round_trip_of(g, n);
+    }
+    if (same) rw.alias(n.outputs[0], rw.map(*same));
+    else rw.copy(n);
+  }
+  return rw.finish();
+}
+
+const std::vector<GraphPass>& graph_pipeline() {
+  static const std::vector<GraphPass> passes{
+      {"dce", eliminate_dead_code},
+      {"fold", fold_constants},
+      {"cse", eliminate_common_subexpressions},
+      {"dce", eliminate_dead_code},  // what fold and cse left unused
+  };
+  return passes;
+}
+
+const std::vector<std::string>& disabled_passes_from_env() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    const char* e = std::getenv("LAZYJIT_DISABLE_PASSES");
+    std::string s = e ? e : "";
+    size_t start = 0;
+    while (start <= s.size()) {
+      size_t comma = s.find(',', start);
+      if (comma == std::string::npos) comma = s.size();
+      if (comma > start) out.push_back(s.substr(start, comma - start));
+      start = comma + 1;
+    }
+    return out;
+  }();
+  return names;
+}
+
+Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
+                       const std::function<void(const std::string&, const Graph&)>& after) {
+  for (const GraphPass& p : graph_pipeline()) {
+    if (std::find(disabled.begin(), disabled.end(), p.name) != disabled.end()) continue;
+    g = p.run(g);
+    if (after) after(p.name, g);
+  }
+  return g;
+}
+
+}  // namespace lazyjit::lowering

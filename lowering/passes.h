@@ -1,0 +1,57 @@
+// Graph-to-graph passes, run by name before planning.
+//
+// Every pass returns a new graph that computes the same outputs from the same
+// program arguments. Its inputs and scalars keep their numbering (the executor
+// binds them by index), and its outputs keep their order, though two outputs may
+// become one value. Passes never read argument values: a scalar is a runtime
+// argument by design, so a changed learning rate never recompiles. Constant
+// folding therefore works on what the structure alone decides, and loop-invariant
+// scalar arithmetic is hoisted out of kernel loops by the code generator.
+//
+// The pipeline (lower.cpp) is: dce, fold, cse, dce, then planning (fuse,
+// buffers; plan.h). LAZYJIT_DUMP writes the graph after every pass;
+// LAZYJIT_DISABLE_PASSES=fold,cse,... skips passes by name, for bisecting.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph_ir/graph.h"
+
+namespace lazyjit::lowering {
+
+// Drops nodes no output depends on (sources are kept: they are the interface).
+ir::Graph eliminate_dead_code(const ir::Graph& g);
+
+// Merges nodes with the same op, operands, attributes and result types. Every
+// node kind is pure (random draws happen at trace time; ATen nodes that mutate
+// work on clones), so this is legal for ATen steps too.
+ir::Graph eliminate_common_subexpressions(const ir::Graph& g);
+
+// Constant folding and identities decided by the structure alone:
+//  - casts that change nothing, and round trips through a wider type
+//    (bf16 -> f32 -> bf16, f32 -> f64 -> f32, int32 -> int64 -> int32, ...);
+//  - views that read their whole operand in its own layout;
+//  - neg(neg(x)), logical_not(logical_not(bool x)), where(c, x, x),
+//    maximum(x, x), minimum(x, x), clamp with no bounds.
+// A rewrite applies only when the result's type (dtype, sizes, strides) equals
+// the replaced value's.
+ir::Graph fold_constants(const ir::Graph& g);
+
+struct GraphPass {
+  const char* name;
+  ir::Graph (*run)(const ir::Graph&);
+};
+// The graph passes in pipeline order.
+const std::vector<GraphPass>& graph_pipeline();
+
+// Names of passes turned off: LAZYJIT_DISABLE_PASSES (comma separated), read once.
+const std::vector<std::string>& disabled_passes_from_env();
+
+// Runs the pipeline, skipping `disabled` names, calling `after` with each
+// pass's name and result (for dumps).
+ir::Graph run_graph_passes(
+    ir::Graph g, const std::vector<std::string>& disabled,
+    const std::function<void(const std::string& pass, const ir::Graph&)>& after = {});
+
+}  // namespace lazyjit::lowering

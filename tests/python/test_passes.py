@@ -1,0 +1,62 @@
+"""The lowering pipeline on real programs: each named pass is dumped, common
+subexpressions and identity casts are gone from the compiled graph, the buffer
+plan releases intermediates, and turning passes off changes no result."""
+import glob
+import os
+
+import torch
+
+from conftest import run_python
+
+PROGRAM = r"""
+import sys, torch, torch.nn.functional as F, lazyjit
+torch.manual_seed(0)
+x = torch.randn(256, 512); w = torch.randn(512, 512) / 512 ** 0.5
+lx, lw = x.to("lazyjit"), w.to("lazyjit")
+def f(x, w):
+    a = torch.tanh(x) * 2 + torch.tanh(x) * 2       # the same subexpression twice
+    h = a.to(torch.float64).to(torch.float32)      # a round trip through a wider type
+    m = (h @ w).relu() @ w                          # library steps with dead intermediates
+    return F.softmax(m, -1) + torch.sigmoid(-(-m))
+got = f(lx, lw).cpu()
+torch.save([got, f(x, w)], sys.argv[1] if len(sys.argv) > 1 else "/dev/null")
+"""
+
+
+def run(tmp_path, name, **env):
+    d = tmp_path / name
+    d.mkdir()
+    out = tmp_path / f"{name}.pt"
+    run_python(PROGRAM.replace('sys.argv[1] if len(sys.argv) > 1 else "/dev/null"', repr(str(out))),
+               dict(env, LAZYJIT_DUMP=str(d)), timeout=240)
+    got, want = torch.load(out)
+    return d, got, want
+
+
+def final_graph(d):
+    passes = sorted(glob.glob(str(d / "*.pass*-*.txt")))
+    assert passes, os.listdir(d)
+    last = max(passes, key=lambda p: int(os.path.basename(p).split(".pass")[1].split("-")[0]))
+    return open(last).read()
+
+
+def test_passes_are_dumped_and_simplify_the_graph(tmp_path):
+    d, got, want = run(tmp_path, "on")
+    torch.testing.assert_close(got, want)
+    names = sorted(os.path.basename(p).split(".", 1)[1] for p in glob.glob(str(d / "*.pass*")))
+    assert names == ["pass1-dce.txt", "pass2-fold.txt", "pass3-cse.txt", "pass4-dce.txt"], names
+    traced = open(glob.glob(str(d / "*.graph.txt"))[0]).read()
+    final = final_graph(d)
+    assert traced.count(" = tanh") == 2 and final.count(" = tanh") == 1, final
+    assert traced.count(" = neg") == 2 and final.count(" = neg") == 0, final
+    assert "f64" in traced and "f64" not in final, final
+    plan = open(glob.glob(str(d / "*.plan.txt"))[0]).read()
+    assert "  free %" in plan and "buffers: peak" in plan, plan
+
+
+def test_results_do_not_depend_on_the_passes(tmp_path):
+    _, on, want = run(tmp_path, "on")
+    _, off, _ = run(tmp_path, "off", LAZYJIT_DISABLE_PASSES="dce,fold,cse,fuse,buffers")
+    torch.testing.assert_close(on, want)
+    torch.testing.assert_close(off, want)
+    torch.testing.assert_close(on, off, rtol=1e-6, atol=1e-6)
