@@ -11,6 +11,9 @@ namespace lazyjit::lowering {
 struct CodegenOptions {
   int opt_level = 3;
   bool vectorize_math = true;  // map vectorized exp/log/... onto glibc's libmvec
+  // AVX-512 hosts: prefer 512-bit vectors (LLVM's default there is 256). The
+  // device reads LAZYJIT_VECTOR_BITS (e.g. 256, to compare).
+  int vector_bits = 512;
   std::string str() const;
 };
 

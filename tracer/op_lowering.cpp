@@ -362,8 +362,9 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
     ValueId sh = b.ew(OpKind::Sub, {x, m}, b.full, b.acc);
     ValueId e = b.ew(OpKind::Exp, {sh}, b.full, b.acc);
     ValueId s = b.reduce(OpKind::ReduceSum, e);
+    // Like ATen's CPU kernel: one reciprocal per row, then a multiply.
     ValueId y = fname == "aten::_softmax"
-                    ? b.ew(OpKind::Div, {e, s}, b.full, out_dt)
+                    ? b.ew(OpKind::Mul, {e, b.ew(OpKind::Reciprocal, {s}, b.row, b.acc)}, b.full, out_dt)
                     : b.ew(OpKind::Sub, {sh, b.ew(OpKind::Log, {s}, b.row, b.acc)}, b.full, out_dt);
     result(y, meta_outs[0]);
   } else {  // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "debug/metrics.h"
@@ -24,7 +25,9 @@ TraceContext& TraceContext::get() {
 }
 
 TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {
-  target_ = lowering::make_cpu_target();
+  lowering::CodegenOptions opts;
+  if (const char* bits = std::getenv("LAZYJIT_VECTOR_BITS")) opts.vector_bits = std::atoi(bits);
+  target_ = lowering::make_cpu_target(opts);
   // Turned-off passes change the code a key stands for.
   std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";passes off:";
   for (const std::string& p : lowering::disabled_passes_from_env()) fp += p + ",";

@@ -101,6 +101,9 @@ class KernelEmitter {
     f->addFnAttr("target-cpu", tm_.getTargetCPU());
     f->addFnAttr("target-features", tm_.getTargetFeatureString());
     f->addFnAttr(llvm::Attribute::NoUnwind);
+    // LLVM defaults to 256-bit vectors on AVX-512 server parts; our kernels are
+    // long vectorizable loops, where 512 bits measure faster (bench/).
+    if (avx512_ && cfg_.opts.vector_bits >= 512) f->addFnAttr("prefer-vector-width", "512");
   }
 
   void emit_impl() {
@@ -198,6 +201,7 @@ class KernelEmitter {
       b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
       b_.SetInsertPoint(outer);
       idx_.assign(sizes_.size(), nullptr);
+      plan_row_scratch();
       emit_loops(0, nrow_, begin, end, [&] { emit_row_body(); });
       b_.CreateBr(exit);
     }
@@ -250,33 +254,118 @@ class KernelEmitter {
     return it != pos_of_.end() && k_.row_space[it->second];
   }
 
-  // Positions (in node order) of the full-space nodes that `targets` need.
-  std::vector<size_t> full_nodes_for(const std::vector<ValueId>& targets) const {
-    std::vector<bool> need(k_.nodes.size(), false);
+  // What one col loop does with the full-space nodes: computes `compute` (in
+  // node order) and reads `reuse` back from the row's scratch.
+  struct ColWork {
+    std::vector<size_t> compute, reuse;
+  };
+
+  // The full-space nodes that `targets` need. A node an earlier col loop of
+  // the row computed and kept in scratch is read back, not recomputed.
+  ColWork full_nodes_for(const std::vector<ValueId>& targets) const {
+    std::vector<bool> need(k_.nodes.size(), false), reuse(k_.nodes.size(), false);
     std::vector<ValueId> work(targets);
     while (!work.empty()) {
       ValueId v = work.back();
       work.pop_back();
       auto it = pos_of_.find(v);
-      if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second]) continue;
-      need[it->second] = true;
-      for (ValueId o : g_.nodes().at(k_.nodes[it->second]).operands) work.push_back(o);
+      if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second] || reuse[it->second]) continue;
+      size_t p = it->second;
+      if (computed_[p] && scratch_.count(p)) {
+        reuse[p] = true;
+        continue;
+      }
+      need[p] = true;
+      for (ValueId o : g_.nodes().at(k_.nodes[p]).operands) work.push_back(o);
     }
-    std::vector<size_t> out;
-    for (size_t i = 0; i < need.size(); ++i)
-      if (need[i]) out.push_back(i);
+    ColWork out;
+    for (size_t i = 0; i < need.size(); ++i) {
+      if (need[i]) out.compute.push_back(i);
+      if (reuse[i]) out.reuse.push_back(i);
+    }
     return out;
   }
 
-  // One loop over the cols computing the full-space nodes at `positions`, then
-  // `body`. Values made inside the loop are forgotten after it.
-  void emit_col_loop(const std::vector<size_t>& positions, const std::function<void()>& body) {
+  // Which full-space nodes to keep in a per-row scratch array: those a later
+  // col loop of the row needs again after an earlier one computed them (a
+  // softmax's exp(x - max) is computed for the sum and read back for the
+  // output, not computed twice). Rows are short enough to stay in L1/L2; when
+  // the scratch would pass kScratchBytes, everything is recomputed instead.
+  void plan_row_scratch() {
+    constexpr int64_t kScratchBytes = 64 << 10;
+    std::vector<std::vector<ValueId>> loops;
+    for (size_t i = 0; i < k_.nodes.size(); ++i) {
+      const ir::Node& n = g_.nodes().at(k_.nodes[i]);
+      if (k_.row_space[i] && ir::is_reduction(n.kind)) loops.push_back({n.operands.at(0)});
+    }
+    std::vector<ValueId> full_stores;
+    for (ValueId v : k_.stores)
+      if (!is_row_value(v)) full_stores.push_back(v);
+    if (!full_stores.empty()) loops.push_back(full_stores);
+    computed_.assign(k_.nodes.size(), false);
+    std::vector<bool> keep(k_.nodes.size(), false);
+    for (const auto& targets : loops) {
+      std::vector<bool> need(k_.nodes.size(), false);
+      std::vector<ValueId> work(targets);
+      while (!work.empty()) {
+        ValueId v = work.back();
+        work.pop_back();
+        auto it = pos_of_.find(v);
+        if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second]) continue;
+        if (computed_[it->second]) {
+          keep[it->second] = true;
+          continue;
+        }
+        need[it->second] = true;
+        for (ValueId o : g_.nodes().at(k_.nodes[it->second]).operands) work.push_back(o);
+      }
+      for (size_t i = 0; i < need.size(); ++i) computed_[i] = computed_[i] || need[i];
+    }
+    computed_.assign(k_.nodes.size(), false);
+    int64_t cols = 1, bytes = 0;
+    for (size_t d = nrow_; d < sizes_.size(); ++d) cols *= sizes_[d];
+    for (size_t i = 0; i < keep.size(); ++i)
+      if (keep[i]) bytes += cols * 8;
+    if (cols_empty_ || bytes == 0 || bytes > kScratchBytes) return;
+    llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (!keep[i]) continue;
+      DType t = g_.value(g_.nodes().at(k_.nodes[i]).outputs[0]).type.dtype;
+      llvm::AllocaInst* a = eb.CreateAlloca(llvm::ArrayType::get(scratch_type(t), cols), nullptr, "scratch");
+      a->setAlignment(llvm::Align(64));
+      scratch_[i] = a;
+    }
+  }
+  llvm::Type* scratch_type(DType t) { return t == DType::Bool ? b_.getInt8Ty() : reg_type(t); }
+
+  // One loop over the cols computing the full-space nodes of `w`, then `body`.
+  // Values made inside the loop are forgotten after it.
+  void emit_col_loop(const ColWork& w, const std::function<void()>& body) {
     auto saved_values = values_;
     auto saved_loaded = loaded_;
     emit_loops(nrow_, sizes_.size(), b_.getInt64(0), b_.getInt64(sizes_[nrow_]), [&] {
-      for (size_t i : positions) emit_kernel_node(g_.nodes().at(k_.nodes[i]));
+      Value* col = scratch_.empty() ? nullptr : contiguous_index(nrow_, sizes_.size());
+      for (size_t i : w.reuse) {
+        ValueId v = g_.nodes().at(k_.nodes[i]).outputs[0];
+        DType t = g_.value(v).type.dtype;
+        llvm::Type* st = scratch_type(t);
+        Value* x = b_.CreateLoad(st, b_.CreateInBoundsGEP(st, scratch_.at(i), col));
+        if (t == DType::Bool) x = b_.CreateICmpNE(x, b_.getInt8(0));
+        values_[v] = {x, t};
+      }
+      for (size_t i : w.compute) {
+        const ir::Node& n = g_.nodes().at(k_.nodes[i]);
+        emit_kernel_node(n);
+        if (auto it = scratch_.find(i); it != scratch_.end()) {
+          DType t = g_.value(n.outputs[0]).type.dtype;
+          Value* x = values_.at(n.outputs[0]).v;
+          if (t == DType::Bool) x = b_.CreateZExt(x, b_.getInt8Ty());
+          b_.CreateStore(x, b_.CreateInBoundsGEP(scratch_type(t), it->second, col));
+        }
+      }
       body();
     });
+    for (size_t i : w.compute) computed_[i] = true;
     values_ = std::move(saved_values);
     loaded_ = std::move(saved_loaded);
   }
@@ -306,6 +395,7 @@ class KernelEmitter {
   }
 
   void emit_row_body() {
+    computed_.assign(k_.nodes.size(), false);
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       if (!k_.row_space[i]) continue;
       const ir::Node& n = g_.nodes().at(k_.nodes[i]);
@@ -556,6 +646,14 @@ class KernelEmitter {
     return call;
   }
 
+  // exp/log/sin/cos: LLVM's own libmvec table maps the intrinsic onto 128- and
+  // 256-bit variants only; with 512-bit vectors the call names all three.
+  Value* math(const char* name, llvm::Intrinsic::ID id, Value* x) {
+    if (avx512_ && cfg_.opts.vector_bits >= 512 && cfg_.libmvec && cfg_.opts.vectorize_math)
+      return libm(name, x);
+    return intrinsic(id, x);
+  }
+
   // LLVM 19's libmvec table covers exp/log/sin/cos/pow only; glibc >= 2.35 also
   // has tanh, erf, log1p and expm1, which we name per call site in the vector
   // function ABI ("_ZGV<isa>N<lanes>v_<name>"). Only ISAs the host runs are listed.
@@ -608,13 +706,13 @@ class KernelEmitter {
     switch (k) {
       case OpKind::Abs: return intrinsic(llvm::Intrinsic::fabs, x);
       case OpKind::Neg: return b_.CreateFNeg(x);
-      case OpKind::Exp: return intrinsic(llvm::Intrinsic::exp, x);
-      case OpKind::Log: return intrinsic(llvm::Intrinsic::log, x);
+      case OpKind::Exp: return math("exp", llvm::Intrinsic::exp, x);
+      case OpKind::Log: return math("log", llvm::Intrinsic::log, x);
       case OpKind::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, x);
       case OpKind::Rsqrt: return b_.CreateFDiv(one, intrinsic(llvm::Intrinsic::sqrt, x));
       case OpKind::Tanh: return tanh(x);
       case OpKind::Sigmoid:
-        return b_.CreateFDiv(one, b_.CreateFAdd(one, intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
+        return b_.CreateFDiv(one, b_.CreateFAdd(one, math("exp", llvm::Intrinsic::exp, b_.CreateFNeg(x))));
       // ugt: NaN or positive keeps x, so NaN propagates.
       case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpUGT(x, fconst(x, 0.0)), x, fconst(x, 0.0));
       case OpKind::Gelu: {
@@ -628,10 +726,10 @@ class KernelEmitter {
         return b_.CreateFMul(b_.CreateFMul(fconst(x, 0.5), x), b_.CreateFAdd(one, tanh(inner)));
       }
       case OpKind::Silu:
-        return b_.CreateFDiv(x, b_.CreateFAdd(one, intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
+        return b_.CreateFDiv(x, b_.CreateFAdd(one, math("exp", llvm::Intrinsic::exp, b_.CreateFNeg(x))));
       case OpKind::Reciprocal: return b_.CreateFDiv(one, x);
-      case OpKind::Sin: return intrinsic(llvm::Intrinsic::sin, x);
-      case OpKind::Cos: return intrinsic(llvm::Intrinsic::cos, x);
+      case OpKind::Sin: return math("sin", llvm::Intrinsic::sin, x);
+      case OpKind::Cos: return math("cos", llvm::Intrinsic::cos, x);
       case OpKind::Log1p: return libm("log1p", x);
       case OpKind::Expm1: return libm("expm1", x);
       case OpKind::Erf: return libm("erf", x);
@@ -748,6 +846,8 @@ class KernelEmitter {
   size_t nrow_ = 0, ncol_ = 0;       // row kernels: leading row dims, trailing col dims
   bool cols_empty_ = false;          // row kernels: no cols (empty rows)
   std::unordered_map<ValueId, size_t> pos_of_;  // row kernels: node position of each value
+  std::unordered_map<size_t, llvm::AllocaInst*> scratch_;  // row kernels: kept nodes' row arrays
+  std::vector<bool> computed_;       // row kernels: positions an earlier col loop of the row made
   std::unordered_map<ValueId, TV> values_;  // computed in the kernel
   std::unordered_map<int32_t, TV> loaded_;  // per load index
   std::unordered_set<std::string> used_;  // vector variants declared

@@ -654,6 +654,21 @@ TEST(CpuCodegen, FingerprintAndVectorizedIR) {
   EXPECT_NE(after.find(" x float>"), std::string::npos) << "loop was not vectorized:\n" << after;
   if (fp.find(",libmvec") != std::string::npos) {
     EXPECT_NE(after.find("_ZGV"), std::string::npos) << "no libmvec call:\n" << after;
+    // AVX-512 hosts use 512-bit vectors, exp included, unless told 256.
+    if (fp.find("+avx512f") != std::string::npos) {
+      EXPECT_NE(after.find("<16 x float> @_ZGVeN16v_expf"), std::string::npos) << after;
+      CodegenOptions narrow;
+      narrow.vector_bits = 256;
+      auto t256 = make_cpu_target(narrow);
+      EXPECT_NE(t256->fingerprint(), fp);
+      Plan p2;
+      p2.kernels.push_back(p.kernels[0]);
+      auto code256 = t256->compile(g, p2);
+      const std::string& ir256 = code256->llvm_ir();
+      std::string after256 = ir256.substr(ir256.find("after optimization"));
+      EXPECT_EQ(after256.find("<16 x float>"), std::string::npos) << after256;
+      EXPECT_NE(after256.find("<8 x float>"), std::string::npos) << after256;
+    }
   }
   std::vector<double> xv(1024);
   for (int i = 0; i < 1024; ++i) xv[i] = std::cos(i) * 2;

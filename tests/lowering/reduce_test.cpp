@@ -703,6 +703,16 @@ TEST(RowReduce, ReductionLoopsVectorize) {
   EXPECT_NE(after.find("reduce.fmaximum"), std::string::npos) << "max not vectorized:\n" << after;
   std::string before = ir.substr(0, ir.find("after optimization"));
   EXPECT_EQ(before.find("fast "), std::string::npos);  // only reassoc nsz, on the sum
+  // exp(x - max) is computed once per element: kept in a row scratch array by
+  // the sum's loop, read back by the output's.
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  size_t exps = count(before, "call float @llvm.exp.f32(") + count(before, "call float @expf(");
+  EXPECT_EQ(exps, 1u) << before;
+  EXPECT_NE(before.find("%scratch = alloca [1024 x float]"), std::string::npos) << before;
 }
 
 }  // namespace
