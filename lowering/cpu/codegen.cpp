@@ -688,7 +688,11 @@ class KernelEmitter {
     Value* x2 = b_.CreateFMul(c, c);
     auto poly = [&](std::initializer_list<double> coeffs) {  // highest degree first, in x2
       Value* acc = nullptr;
-      for (double k : coeffs) acc = acc ? b_.CreateFAdd(b_.CreateFMul(acc, x2), fconst(x, k)) : fconst(x, k);
+      // fmuladd: one FMA per step where the host has FMA (our own
+      // approximation, so contraction changes no PyTorch rounding).
+      for (double k : coeffs)
+        acc = acc ? b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {x->getType()}, {acc, x2, fconst(x, k)})
+                  : fconst(x, k);
       return acc;
     };
     Value* p = b_.CreateFMul(c, poly({-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
@@ -696,6 +700,10 @@ class KernelEmitter {
                                       4.89352455891786e-03}));
     Value* q = poly({1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03});
     Value* r = b_.CreateFDiv(p, q);
+    // |x| >= 9.02: tanhf(x) rounds to +-1 exactly (so gelu(-inf) is nan, as in
+    // eager); the polynomial alone stops 3e-7 short.
+    r = b_.CreateSelect(b_.CreateFCmpOGE(ax, fconst(x, 9.02)),
+                        b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, fconst(x, 1.0), x), r);
     // Tiny |x|: tanh(x) = x (keeps -0.0 and subnormals exact); NaN stays NaN.
     return b_.CreateSelect(b_.CreateFCmpOLT(ax, fconst(x, 0.0004)), x,
                            b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, r));
