@@ -700,9 +700,9 @@ class KernelEmitter {
                                       4.89352455891786e-03}));
     Value* q = poly({1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03});
     Value* r = b_.CreateFDiv(p, q);
-    // |x| >= 9.02: tanhf(x) rounds to +-1 exactly (so gelu(-inf) is nan, as in
+    // |x| >= 9.011: tanhf(x) rounds to +-1 exactly (so gelu(-inf) is nan, as in
     // eager); the polynomial alone stops 3e-7 short.
-    r = b_.CreateSelect(b_.CreateFCmpOGE(ax, fconst(x, 9.02)),
+    r = b_.CreateSelect(b_.CreateFCmpOGE(ax, fconst(x, 9.01099967956543)),
                         b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, fconst(x, 1.0), x), r);
     // Tiny |x|: tanh(x) = x (keeps -0.0 and subnormals exact); NaN stays NaN.
     return b_.CreateSelect(b_.CreateFCmpOLT(ax, fconst(x, 0.0004)), x,
