@@ -170,29 +170,9 @@ c10::OperatorHandle resolve(const ir::Node& n) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
 }
 
-// Which threads split a program's kernels. oneTBB's arena, unless the program
-// also calls ATen library kernels: those run on ATen's OpenMP team, whose
-// threads spin for milliseconds after each call, and a second pool on the same
-// cores then fights them for the CPU. Such programs split their kernels with
-// at::parallel_for, on that same team. LAZYJIT_POOL=tbb|omp forces one.
-enum class Pool { Tbb, OpenMP };
-
-Pool pool_for(bool has_library_steps) {
-  static const int forced = [] {
-    const char* e = std::getenv("LAZYJIT_POOL");
-    std::string v = e ? e : "";
-    return v == "tbb" ? 1 : v == "omp" ? 2 : 0;
-  }();
-  if (forced) return forced == 2 ? Pool::OpenMP : Pool::Tbb;
-  // A thread count of our own (LAZYJIT_NUM_THREADS) needs our own pool.
-  if (num_threads() != at::get_num_threads()) return Pool::Tbb;
-  return has_library_steps ? Pool::OpenMP : Pool::Tbb;
-}
-
 // Operator handles of a program's ATen steps, by node index.
 struct Runtime {
   std::vector<std::optional<c10::OperatorHandle>> ops;
-  bool has_library_steps = false;
 };
 
 const Runtime& runtime_of(const lowering::Program& p) {
@@ -200,10 +180,7 @@ const Runtime& runtime_of(const lowering::Program& p) {
     auto rt = std::make_shared<Runtime>();
     rt->ops.resize(p.graph.nodes().size());
     for (const Step& s : p.plan.steps)
-      if (s.kind == Step::Kind::Aten) {
-        rt->ops[s.node] = resolve(p.graph.nodes()[s.node]);
-        rt->has_library_steps = true;
-      }
+      if (s.kind == Step::Kind::Aten) rt->ops[s.node] = resolve(p.graph.nodes()[s.node]);
     p.runtime = rt;
   });
   return *static_cast<const Runtime*>(p.runtime.get());
@@ -243,7 +220,7 @@ void run_aten(const c10::OperatorHandle& op, const ir::Graph& g, const ir::Node&
 }
 
 void run_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir::Graph& g,
-                std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, Pool pool) {
+                std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars) {
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
   for (const lowering::Access& a : k.loads) {
@@ -270,10 +247,6 @@ void run_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir:
     return;
   }
   int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
-  if (pool == Pool::OpenMP) {
-    at::parallel_for(0, outer, grain, [&](int64_t b, int64_t e) { fn(bufs.data(), scalars.data(), b, e); });
-    return;
-  }
   static std::mutex arena_mu;
   static std::unordered_map<int, std::unique_ptr<tbb::task_arena>> arenas;
   tbb::task_arena* arena;
@@ -320,8 +293,7 @@ std::vector<at::Tensor> run(const lowering::Program& p, const Bindings& b) {
     const Step& s = p.plan.steps[si];
     switch (s.kind) {
       case Step::Kind::Kernel:
-        run_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], g, env, b.scalars,
-                   pool_for(rt.has_library_steps));
+        run_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], g, env, b.scalars);
         break;
       case Step::Kind::Aten:
         run_aten(*rt.ops[s.node], g, g.nodes()[s.node], env, b.scalars);
