@@ -602,6 +602,8 @@ class KernelEmitter {
       Value* x = arg(0, ct);
       return {ir::is_floating(ct) ? unary_float(n.kind, x) : unary_int(n.kind, x, ct), ct};
     }
+    if (n.kind == OpKind::Pow && ir::is_floating(ct) && is_scalar_argument(n.operands[1]))
+      return {pow_by_scalar(arg(0, ct), arg(1, ct)), ct};
     if (ir::is_binary(n.kind)) {
       Value* x = arg(0, ct);
       Value* y = arg(1, ct);
@@ -609,6 +611,48 @@ class KernelEmitter {
       return {r, ir::is_predicate(n.kind) ? DType::Bool : ct};
     }
     unsupported(std::string(ir::op_name(n.kind)) + " is not an elementwise op");
+  }
+
+  bool is_scalar_argument(ValueId v) const {
+    if (values_.count(v)) return false;
+    int32_t li = k_.load_of(v);
+    return li >= 0 && k_.loads[li].scalar_index >= 0;
+  }
+
+  // x ** y for a scalar argument y, with ATen's CPU special cases: 2 -> x*x,
+  // 3 -> x*x*x, -2 -> 1/(x*x), -1 -> 1/x, 0.5 -> sqrt (so pow(-inf, 0.5) is
+  // nan, as in eager), -0.5 -> rsqrt; else pow. y is loop-invariant, so LLVM unswitches the branches out of the
+  // loop and each version vectorizes (powf costs ~20x a multiply).
+  Value* pow_by_scalar(Value* x, Value* y) {
+    struct Case { double e; std::function<Value*()> f; };
+    Value* one = fconst(x, 1.0);
+    std::vector<Case> cases{
+        {2.0, [&] { return b_.CreateFMul(x, x); }},
+        {3.0, [&] { return b_.CreateFMul(b_.CreateFMul(x, x), x); }},
+        {-2.0, [&] { return b_.CreateFDiv(one, b_.CreateFMul(x, x)); }},
+        {-1.0, [&] { return b_.CreateFDiv(one, x); }},
+        {0.5, [&] { return intrinsic(llvm::Intrinsic::sqrt, x); }},
+        {-0.5, [&] { return b_.CreateFDiv(one, intrinsic(llvm::Intrinsic::sqrt, x)); }},
+    };
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "pow.done", fn_);
+    std::vector<std::pair<Value*, llvm::BasicBlock*>> results;
+    for (const Case& c : cases) {
+      llvm::BasicBlock* hit = llvm::BasicBlock::Create(ctx_, "pow.case", fn_);
+      llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "pow.next", fn_);
+      b_.CreateCondBr(b_.CreateFCmpOEQ(y, fconst(y, c.e)), hit, next);
+      b_.SetInsertPoint(hit);
+      Value* r = c.f();
+      results.emplace_back(r, b_.GetInsertBlock());
+      b_.CreateBr(done);
+      b_.SetInsertPoint(next);
+    }
+    Value* general = b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
+    results.emplace_back(general, b_.GetInsertBlock());
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    llvm::PHINode* phi = b_.CreatePHI(x->getType(), static_cast<unsigned>(results.size()));
+    for (auto& [v, bb] : results) phi->addIncoming(v, bb);
+    return phi;
   }
 
   Value* clamp(const ir::Node& n, Value* x, DType ct) {
