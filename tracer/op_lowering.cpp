@@ -318,6 +318,76 @@ int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
 
 }  // namespace
 
+// addcmul, addcdiv and lerp (what AdamW's foreach updates call per tensor) as
+// elementwise nodes, so an optimizer step fuses into a few kernels instead of
+// one library call per op (each cloning the tensor it updates). Floating
+// tensors of one dtype only; anything else stays a library step.
+//   addcmul: self + value * t1 * t2      addcdiv: self + value * t1 / t2
+//   lerp:    |w| < 0.5 ? self + w * (end - self) : end + (w - 1) * (end - self)
+// as ATen's CPU kernels compute them (they use one FMA where this rounds twice).
+bool try_pointwise_composite(const std::string& fname, bool inplace, const Stack& args,
+                             const at::Tensor& mo, Stack* out) {
+  enum class Op { Addcmul, Addcdiv, Lerp } op;
+  if (fname == "aten::addcmul") op = Op::Addcmul;
+  else if (fname == "aten::addcdiv") op = Op::Addcdiv;
+  else if (fname == "aten::lerp.Scalar" || fname == "aten::lerp.Tensor") op = Op::Lerp;
+  else return false;
+  if (args.size() < 3 || !args[0].isTensor() || !args[1].isTensor()) return false;
+  const at::Tensor& self = args[0].toTensor();
+  DType dt = executor::from_aten(mo.scalar_type());
+  if (!ir::is_floating(dt) || !is_lazy(self) || !memory_order(mo).empty() || !mo.is_contiguous()) return false;
+  // Tensor operands: lazy tensors of the result's dtype (a 0-d CPU tensor is a scalar argument).
+  auto ok = [&](const IValue& v) {
+    if (v.isScalar()) return v.toScalar().isFloatingPoint() || v.toScalar().isIntegral(false);
+    if (!v.isTensor()) return false;
+    const at::Tensor& t = v.toTensor();
+    if (!is_lazy(t)) return t.dim() == 0 && t.device().is_cpu() && t.scalar_type() == mo.scalar_type();
+    return t.scalar_type() == mo.scalar_type();
+  };
+  for (size_t i = 0; i < 3; ++i)
+    if (!ok(args[i])) return false;
+  if (op != Op::Lerp && args.size() > 3 && !(args[3].isScalar() && ok(args[3]))) return false;
+
+  TraceContext& ctx = TraceContext::get();
+  auto& g = ctx.graph();
+  DType ct = compute_dtype_for(dt);
+  ir::TensorType ft = contiguous_type(mo);  // the result's sizes, in compute dtype
+  ft.dtype = ct;
+  std::vector<ir::Attr> attrs{{static_cast<int64_t>(ct)}};
+  auto operand = [&](const IValue& v) -> ValueId {
+    if (v.isScalar()) return ctx.scalar(v.toScalar());
+    const at::Tensor& t = v.toTensor();
+    return is_lazy(t) ? ctx.read(t) : ctx.scalar_tensor(t);
+  };
+  auto node = [&](OpKind k, std::vector<ValueId> ops) { return g.add_node1(k, std::move(ops), attrs, ft); };
+  ValueId a = operand(args[0]), b = operand(args[1]), c = operand(args[2]);
+  ValueId r;
+  if (op == Op::Lerp) {
+    ValueId d = node(OpKind::Sub, {b, a});
+    ir::TensorType bt = ft;
+    bt.dtype = DType::Bool;
+    ValueId w_abs = node(OpKind::Abs, {c});
+    ValueId half = ctx.scalar(c10::Scalar(0.5));
+    ValueId small = g.add_node1(OpKind::Lt, {w_abs, half}, attrs, bt);
+    ValueId one = ctx.scalar(c10::Scalar(1.0));
+    ValueId coeff = node(OpKind::Where, {small, c, node(OpKind::Sub, {c, one})});
+    ValueId base = node(OpKind::Where, {small, a, b});
+    r = node(OpKind::Add, {base, node(OpKind::Mul, {coeff, d})});
+  } else {
+    bool has_value = args.size() > 3 && !(args[3].toScalar().equal(1));
+    ValueId t1 = has_value ? node(OpKind::Mul, {ctx.scalar(args[3].toScalar()), b}) : b;
+    r = node(OpKind::Add, {a, node(op == Op::Addcmul ? OpKind::Mul : OpKind::Div, {t1, c})});
+  }
+  if (ct != dt) r = g.add_node1(OpKind::Cast, {r}, attrs, contiguous_type(mo));
+  if (inplace) {
+    ctx.write(self, r);
+    out->push_back(args[0]);
+  } else {
+    out->push_back(ctx.new_tensor(r, mo));
+  }
+  return true;
+}
+
 bool try_reduction(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
                    Stack* out) {
   static const std::unordered_set<std::string> names = {

@@ -213,10 +213,9 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   executor::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
     cache::CacheKey key = cache::CacheKey::make(graph_->hashes(), target_hash_);
-    std::string name = key.str();
     auto lookup = cache_.get_or_compile(key, [&] {
       return std::shared_ptr<cache::CacheEntry>(
-          lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, name));
+          lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, key.str()));
     });
     outs = executor::run(static_cast<const lowering::Program&>(*lookup.entry), b);
   } catch (const std::exception& e) {
