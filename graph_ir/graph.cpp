@@ -299,4 +299,18 @@ std::string Graph::verify() const {
   return {};
 }
 
+std::vector<bool> live_nodes(const Graph& g) {
+  std::vector<bool> live(g.nodes().size(), false);
+  std::vector<uint32_t> work;
+  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
+  while (!work.empty()) {
+    uint32_t n = work.back();
+    work.pop_back();
+    if (live[n]) continue;
+    live[n] = true;
+    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
+  }
+  return live;
+}
+
 }  // namespace lazyjit::ir

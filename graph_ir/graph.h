@@ -117,4 +117,7 @@ class Graph {
   StreamHasher structure_, shape_, confirm_;
 };
 
+// Per node: whether some graph output depends on it.
+std::vector<bool> live_nodes(const Graph& g);
+
 }  // namespace lazyjit::ir

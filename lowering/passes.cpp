@@ -69,20 +69,6 @@ class Rewriter {
 
 bool is_source(OpKind k) { return k == OpKind::Input || k == OpKind::Scalar; }
 
-std::vector<bool> live_nodes(const Graph& g) {
-  std::vector<bool> live(g.nodes().size(), false);
-  std::vector<uint32_t> work;
-  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
-  while (!work.empty()) {
-    uint32_t n = work.back();
-    work.pop_back();
-    if (live[n]) continue;
-    live[n] = true;
-    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
-  }
-  return live;
-}
-
 // Every value of dtype `from` survives a round trip through `to` unchanged.
 bool widens_exactly(DType from, DType to) {
   if (from == to || from == DType::Bool) return true;
@@ -204,7 +190,7 @@ struct NodeKeyHash {
 }  // namespace
 
 Graph eliminate_dead_code(const Graph& g) {
-  std::vector<bool> live = live_nodes(g);
+  std::vector<bool> live = ir::live_nodes(g);
   Rewriter rw(g);
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];

@@ -24,21 +24,6 @@ bool lowerable_dtype(DType t) {
 
 namespace {
 
-// Nodes that some output depends on.
-std::vector<bool> live_nodes(const Graph& g) {
-  std::vector<bool> live(g.nodes().size(), false);
-  std::vector<uint32_t> work;
-  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
-  while (!work.empty()) {
-    uint32_t n = work.back();
-    work.pop_back();
-    if (live[n]) continue;
-    live[n] = true;
-    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
-  }
-  return live;
-}
-
 bool node_lowerable(const Graph& g, const Node& n) {
   if (ir::is_reduction(n.kind)) {
     if (n.attrs.size() < 2 || !std::holds_alternative<std::vector<int64_t>>(n.attrs[1].value) ||
@@ -297,7 +282,7 @@ struct Builder {
 
 Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   Builder b(g, opts);
-  b.build_nodes(live_nodes(g));
+  b.build_nodes(ir::live_nodes(g));
   b.build_accesses();
   for (FusedKernel& k : b.plan.kernels) Builder::coalesce(k);
   if (opts.buffers) plan_buffers(g, b.plan);

@@ -318,6 +318,40 @@ int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
 
 }  // namespace
 
+// `aten::mul.out(a, b, out=o)` and the like: the functional op's node, written
+// into `o` when `o` is a lazy tensor already of the result's size and of every
+// lazy operand's dtype (other operands: 0-d CPU tensors of that dtype, or
+// wrapped Python numbers); resizes and casts on the way out stay library steps. AdamW's foreach updates write their results this way.
+bool try_elementwise_out(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
+                         const Stack& meta_args, Stack* stack) {
+  static const std::string suffix = ".out";
+  if (meta_outs.size() != 1 || fname.size() <= suffix.size() ||
+      fname.compare(fname.size() - suffix.size(), suffix.size(), suffix) != 0 || args.empty())
+    return false;
+  const IValue& last = args.back();
+  if (!last.isTensor() || !is_lazy(last.toTensor())) return false;
+  const at::Tensor& o = last.toTensor();
+  if (!o.is_contiguous() || o.sizes() != meta_outs[0].sizes()) return false;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (is_lazy(t) ? t.scalar_type() != o.scalar_type()
+                   : t.dim() != 0 || (t.scalar_type() != o.scalar_type() &&
+                                      !t.unsafeGetTensorImpl()->is_wrapped_number()))
+      return false;
+  }
+  std::string base = fname.substr(0, fname.size() - suffix.size());
+  Stack fargs(args.begin(), args.end() - 1), fmeta(meta_args.begin(), meta_args.end() - 1), tmp;
+  for (const std::string& f : {base + ".Tensor", base}) {
+    if (!try_elementwise(f, false, fargs, meta_outs, fmeta, &tmp)) continue;
+    TraceContext& ctx = TraceContext::get();
+    ctx.write(o, ctx.read(tmp.at(0).toTensor()));
+    stack->push_back(last);
+    return true;
+  }
+  return false;
+}
+
 // addcmul, addcdiv and lerp (what AdamW's foreach updates call per tensor) as
 // elementwise nodes, so an optimizer step fuses into a few kernels instead of
 // one library call per op (each cloning the tensor it updates). Floating

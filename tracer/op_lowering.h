@@ -19,6 +19,10 @@ namespace lazyjit::tracer {
 bool try_elementwise(const std::string& fname, bool inplace, const torch::jit::Stack& args,
                      const std::vector<at::Tensor>& meta_outs, const torch::jit::Stack& meta_args,
                      torch::jit::Stack* out);
+// `aten::X.out(..., out=o)` of an elementwise op: its node written into `o`.
+bool try_elementwise_out(const std::string& fname, const torch::jit::Stack& args,
+                         const std::vector<at::Tensor>& meta_outs, const torch::jit::Stack& meta_args,
+                         torch::jit::Stack* out);
 // addcmul / addcdiv / lerp as elementwise nodes; `mo` is the result's meta tensor.
 bool try_pointwise_composite(const std::string& fname, bool inplace, const torch::jit::Stack& args,
                              const at::Tensor& mo, torch::jit::Stack* out);

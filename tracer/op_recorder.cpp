@@ -480,9 +480,6 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   if (step) debug::Metrics::get().add(debug::Counter::StepOps);
 }
 
-bool try_elementwise_out(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
-                         const Stack& meta_args, Stack* stack);
-
 void record_op(const c10::OperatorHandle& op, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
@@ -619,40 +616,6 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     return;
   if (schema.is_mutable() && try_elementwise_out(fname, args, meta_outs, meta_args, stack)) return;
   record_aten(op, name, args, meta_args, meta, stack);
-}
-
-// `aten::mul.out(a, b, out=o)` and the like: the functional op's node, written
-// into `o` when `o` is a lazy tensor already of the result's size and of every
-// lazy operand's dtype (other operands: 0-d CPU tensors of that dtype, or
-// wrapped Python numbers); resizes and casts on the way out stay library steps. AdamW's foreach updates write their results this way.
-bool try_elementwise_out(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
-                         const Stack& meta_args, Stack* stack) {
-  static const std::string suffix = ".out";
-  if (meta_outs.size() != 1 || fname.size() <= suffix.size() ||
-      fname.compare(fname.size() - suffix.size(), suffix.size(), suffix) != 0 || args.empty())
-    return false;
-  const IValue& last = args.back();
-  if (!last.isTensor() || !is_lazy(last.toTensor())) return false;
-  const at::Tensor& o = last.toTensor();
-  if (!o.is_contiguous() || o.sizes() != meta_outs[0].sizes()) return false;
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (!args[i].isTensor()) continue;
-    const at::Tensor& t = args[i].toTensor();
-    if (is_lazy(t) ? t.scalar_type() != o.scalar_type()
-                   : t.dim() != 0 || (t.scalar_type() != o.scalar_type() &&
-                                      !t.unsafeGetTensorImpl()->is_wrapped_number()))
-      return false;
-  }
-  std::string base = fname.substr(0, fname.size() - suffix.size());
-  Stack fargs(args.begin(), args.end() - 1), fmeta(meta_args.begin(), meta_args.end() - 1), tmp;
-  for (const std::string& f : {base + ".Tensor", base}) {
-    if (!try_elementwise(f, false, fargs, meta_outs, fmeta, &tmp)) continue;
-    TraceContext& ctx = TraceContext::get();
-    ctx.write(o, ctx.read(tmp.at(0).toTensor()));
-    stack->push_back(last);
-    return true;
-  }
-  return false;
 }
 
 }  // namespace lazyjit::tracer

@@ -260,28 +260,41 @@ class KernelEmitter {
     std::vector<size_t> compute, reuse;
   };
 
-  // The full-space nodes that `targets` need. A node an earlier col loop of
-  // the row computed and kept in scratch is read back, not recomputed.
-  ColWork full_nodes_for(const std::vector<ValueId>& targets) const {
-    std::vector<bool> need(k_.nodes.size(), false), reuse(k_.nodes.size(), false);
+  // The full-space nodes `targets` need, by position: `need` those to compute,
+  // `stop` those `stop_at` marks (they are not entered: their value comes from
+  // elsewhere).
+  struct Walk {
+    std::vector<bool> need, stop;
+  };
+  Walk walk_full(const std::vector<ValueId>& targets, const std::vector<bool>& stop_at) const {
+    Walk w{std::vector<bool>(k_.nodes.size(), false), std::vector<bool>(k_.nodes.size(), false)};
     std::vector<ValueId> work(targets);
     while (!work.empty()) {
       ValueId v = work.back();
       work.pop_back();
       auto it = pos_of_.find(v);
-      if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second] || reuse[it->second]) continue;
+      if (it == pos_of_.end() || k_.row_space[it->second] || w.need[it->second] || w.stop[it->second]) continue;
       size_t p = it->second;
-      if (computed_[p] && scratch_.count(p)) {
-        reuse[p] = true;
+      if (stop_at[p]) {
+        w.stop[p] = true;
         continue;
       }
-      need[p] = true;
+      w.need[p] = true;
       for (ValueId o : g_.nodes().at(k_.nodes[p]).operands) work.push_back(o);
     }
+    return w;
+  }
+
+  // What a col loop computes; a node an earlier col loop of the row computed
+  // and kept in scratch is read back, not recomputed.
+  ColWork full_nodes_for(const std::vector<ValueId>& targets) const {
+    std::vector<bool> kept(k_.nodes.size(), false);
+    for (size_t p = 0; p < kept.size(); ++p) kept[p] = computed_[p] && scratch_.count(p);
+    Walk w = walk_full(targets, kept);
     ColWork out;
-    for (size_t i = 0; i < need.size(); ++i) {
-      if (need[i]) out.compute.push_back(i);
-      if (reuse[i]) out.reuse.push_back(i);
+    for (size_t i = 0; i < w.need.size(); ++i) {
+      if (w.need[i]) out.compute.push_back(i);
+      if (w.stop[i]) out.reuse.push_back(i);
     }
     return out;
   }
@@ -293,7 +306,7 @@ class KernelEmitter {
   // the scratch would pass kScratchBytes, everything is recomputed instead.
   void plan_row_scratch() {
     constexpr int64_t kScratchBytes = 64 << 10;
-    std::vector<std::vector<ValueId>> loops;
+    std::vector<std::vector<ValueId>> loops;  // each col loop's targets, in order
     for (size_t i = 0; i < k_.nodes.size(); ++i) {
       const ir::Node& n = g_.nodes().at(k_.nodes[i]);
       if (k_.row_space[i] && ir::is_reduction(n.kind)) loops.push_back({n.operands.at(0)});
@@ -302,24 +315,13 @@ class KernelEmitter {
     for (ValueId v : k_.stores)
       if (!is_row_value(v)) full_stores.push_back(v);
     if (!full_stores.empty()) loops.push_back(full_stores);
-    computed_.assign(k_.nodes.size(), false);
-    std::vector<bool> keep(k_.nodes.size(), false);
+    std::vector<bool> computed(k_.nodes.size(), false), keep(k_.nodes.size(), false);
     for (const auto& targets : loops) {
-      std::vector<bool> need(k_.nodes.size(), false);
-      std::vector<ValueId> work(targets);
-      while (!work.empty()) {
-        ValueId v = work.back();
-        work.pop_back();
-        auto it = pos_of_.find(v);
-        if (it == pos_of_.end() || k_.row_space[it->second] || need[it->second]) continue;
-        if (computed_[it->second]) {
-          keep[it->second] = true;
-          continue;
-        }
-        need[it->second] = true;
-        for (ValueId o : g_.nodes().at(k_.nodes[it->second]).operands) work.push_back(o);
+      Walk w = walk_full(targets, computed);
+      for (size_t i = 0; i < computed.size(); ++i) {
+        keep[i] = keep[i] || w.stop[i];
+        computed[i] = computed[i] || w.need[i];
       }
-      for (size_t i = 0; i < need.size(); ++i) computed_[i] = computed_[i] || need[i];
     }
     computed_.assign(k_.nodes.size(), false);
     int64_t cols = 1, bytes = 0;
