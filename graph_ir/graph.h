@@ -88,10 +88,12 @@ class Graph {
   std::vector<ValueId> add_node(OpKind kind, std::vector<ValueId> operands,
                                 std::vector<Attr> attrs, std::vector<TensorType> output_types);
   ValueId add_node1(OpKind kind, std::vector<ValueId> operands, std::vector<Attr> attrs,
-                    TensorType output_type) {
-    return add_node(kind, std::move(operands), std::move(attrs), {std::move(output_type)})[0];
-  }
+                    TensorType output_type);
   void add_output(ValueId v);
+
+  // Back to an empty graph, keeping the memory of its node and value tables
+  // (up to a bound) so that the next graph of a similar size reuses it.
+  void clear();
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Value>& values() const { return values_; }
@@ -109,12 +111,14 @@ class Graph {
   std::string verify() const;
 
  private:
+  void reset_hashers();
   void hash_node(const Node& n);
 
   std::vector<Node> nodes_;
   std::vector<Value> values_;
   std::vector<ValueId> inputs_, scalars_, outputs_;
   StreamHasher structure_, shape_, confirm_;
+  std::vector<unsigned char> hash_scratch_;  // a node's bytes for the three streams
 };
 
 }  // namespace lazyjit::ir
