@@ -49,36 +49,10 @@ std::string TensorType::str() const {
   return os.str();
 }
 
-namespace {
-StreamHasher structure_hasher() { return StreamHasher(StreamHasher::Algo::Xxh3_128, 0x6c617a796a6974ull); }
-StreamHasher shape_hasher() { return StreamHasher(StreamHasher::Algo::Xxh3_64, 0x7368617065ull); }
-StreamHasher confirm_hasher() { return StreamHasher(StreamHasher::Algo::Xxh64, 0x636f6e6669726dull); }
-}  // namespace
-
-Graph::Graph() : structure_(structure_hasher()), shape_(shape_hasher()), confirm_(confirm_hasher()) {}
-
-void Graph::reset_hashers() {
-  structure_ = structure_hasher();
-  shape_ = shape_hasher();
-  confirm_ = confirm_hasher();
-}
-
-void Graph::clear() {
-  // A recorded graph of up to this many nodes keeps its tables (about 150 bytes
-  // a node); a larger one gives its memory back.
-  constexpr size_t kKeep = size_t{1} << 17;
-  if (nodes_.capacity() > kKeep || values_.capacity() > kKeep) {
-    std::vector<Node>().swap(nodes_);
-    std::vector<Value>().swap(values_);
-  } else {
-    nodes_.clear();
-    values_.clear();
-  }
-  inputs_.clear();
-  scalars_.clear();
-  outputs_.clear();
-  reset_hashers();
-}
+Graph::Graph()
+    : structure_(StreamHasher::Algo::Xxh3_128, 0x6c617a796a6974ull),
+      shape_(StreamHasher::Algo::Xxh3_64, 0x7368617065ull),
+      confirm_(StreamHasher::Algo::Xxh64, 0x636f6e6669726dull) {}
 
 ValueId Graph::add_input(const TensorType& type) {
   int64_t index = static_cast<int64_t>(inputs_.size());

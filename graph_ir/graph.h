@@ -91,10 +91,6 @@ class Graph {
                     TensorType output_type);
   void add_output(ValueId v);
 
-  // Back to an empty graph, keeping the memory of its node and value tables
-  // (up to a bound) so that the next graph of a similar size reuses it.
-  void clear();
-
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Value>& values() const { return values_; }
   const Value& value(ValueId v) const { return values_.at(v); }
@@ -111,7 +107,6 @@ class Graph {
   std::string verify() const;
 
  private:
-  void reset_hashers();
   void hash_node(const Node& n);
 
   std::vector<Node> nodes_;

@@ -183,7 +183,7 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
 }
 
 void TraceContext::reset() {
-  graph_->clear();  // keeps the node tables' memory for the next graph
+  graph_ = std::make_unique<ir::Graph>();
   ++epoch_;
   inputs_.clear();
   input_owner_.clear();

@@ -22,7 +22,8 @@ struct Knobs {
   DType scalar = DType::Float64;
 };
 
-void fill(Graph& g, const Knobs& k = {}) {
+Graph build(const Knobs& k = {}) {
+  Graph g;
   ValueId x = g.add_input(f32(k.shape));
   ValueId y = g.add_input(f32(k.shape));
   ValueId s = g.add_scalar(k.scalar);
@@ -34,11 +35,6 @@ void fill(Graph& g, const Knobs& k = {}) {
                           f32({2}));
   ValueId r = g.add_node1(OpKind::Relu, {v}, {dt(k.compute)}, f32({2}));
   g.add_output(r);
-}
-
-Graph build(const Knobs& k = {}) {
-  Graph g;
-  fill(g, k);
   return g;
 }
 
@@ -119,23 +115,6 @@ TEST(Graph, HashIsStableAcrossBuilds) {
   Graph again = build();
   EXPECT_EQ(again.hashes().structure.hex(), h.structure.hex());
   EXPECT_EQ(h.structure.hex().size(), 32u);
-}
-
-TEST(Graph, ClearedGraphIsLikeANewOne) {
-  Graph g = build();
-  g.clear();
-  EXPECT_TRUE(g.nodes().empty() && g.values().empty());
-  EXPECT_TRUE(g.inputs().empty() && g.scalars().empty() && g.outputs().empty());
-  EXPECT_EQ(g.hashes(), Graph().hashes());
-  fill(g);
-  EXPECT_EQ(g.hashes(), build().hashes());
-  EXPECT_EQ(g.str(), build().str());
-  // A graph moved from (as into lowering) is reusable after clear().
-  Graph taken = std::move(g);
-  g.clear();
-  fill(g, Knobs{.op = OpKind::Sub});
-  EXPECT_EQ(g.hashes(), build(Knobs{.op = OpKind::Sub}).hashes());
-  EXPECT_EQ(taken.hashes(), build().hashes());
 }
 
 TEST(Hash, KnownXXH3Vectors) {
