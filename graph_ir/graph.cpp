@@ -1,5 +1,7 @@
 #include "graph_ir/graph.h"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
 namespace lazyjit::ir {
@@ -71,6 +73,7 @@ std::vector<ValueId> Graph::add_node(OpKind kind, std::vector<ValueId> operands,
                                      std::vector<TensorType> output_types) {
   Node n{kind, std::move(operands), std::move(attrs), {}};
   uint32_t node_index = static_cast<uint32_t>(nodes_.size());
+  n.outputs.reserve(output_types.size());
   for (uint32_t i = 0; i < output_types.size(); ++i) {
     n.outputs.push_back(static_cast<ValueId>(values_.size()));
     values_.push_back(Value{std::move(output_types[i]), node_index, i});
@@ -78,6 +81,18 @@ std::vector<ValueId> Graph::add_node(OpKind kind, std::vector<ValueId> operands,
   hash_node(n);
   nodes_.push_back(std::move(n));
   return nodes_.back().outputs;
+}
+
+// The one-output case without the temporary vectors of add_node.
+ValueId Graph::add_node1(OpKind kind, std::vector<ValueId> operands, std::vector<Attr> attrs,
+                         TensorType output_type) {
+  uint32_t node_index = static_cast<uint32_t>(nodes_.size());
+  ValueId v = static_cast<ValueId>(values_.size());
+  Node n{kind, std::move(operands), std::move(attrs), {v}};
+  values_.push_back(Value{std::move(output_type), node_index, 0});
+  hash_node(n);
+  nodes_.push_back(std::move(n));
+  return v;
 }
 
 void Graph::add_output(ValueId v) {
@@ -121,22 +136,43 @@ void hash_attr(H& h, const AttrValue& a) {
 }
 }  // namespace
 
+namespace {
+// Appends to memory sized beforehand (see node_bytes_bound): no checks, inlined.
+struct Writer {
+  unsigned char* p;
+  void update(const void* d, size_t len) {
+    if (len) std::memcpy(p, d, len);
+    p += len;
+  }
+  void update_i64(int64_t v) { update(&v, sizeof v); }
+  void update_str(std::string_view s) {
+    update_i64(static_cast<int64_t>(s.size()));
+    update(s.data(), s.size());
+  }
+};
+
+size_t attr_bytes_bound(const AttrValue& a) {
+  size_t payload = 8;
+  if (auto* s = std::get_if<std::string>(&a)) payload += s->size();
+  else if (auto* v = std::get_if<std::vector<int64_t>>(&a)) payload += v->size() * sizeof(int64_t);
+  else if (auto* d = std::get_if<std::vector<double>>(&a)) payload += d->size() * sizeof(double);
+  else if (auto* l = std::get_if<OperandListRef>(&a)) payload += l->indices.size() * sizeof(int32_t);
+  return 24 + payload;  // separator, alternative tag, length or value, payload
+}
+}  // namespace
+
 // A node's bytes are gathered per stream first, then fed in one update each:
 // streaming hashers pay a fixed cost per update, and a node has dozens of fields.
+// The bytes (and so the digests) are exactly those of one update per field.
 void Graph::hash_node(const Node& n) {
-  struct Bytes {
-    std::string b;
-    void update(const void* d, size_t len) { b.append(static_cast<const char*>(d), len); }
-    void update_i64(int64_t v) { update(&v, sizeof v); }
-    void update_str(std::string_view s) {
-      update_i64(static_cast<int64_t>(s.size()));
-      update(s.data(), s.size());
-    }
-  };
-  thread_local Bytes st, sh, cf;
-  st.b.clear();
-  sh.b.clear();
-  cf.b.clear();
+  size_t bound = 24 + n.operands.size() * sizeof(int64_t);
+  for (const Attr& a : n.attrs) bound += attr_bytes_bound(a.value);
+  for (ValueId v : n.outputs) bound += 48 + 16 * values_[v].type.sizes.size() + 16 * values_[v].type.strides.size();
+  if (hash_scratch_.size() < 3 * bound) hash_scratch_.resize(std::max(3 * bound, size_t{4096}));
+  unsigned char* const st0 = hash_scratch_.data();
+  unsigned char* const sh0 = st0 + bound;
+  unsigned char* const cf0 = sh0 + bound;
+  Writer st{st0}, sh{sh0}, cf{cf0};
   int64_t head[3] = {static_cast<int64_t>(n.kind), static_cast<int64_t>(n.operands.size()),
                      static_cast<int64_t>(n.outputs.size())};
   st.update(head, sizeof head);
@@ -146,7 +182,7 @@ void Graph::hash_node(const Node& n) {
     cf.update_i64(v);
   }
   for (const Attr& a : n.attrs) {
-    Bytes& h = a.shape_like ? sh : st;
+    Writer& h = a.shape_like ? sh : st;
     h.update_i64(-2);
     hash_attr(h, a.value);
     hash_attr(cf, a.value);
@@ -162,9 +198,9 @@ void Graph::hash_node(const Node& n) {
       cf.update(vec->data(), vec->size() * sizeof(int64_t));
     }
   }
-  structure_.update(st.b.data(), st.b.size());
-  if (!sh.b.empty()) shape_.update(sh.b.data(), sh.b.size());
-  confirm_.update(cf.b.data(), cf.b.size());
+  structure_.update(st0, st.p - st0);
+  if (sh.p != sh0) shape_.update(sh0, sh.p - sh0);
+  confirm_.update(cf0, cf.p - cf0);
 }
 
 GraphHashes Graph::hashes() const {

@@ -88,9 +88,7 @@ class Graph {
   std::vector<ValueId> add_node(OpKind kind, std::vector<ValueId> operands,
                                 std::vector<Attr> attrs, std::vector<TensorType> output_types);
   ValueId add_node1(OpKind kind, std::vector<ValueId> operands, std::vector<Attr> attrs,
-                    TensorType output_type) {
-    return add_node(kind, std::move(operands), std::move(attrs), {std::move(output_type)})[0];
-  }
+                    TensorType output_type);
   void add_output(ValueId v);
 
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -115,6 +113,7 @@ class Graph {
   std::vector<Value> values_;
   std::vector<ValueId> inputs_, scalars_, outputs_;
   StreamHasher structure_, shape_, confirm_;
+  std::vector<unsigned char> hash_scratch_;  // a node's bytes for the three streams
 };
 
 // Per node: whether some graph output depends on it.

@@ -179,16 +179,26 @@ bool special_op(const std::string& name, Stack* stack) {
 // from the CPU generator, in program order, exactly as eager on the CPU would
 // draw them; the graph reads the draws as an input. A seeded program therefore
 // gives the CPU's numbers, and the draws never cut the graph.
-bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, Stack* stack) {
-  static const std::unordered_set<std::string> inplace = {
+namespace {
+const std::unordered_set<std::string>& inplace_draws() {
+  static const std::unordered_set<std::string> s = {
       "aten::uniform_", "aten::normal_", "aten::random_", "aten::random_.from", "aten::random_.to",
       "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_",
       "aten::bernoulli_.float"};
+  return s;
+}
+}  // namespace
+
+bool may_draw_at_trace_time(const std::string& name) {
+  return inplace_draws().count(name) || name == "aten::native_dropout";
+}
+
+bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   Stack& s = *stack;
   const auto& schema = op.schema();
   size_t nargs = schema.arguments().size();
-  if (inplace.count(name)) {
+  if (inplace_draws().count(name)) {
     at::Tensor self = s[s.size() - nargs].toTensor();
     if (!is_lazy(self)) return false;
     for (size_t i = s.size() - nargs + 1; i < s.size(); ++i)

@@ -28,6 +28,10 @@ struct LazyStorage {
   // Set when a sync that was to compute this storage failed: reading it raises
   // this error instead of returning stale or made-up elements.
   std::shared_ptr<const std::string> lost;
+  // Where the trace context lists it among the storages the graph of epoch
+  // `touched_epoch` changed (TraceContext::touch).
+  uint64_t touched_epoch = 0;
+  size_t touched_index = 0;
   ~LazyStorage();
 };
 

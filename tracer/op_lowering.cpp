@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <unordered_map>
@@ -159,18 +160,23 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   DType out_dt = executor::from_aten(mo.scalar_type());
   if (!lowering::lowerable_dtype(out_dt)) return false;
 
-  // Operand dtypes as PyTorch promotes them.
-  std::vector<at::Tensor> metas;
+  // Operand dtypes as PyTorch promotes them; a Scalar promotes like a wrapped
+  // number of its kind (made once, never freed: they are only read).
+  static const auto wrapped = [](at::ScalarType dt) {
+    at::Tensor w = at::empty({}, at::TensorOptions().device(at::kMeta).dtype(dt));
+    w.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return new at::Tensor(std::move(w));
+  };
+  static const at::Tensor &wrapped_double = *wrapped(at::kDouble), &wrapped_bool = *wrapped(at::kBool),
+                          &wrapped_long = *wrapped(at::kLong);
+  c10::SmallVector<at::Tensor, 3> metas;
   for (int i = 0; i < rule.arity; ++i) {
     const IValue& m = meta_args[i];
     if (m.isTensor()) metas.push_back(m.toTensor());
     else if (m.isScalar()) {
-      at::Tensor w = at::empty({}, at::TensorOptions().device(at::kMeta).dtype(
-                                       m.toScalar().isFloatingPoint() ? at::kDouble
-                                       : m.toScalar().isBoolean()     ? at::kBool
-                                                                      : at::kLong));
-      w.unsafeGetTensorImpl()->set_wrapped_number(true);
-      metas.push_back(w);
+      metas.push_back(m.toScalar().isFloatingPoint() ? wrapped_double
+                      : m.toScalar().isBoolean()     ? wrapped_bool
+                                                     : wrapped_long);
     } else if (m.isNone()) {
       metas.emplace_back();
     } else {
@@ -214,6 +220,7 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   std::vector<int64_t> perm = memory_order(mo);
   auto in_order = [&](const at::Tensor& t) { return perm.empty() ? t : permuted(t, mo.dim(), perm); };
   std::vector<ValueId> ops;
+  ops.reserve(rule.arity);
   for (int i = 0; i < rule.arity; ++i) {
     const IValue& a = args[i];
     if (a.isTensor() && is_lazy(a.toTensor())) ops.push_back(ctx.read(in_order(a.toTensor())));
@@ -249,7 +256,7 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
     mt.strides = ir::contiguous_strides(mt.sizes);
     ops[1] = g.add_node1(OpKind::Mul, {ops[1], alpha}, {{static_cast<int64_t>(compute)}}, mt);
   }
-  ValueId v = g.add_node1(kind, ops, attrs, ot);
+  ValueId v = g.add_node1(kind, std::move(ops), std::move(attrs), std::move(ot));
   if (inplace) {
     const at::Tensor& self = args[0].toTensor();
     ctx.write(in_order(self), v);
@@ -422,12 +429,16 @@ bool try_pointwise_composite(const std::string& fname, bool inplace, const Stack
   return true;
 }
 
-bool try_reduction(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
-                   Stack* out) {
+bool is_reduction_name(const std::string& fname) {
   static const std::unordered_set<std::string> names = {
       "aten::sum.dim_IntList", "aten::sum", "aten::mean.dim", "aten::mean", "aten::amax", "aten::amin",
       "aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm"};
-  if (!names.count(fname) || !args[0].isTensor() || !is_lazy(args[0].toTensor())) return false;
+  return names.count(fname) > 0;
+}
+
+bool try_reduction(const std::string& fname, const Stack& args, const std::vector<at::Tensor>& meta_outs,
+                   Stack* out) {
+  if (!is_reduction_name(fname) || !args[0].isTensor() || !is_lazy(args[0].toTensor())) return false;
   const at::Tensor& self = args[0].toTensor();
   DType in_dt = executor::from_aten(self.scalar_type());
   if (!lowering::lowerable_dtype(in_dt)) return false;

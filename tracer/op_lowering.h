@@ -28,6 +28,8 @@ bool try_pointwise_composite(const std::string& fname, bool inplace, const torch
                              const at::Tensor& mo, torch::jit::Stack* out);
 bool try_reduction(const std::string& fname, const torch::jit::Stack& args,
                    const std::vector<at::Tensor>& meta_outs, torch::jit::Stack* out);
+// Whether try_reduction handles `fname` at all (callers ask once per op).
+bool is_reduction_name(const std::string& fname);
 
 // "aten::add_.Tensor" -> "aten::add.Tensor", with *inplace = true.
 std::string functional_name(const std::string& name, bool* inplace);
@@ -39,5 +41,7 @@ bool is_special_op(const std::string& name);
 // Handles `name` on the stack; false when it is not a special op (or not this case).
 bool special_op(const std::string& name, torch::jit::Stack* stack);
 bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack);
+// Whether draw_at_trace_time can handle `name` at all (callers ask once per op).
+bool may_draw_at_trace_time(const std::string& name);
 
 }  // namespace lazyjit::tracer

@@ -40,7 +40,15 @@ struct OpInfo {
   bool special = false;      // one of the device's own ops (device_ops.cpp)
   bool index = false;        // takes index tensors, which may live on the CPU
   int sub_check = 0;         // 1: sub/rsub of two tensors, 2: of a tensor and a Scalar
+  bool eager = false;        // needs the data whatever its arguments (needs_eager's schema part)
+  bool draws = false;        // draw_at_trace_time may handle it
+  bool reduction = false;    // try_reduction may handle it
+  bool view = false;         // is_view_op
+  bool is_mutable = false;   // schema.is_mutable()
+  bool bool_array_args = false;  // has a bool[N] argument (may arrive as a generic list)
 };
+bool eager_schema(const c10::FunctionSchema& schema);
+bool is_view_op(const c10::FunctionSchema& schema);
 const OpInfo& op_info(const c10::OperatorHandle& op) {
   static std::unordered_map<const void*, OpInfo> infos;  // guarded by the trace lock
   auto [it, fresh] = infos.try_emplace(&op.schema());
@@ -54,6 +62,12 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     i.index = i.name.rfind("aten::index", 0) == 0 || i.name.rfind("aten::_index_put_impl_", 0) == 0;
     if (i.name == "aten::sub.Tensor" || i.name == "aten::sub_.Tensor" || i.name == "aten::rsub.Tensor") i.sub_check = 1;
     if (i.name == "aten::sub.Scalar" || i.name == "aten::sub_.Scalar" || i.name == "aten::rsub.Scalar") i.sub_check = 2;
+    i.eager = eager_schema(op.schema());
+    i.draws = may_draw_at_trace_time(i.name);
+    i.reduction = is_reduction_name(i.fname);
+    i.view = is_view_op(op.schema());
+    i.is_mutable = op.schema().is_mutable();
+    for (const auto& a : args) i.bool_array_args |= a.real_type()->str().rfind("bool[", 0) == 0;
   }
   return it->second;
 }
@@ -130,8 +144,9 @@ struct MetaResult {
   std::vector<at::Tensor> outs;   // the tensors among rets, flattened
 };
 
+// Every kind of argument starts with its own tag, and lists with their length.
 bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
-  thread_local ir::BufferHasher h;
+  static ir::BufferHasher h;  // guarded by the trace lock
   h.clear();
   const void* opp = &op.schema();
   h.update(&opp, sizeof opp);
@@ -145,28 +160,38 @@ bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key
     h.update(t.strides().data(), t.dim() * sizeof(int64_t));
   };
   for (const IValue& v : args) {
-    h.update_i64(static_cast<int64_t>(v.tagKind().size()));
-    if (v.isTensor()) tensor(v.toTensor());
+    if (v.isTensor()) { h.update_i64(-10); tensor(v.toTensor()); }
     else if (v.isTensorList()) {
+      std::vector<at::Tensor> l = v.toTensorVector();
       h.update_i64(-1);
-      for (const at::Tensor& t : v.toTensorVector()) tensor(t);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const at::Tensor& t : l) tensor(t);
     } else if (v.isOptionalTensorList()) {
+      auto l = v.toListRef();
       h.update_i64(-2);
-      for (const IValue& e : v.toListRef()) e.isNone() ? h.update_i64(-3) : tensor(e.toTensor());
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const IValue& e : l) e.isNone() ? h.update_i64(-3) : tensor(e.toTensor());
     } else if (v.isNone()) h.update_i64(-4);
     else if (v.isBool()) h.update_i64(v.toBool() ? 11 : 10);
     else if (v.isInt()) { h.update_i64(1); h.update_i64(v.toInt()); }
     else if (v.isDouble()) { double d = v.toDouble(); h.update_i64(2); h.update(&d, sizeof d); }
-    else if (v.isIntList()) { h.update_i64(3); for (int64_t x : v.toIntVector()) h.update_i64(x); }
-    else if (v.isString()) h.update_str(v.toStringRef());
-    else if (v.isDevice()) h.update_str(v.toDevice().str());
+    else if (v.isIntList()) {
+      auto l = v.toIntList();
+      h.update_i64(3);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (int64_t x : l) h.update_i64(x);
+    } else if (v.isString()) { h.update_i64(5); h.update_str(v.toStringRef()); }
+    else if (v.isDevice()) { h.update_i64(6); h.update_str(v.toDevice().str()); }
     else if (v.isScalar()) {
       c10::Scalar sc = v.toScalar();
+      h.update_i64(7);
       h.update_i64(static_cast<int64_t>(sc.type()));
       h.update_i64(executor::slot_from_scalar(sc));
     } else if (v.isList()) {  // SymInt[] and friends
+      auto l = v.toListRef();
       h.update_i64(4);
-      for (const IValue& e : v.toListRef()) {
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const IValue& e : l) {
         if (e.isInt()) h.update_i64(e.toInt());
         else if (e.isSymInt()) h.update_i64(e.toSymInt().expect_int());
         else if (e.isDouble()) { double d = e.toDouble(); h.update(&d, sizeof d); }
@@ -206,7 +231,8 @@ const std::unordered_set<std::string>& data_dependent_ops() {
   return s;
 }
 
-bool needs_eager(const c10::FunctionSchema& schema, const Stack& args) {
+// The part of needs_eager that depends on the schema only.
+bool eager_schema(const c10::FunctionSchema& schema) {
   if (data_dependent_ops().count(schema.name())) return true;
   for (const auto& r : schema.returns()) {
     auto k = r.real_type()->kind();
@@ -214,12 +240,17 @@ bool needs_eager(const c10::FunctionSchema& schema, const Stack& args) {
         !(k == c10::TypeKind::ListType && r.real_type()->str() == "Tensor[]"))
       return true;  // returns a number or a bool: needs the data
   }
-  for (const IValue& v : args)
-    if (v.isGenerator() || v.isStorage() || v.isCapsule() || v.isObject()) return true;
   // Random ops not drawn at trace time (their draws depend on tensor values)
   // run now, so draws happen in program order, as in eager.
   for (const auto& a : schema.arguments())
     if (a.real_type()->str().find("Generator") != std::string::npos) return true;
+  return false;
+}
+
+bool needs_eager(const OpInfo& info, const Stack& args) {
+  if (info.eager) return true;
+  for (const IValue& v : args)
+    if (v.isGenerator() || v.isStorage() || v.isCapsule() || v.isObject()) return true;
   return false;
 }
 
@@ -382,8 +413,9 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
 }  // namespace
 
 ir::TensorType contiguous_type(const at::Tensor& m) {
-  return ir::TensorType{executor::from_aten(m.scalar_type()), m.sizes().vec(),
-                        ir::contiguous_strides(m.sizes().vec())};
+  ir::TensorType t{executor::from_aten(m.scalar_type()), m.sizes().vec(), {}};
+  t.strides = ir::contiguous_strides(t.sizes);
+  return t;
 }
 
 void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
@@ -489,7 +521,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   size_t nargs = schema.arguments().size();
   // std::array<bool, N> arguments arrive boxed as generic lists; kernels unbox
   // them as bool lists.
-  for (size_t i = 0; i < nargs; ++i) {
+  for (size_t i = 0; info.bool_array_args && i < nargs; ++i) {
     IValue& v = (*stack)[stack->size() - nargs + i];
     if (v.isList() && !v.isBoolList() && schema.arguments()[i].real_type()->str().rfind("bool[", 0) == 0) {
       c10::List<bool> l;
@@ -549,8 +581,8 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
       at::assert_no_internal_overlap(args[i].toTensor());
   }
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
-  if (draw_at_trace_time(op, name, stack)) return;
-  if (needs_eager(schema, args)) return run_eager(op, stack, "needs data");
+  if (info.draws && draw_at_trace_time(op, name, stack)) return;
+  if (needs_eager(info, args)) return run_eager(op, stack, "needs data");
 
   // Shapes, dtypes and argument checks from PyTorch's meta kernels, memoized:
   // a hit reuses the stored results without copying them.
@@ -586,13 +618,13 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   const Stack& meta = mr->rets;
   const std::vector<at::Tensor>& meta_outs = mr->outs;
 
-  bool views = is_view_op(schema);
+  bool views = info.view;
   for (size_t r = 0; views && r < schema.returns().size(); ++r) {
     int a = aliased_arg(schema, r);
     views = a >= 0 && meta_args[a].isTensor();
     for (const at::Tensor& m : meta_outs) views = views && m.is_alias_of(meta_args[a].toTensor());
   }
-  if (!views && is_view_op(schema)) return run_eager(op, stack, "view op with an unexpected result");
+  if (!views && info.view) return run_eager(op, stack, "view op with an unexpected result");
   stack->erase(stack->end() - nargs, stack->end());
   if (views) {
     for (size_t r = 0; r < schema.returns().size(); ++r) {
@@ -608,13 +640,15 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   }
   bool inplace = info.inplace;
   const std::string& fname = info.fname;
-  if (!inplace && !schema.is_mutable() && try_reduction(fname, args, meta_outs, stack)) return;
-  if ((inplace || !schema.is_mutable()) && try_elementwise(fname, inplace, args, inplace ? std::vector<at::Tensor>{meta_args[0].toTensor()} : meta_outs, meta_args, stack))
-    return;
-  if ((inplace || !schema.is_mutable()) && meta_outs.size() == 1 &&
-      try_pointwise_composite(fname, inplace, args, inplace ? meta_args[0].toTensor() : meta_outs[0], stack))
-    return;
-  if (schema.is_mutable() && try_elementwise_out(fname, args, meta_outs, meta_args, stack)) return;
+  if (info.reduction && !inplace && !info.is_mutable && try_reduction(fname, args, meta_outs, stack)) return;
+  if (inplace || !info.is_mutable) {
+    std::vector<at::Tensor> self_out;  // an in-place op's result is its self argument
+    if (inplace) self_out.push_back(meta_args[0].toTensor());
+    const std::vector<at::Tensor>& result = inplace ? self_out : meta_outs;
+    if (try_elementwise(fname, inplace, args, result, meta_args, stack)) return;
+    if (result.size() == 1 && try_pointwise_composite(fname, inplace, args, result[0], stack)) return;
+  }
+  if (info.is_mutable && try_elementwise_out(fname, args, meta_outs, meta_args, stack)) return;
   record_aten(op, name, args, meta_args, meta, stack);
 }
 

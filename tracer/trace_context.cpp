@@ -38,14 +38,26 @@ std::string TraceContext::call_site() { return site_provider_ ? site_provider_()
 
 void TraceContext::forget(LazyStorage* s) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  touched_.erase(s);
+  untouch(*s);
   for (auto& o : input_owner_)
     if (o == s) o = nullptr;
 }
 
 void TraceContext::touch(LazyStorage& s) {
   s.epoch = epoch_;
-  touched_.insert(&s);
+  if (s.touched_epoch == epoch_) return;
+  s.touched_epoch = epoch_;
+  s.touched_index = touched_.size();
+  touched_.push_back(&s);
+}
+
+void TraceContext::untouch(LazyStorage& s) {
+  if (s.touched_epoch != epoch_) return;
+  LazyStorage* last = touched_.back();
+  touched_[s.touched_index] = last;
+  last->touched_index = s.touched_index;
+  touched_.pop_back();
+  s.touched_epoch = 0;
 }
 
 static bool dense_cover(const at::Tensor& t, int64_t storage_numel) {
@@ -92,7 +104,7 @@ ValueId TraceContext::read(const at::Tensor& t) {
   LazyStorage& s = storage_of(t);
   ValueId base = storage_value(s, &t);
   const TensorType& bt = graph_->value(base).type;
-  if (t.storage_offset() == 0 && t.sizes().vec() == bt.sizes && t.strides().vec() == bt.strides)
+  if (t.storage_offset() == 0 && t.sizes().equals(bt.sizes) && t.strides().equals(bt.strides))
     return base;
   TensorType view{bt.dtype, t.sizes().vec(), ir::contiguous_strides(t.sizes().vec())};
   return graph_->add_node1(OpKind::AsStrided, {base},
@@ -103,7 +115,7 @@ ValueId TraceContext::read(const at::Tensor& t) {
 void TraceContext::write(const at::Tensor& t, ValueId v) {
   LazyStorage& s = storage_of(t);
   const TensorType& vt = graph_->value(v).type;
-  if (dense_cover(t, s.numel) && vt.sizes == t.sizes().vec() && vt.strides == t.strides().vec() &&
+  if (dense_cover(t, s.numel) && t.sizes().equals(vt.sizes) && t.strides().equals(vt.strides) &&
       vt.dtype == executor::from_aten(s.dtype)) {
     s.value = v;
   } else {
@@ -129,13 +141,13 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   s.dtype = cpu.scalar_type();
   s.epoch = 0;
   s.lost.reset();
-  touched_.erase(&s);
+  untouch(s);
 }
 
 at::Tensor TraceContext::new_tensor(ValueId v, const at::Tensor& geometry) {
   const TensorType& type = graph_->value(v).type;
   at::ScalarType dt = executor::to_aten(type.dtype);
-  bool regeom = geometry.defined() && (geometry.sizes().vec() != type.sizes || geometry.strides().vec() != type.strides);
+  bool regeom = geometry.defined() && (!geometry.sizes().equals(type.sizes) || !geometry.strides().equals(type.strides));
   at::Tensor t = regeom ? make_tensor(make_storage(type.numel(), dt), dt, geometry.sizes(), geometry.strides(), 0)
                         : make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
   LazyStorage& s = storage_of(t);

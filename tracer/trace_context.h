@@ -58,6 +58,7 @@ class TraceContext {
   TraceContext();
   ir::ValueId storage_value(LazyStorage& s, const at::Tensor* hint);
   void touch(LazyStorage& s);
+  void untouch(LazyStorage& s);
   void reset();
 
   std::recursive_mutex mu_;
@@ -66,7 +67,7 @@ class TraceContext {
   std::vector<at::Tensor> inputs_;          // bound to the graph's inputs
   std::vector<LazyStorage*> input_owner_;   // whose data each input is
   std::vector<int64_t> scalars_;
-  std::unordered_set<LazyStorage*> touched_;
+  std::vector<LazyStorage*> touched_;  // storages the graph changed; see LazyStorage::touched_index
   cache::CompileCache cache_;
   std::unique_ptr<lowering::Target> target_;
   uint64_t target_hash_ = 0;
