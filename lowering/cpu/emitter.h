@@ -1,0 +1,216 @@
+// The LLVM IR emitter of one fused kernel (internal to the CPU target): loop
+// nests for elementwise kernels and their ops (codegen.cpp), and the loops of
+// row kernels with their reductions (row_kernel.cpp).
+#pragma once
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
+
+#include "lowering/cpu/codegen.h"
+
+namespace lazyjit::lowering::cpu::emit {
+
+using ir::OpKind;
+using llvm::Value;
+
+[[noreturn]] inline void unsupported(const std::string& what) { throw std::runtime_error(what); }
+
+inline bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+
+// Half and bf16 arithmetic runs in float, like ATen's opmath; results are rounded
+// when converted to the node's output dtype.
+inline DType opmath(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+}
+
+inline int64_t attr_i64(const ir::Node& n, size_t i) {
+  if (i < n.attrs.size())
+    if (auto* v = std::get_if<int64_t>(&n.attrs[i].value)) return *v;
+  unsupported(std::string(ir::op_name(n.kind)) + ": attr " + std::to_string(i) + " is not an int64");
+}
+
+// A value in registers: the LLVM value and the dtype it represents. Registers
+// hold i1 for bool, `half` for float16 and a float holding an exact bf16 for
+// bfloat16; memory holds one byte per bool and i16 per bf16.
+struct TV {
+  Value* v;
+  DType t;
+};
+
+class KernelEmitter {
+ public:
+  KernelEmitter(llvm::Module& m, const ir::Graph& g, const FusedKernel& k, const CodegenConfig& cfg,
+                const llvm::TargetMachine& tm)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), k_(k), cfg_(cfg), tm_(tm),
+        name_(k.name + cfg.symbol_suffix) {
+    std::string f = tm.getTargetFeatureString().str();
+    avx2_ = f.find("+avx2") != std::string::npos;
+    avx512_ = f.find("+avx512f") != std::string::npos;
+  }
+
+  void emit();
+
+ private:
+  void set_target_attrs(llvm::Function* f);
+
+  void emit_impl();
+
+  // Rotated (do-while) loops: the trip count of every dim but the outermost is a
+  // nonzero constant, and the outermost is guarded by begin < end.
+  void emit_loop(size_t d, Value* start, Value* stop);
+
+  void emit_body();
+
+  // --- row kernels ----------------------------------------------------------
+  // Per row: the row-space nodes in order, each reduction with its own loop over
+  // the cols that recomputes the full-space nodes feeding it; then the row-space
+  // stores; then one loop over the cols for the full-space stores.
+  void emit_row_impl(llvm::BasicBlock* exit);
+  // Rotated loops over dims [d, last), the first from start to stop (start <
+  // stop known), the others over their constant nonzero sizes.
+  void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
+  // Row loops are neither vectorized nor unrolled: with short rows LLVM would
+  // otherwise vectorize across rows once the col loops are fully unrolled, and
+  // a row's (reassociated) sum would then depend on whether it fell in the
+  // vector body or the remainder, i.e. on how [begin, end) was split.
+  llvm::MDNode* row_loop_md();
+  bool is_row_value(ValueId v) const;
+  // What one col loop does with the full-space nodes: computes `compute` (in
+  // node order) and reads `reuse` back from the row's scratch.
+  struct ColWork {
+    std::vector<size_t> compute, reuse;
+  };
+
+  // The full-space nodes `targets` need, by position: `need` those to compute,
+  // `stop` those `stop_at` marks (they are not entered: their value comes from
+  // elsewhere).
+  struct Walk {
+    std::vector<bool> need, stop;
+  };
+
+  Walk walk_full(const std::vector<ValueId>& targets, const std::vector<bool>& stop_at) const;
+  // What a col loop computes; a node an earlier col loop of the row computed
+  // and kept in scratch is read back, not recomputed.
+  ColWork full_nodes_for(const std::vector<ValueId>& targets) const;
+  // Which full-space nodes to keep in a per-row scratch array: those a later
+  // col loop of the row needs again after an earlier one computed them (a
+  // softmax's exp(x - max) is computed for the sum and read back for the
+  // output, not computed twice). Rows are short enough to stay in L1/L2; when
+  // the scratch would pass kScratchBytes, everything is recomputed instead.
+  void plan_row_scratch();
+  llvm::Type* scratch_type(DType t) { return t == DType::Bool ? b_.getInt8Ty() : reg_type(t); }
+  // One loop over the cols computing the full-space nodes of `w`, then `body`.
+  // Values made inside the loop are forgotten after it.
+  void emit_col_loop(const ColWork& w, const std::function<void()>& body);
+  void emit_kernel_node(const ir::Node& n);
+  // Contiguous offset over dims [first, last) of the iteration space.
+  Value* contiguous_index(size_t first, size_t last);
+  void store(size_t s, Value* offset);
+  void emit_row_body();
+  // The accumulator lives in an entry-block alloca that SROA turns into the
+  // loop's reduction phi. Only the float sum is reassociable (so that it
+  // vectorizes); max/min use llvm.maximum/minimum, which propagate NaN.
+  void emit_reduction(const ir::Node& n);
+
+  Value* index(const std::vector<int64_t>& strides, int64_t offset);
+
+  // --- types and conversions ------------------------------------------------
+  llvm::Type* reg_type(DType t);
+  llvm::Type* mem_type(DType t);
+
+  // Round a float to the nearest-even bf16, kept as a float (ATen's round_to_nearest_even).
+  Value* round_bf16(Value* f);
+
+  Value* convert(TV x, DType to);
+
+  Value* to_memory(Value* v, DType t);
+  Value* from_memory(Value* v, DType t);
+
+  // --- operands -------------------------------------------------------------
+  TV load_scalar(const Access& a);
+
+  TV operand(ValueId v);
+
+  // --- ops ------------------------------------------------------------------
+  TV emit_node(const ir::Node& n);
+
+  bool is_scalar_argument(ValueId v) const;
+
+  // x ** y for a scalar argument y, with ATen's CPU special cases: 2 -> x*x,
+  // 3 -> x*x*x, -2 -> 1/(x*x), -1 -> 1/x, 0.5 -> sqrt (so pow(-inf, 0.5) is
+  // nan, as in eager), -0.5 -> rsqrt; else pow. y is loop-invariant, so LLVM
+  // unswitches the branches out of the loop and each version vectorizes (powf
+  // costs ~20x a multiply).
+  Value* pow_by_scalar(Value* x, Value* y);
+
+  Value* clamp(const ir::Node& n, Value* x, DType ct);
+
+  Value* fconst(Value* like, double c) { return llvm::ConstantFP::get(like->getType(), c); }
+  Value* intrinsic(llvm::Intrinsic::ID id, Value* x) { return b_.CreateUnaryIntrinsic(id, x); }
+
+  // libm functions without an LLVM intrinsic. Declared as pure so that the loop
+  // vectorizer may widen them, onto libmvec's variants when it is available.
+  Value* libm(const char* name, Value* x);
+
+  // exp/log/sin/cos: LLVM's own libmvec table maps the intrinsic onto 128- and
+  // 256-bit variants only; with 512-bit vectors the call names all three.
+  Value* math(const char* name, llvm::Intrinsic::ID id, Value* x);
+
+  // LLVM 19's libmvec table covers exp/log/sin/cos/pow only; glibc >= 2.35 also
+  // has tanh, erf, log1p and expm1, which we name per call site in the vector
+  // function ABI ("_ZGV<isa>N<lanes>v_<name>"). Only ISAs the host runs are listed.
+  void add_vector_variants(llvm::CallInst* call, const std::string& fname, bool f32);
+
+  // float32 tanh as the rational approximation Eigen and XLA use (13/6 odd/even
+  // polynomials on [-7.9, 7.9], x itself below 4e-4): a few ulp, branch-free and
+  // vectorized inline; glibc's vector tanhf costs ~15 cycles an element.
+  // float64 keeps libm.
+  Value* tanh(Value* x);
+
+  Value* unary_float(OpKind k, Value* x);
+
+  Value* unary_int(OpKind k, Value* x, DType ct);
+
+  Value* binary_float(OpKind k, Value* a, Value* b);
+
+  // fmod's result has a's sign; Python's modulo wants b's.
+  Value* sign_fix(Value* mod, Value* b);
+
+  // ATen's div_floor_floating, branch-free.
+  Value* div_floor(Value* a, Value* b);
+
+  Value* binary_int(OpKind k, Value* a, Value* b, DType ct);
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const ir::Graph& g_;
+  const FusedKernel& k_;
+  const CodegenConfig& cfg_;
+  const llvm::TargetMachine& tm_;
+  std::string name_;
+  bool avx2_ = false, avx512_ = false;
+  std::vector<int64_t> sizes_;
+  llvm::Function* fn_ = nullptr;
+  size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
+  std::vector<int> buffer_of_;       // per load: its buffer parameter, -1 for scalars
+  std::vector<Value*> idx_;          // per dim: the induction variable
+  size_t nrow_ = 0, ncol_ = 0;       // row kernels: leading row dims, trailing col dims
+  bool cols_empty_ = false;          // row kernels: no cols (empty rows)
+  std::unordered_map<ValueId, size_t> pos_of_;  // row kernels: node position of each value
+  std::unordered_map<size_t, llvm::AllocaInst*> scratch_;  // row kernels: kept nodes' row arrays
+  std::vector<bool> computed_;       // row kernels: positions an earlier col loop of the row made
+  std::unordered_map<ValueId, TV> values_;  // computed in the kernel
+  std::unordered_map<int32_t, TV> loaded_;  // per load index
+  std::unordered_set<std::string> used_;  // vector variants declared
+};
+
+}  // namespace lazyjit::lowering::cpu::emit
