@@ -57,9 +57,13 @@ def test_passes_are_dumped_and_simplify_the_graph(tmp_path):
 def test_results_do_not_depend_on_the_passes(tmp_path):
     _, on, want = run(tmp_path, "on")
     _, off, _ = run(tmp_path, "off", LAZYJIT_DISABLE_PASSES="dce,fold,cse,fuse,buffers")
-    torch.testing.assert_close(on, want)
-    torch.testing.assert_close(off, want)
-    torch.testing.assert_close(on, off)
+    # Two chained 512-wide GEMMs: MKL may split a GEMM differently when the
+    # machine is busy, which moves the last bits; the passes themselves must
+    # not move anything beyond that.
+    tol = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(on, want, **tol)
+    torch.testing.assert_close(off, want, **tol)
+    torch.testing.assert_close(on, off, **tol)
 
 
 ADAMW = r"""
