@@ -75,8 +75,12 @@ void KernelEmitter::emit_impl() {
   for (size_t i = 0; i < k_.loads.size(); ++i)
     if (k_.loads[i].scalar_index >= 0) loaded_[i] = load_scalar(k_.loads[i]);
   if (k_.row) return emit_row_impl(exit);
+  emit_outer_loops(exit, sizes_.size(), [&] { emit_body(); });
+}
+
+void KernelEmitter::emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body) {
   bool empty = false;
-  for (size_t d = 1; d < sizes_.size(); ++d) empty |= sizes_[d] <= 0;
+  for (size_t d = 1; d < last; ++d) empty |= sizes_[d] <= 0;
   if (empty) {
     b_.CreateBr(exit);
   } else {
@@ -86,14 +90,14 @@ void KernelEmitter::emit_impl() {
     b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
     b_.SetInsertPoint(outer);
     idx_.assign(sizes_.size(), nullptr);
-    emit_loop(0, begin, end);
+    emit_loops(0, last, begin, end, body);
     b_.CreateBr(exit);
   }
   b_.SetInsertPoint(exit);
   b_.CreateRetVoid();
 }
 
-void KernelEmitter::emit_loop(size_t d, Value* start, Value* stop) {
+void KernelEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d), fn_);
   b_.CreateBr(head);
@@ -101,15 +105,17 @@ void KernelEmitter::emit_loop(size_t d, Value* start, Value* stop) {
   llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(d));
   i->addIncoming(start, pre);
   idx_[d] = i;
-  if (d + 1 < sizes_.size())
-    emit_loop(d + 1, b_.getInt64(0), b_.getInt64(sizes_[d + 1]));
+  if (d + 1 < last)
+    emit_loops(d + 1, last, b_.getInt64(0), b_.getInt64(sizes_[d + 1]), body);
   else
-    emit_body();
+    body();
   Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
   i->addIncoming(next, b_.GetInsertBlock());
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d) + ".end", fn_);
-  b_.CreateCondBr(b_.CreateICmpSLT(next, stop), head, after);
+  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpSLT(next, stop), head, after);
+  if (d < nrow_) latch->setMetadata(llvm::LLVMContext::MD_loop, row_loop_md());
   b_.SetInsertPoint(after);
+  idx_[d] = nullptr;
 }
 
 void KernelEmitter::emit_body() {

@@ -63,9 +63,13 @@ class KernelEmitter {
 
   void emit_impl();
 
-  // Rotated (do-while) loops: the trip count of every dim but the outermost is a
-  // nonzero constant, and the outermost is guarded by begin < end.
-  void emit_loop(size_t d, Value* start, Value* stop);
+  // Guards begin < end and the emptiness of dims [1, last), then rotated loops
+  // over dims [0, last) around `body`, then returns.
+  void emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body);
+  // Rotated (do-while) loops over dims [d, last), the first from start to stop
+  // (start < stop known), the others over their constant nonzero sizes. Row
+  // dims (d < nrow_) get row_loop_md().
+  void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
 
   void emit_body();
 
@@ -74,9 +78,6 @@ class KernelEmitter {
   // the cols that recomputes the full-space nodes feeding it; then the row-space
   // stores; then one loop over the cols for the full-space stores.
   void emit_row_impl(llvm::BasicBlock* exit);
-  // Rotated loops over dims [d, last), the first from start to stop (start <
-  // stop known), the others over their constant nonzero sizes.
-  void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
   // Row loops are neither vectorized nor unrolled: with short rows LLVM would
   // otherwise vectorize across rows once the col loops are fully unrolled, and
   // a row's (reassociated) sum would then depend on whether it fell in the

@@ -5,7 +5,6 @@
 
 namespace lazyjit::lowering::cpu::emit {
 
-
 void KernelEmitter::emit_row_impl(llvm::BasicBlock* exit) {
   ncol_ = static_cast<size_t>(k_.reduce_rank);
   if (k_.row_space.size() != k_.nodes.size() || ncol_ < 1 || ncol_ >= sizes_.size())
@@ -22,44 +21,8 @@ void KernelEmitter::emit_row_impl(llvm::BasicBlock* exit) {
     if (!pos_of_.count(v)) unsupported("store %" + std::to_string(v) + " is not computed in the kernel");
   cols_empty_ = false;
   for (size_t d = nrow_; d < sizes_.size(); ++d) cols_empty_ |= sizes_[d] <= 0;
-  bool empty = false;
-  for (size_t d = 1; d < nrow_; ++d) empty |= sizes_[d] <= 0;
-  if (empty) {
-    b_.CreateBr(exit);
-  } else {
-    Value* begin = fn_->getArg(nbuf_ + 1);
-    Value* end = fn_->getArg(nbuf_ + 2);
-    llvm::BasicBlock* outer = llvm::BasicBlock::Create(ctx_, "rows", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
-    b_.SetInsertPoint(outer);
-    idx_.assign(sizes_.size(), nullptr);
-    plan_row_scratch();
-    emit_loops(0, nrow_, begin, end, [&] { emit_row_body(); });
-    b_.CreateBr(exit);
-  }
-  b_.SetInsertPoint(exit);
-  b_.CreateRetVoid();
-}
-
-void KernelEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
-  llvm::BasicBlock* pre = b_.GetInsertBlock();
-  llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d), fn_);
-  b_.CreateBr(head);
-  b_.SetInsertPoint(head);
-  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(d));
-  i->addIncoming(start, pre);
-  idx_[d] = i;
-  if (d + 1 < last)
-    emit_loops(d + 1, last, b_.getInt64(0), b_.getInt64(sizes_[d + 1]), body);
-  else
-    body();
-  Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
-  i->addIncoming(next, b_.GetInsertBlock());
-  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d) + ".end", fn_);
-  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpSLT(next, stop), head, after);
-  if (d < nrow_) latch->setMetadata(llvm::LLVMContext::MD_loop, row_loop_md());
-  b_.SetInsertPoint(after);
-  idx_[d] = nullptr;
+  plan_row_scratch();
+  emit_outer_loops(exit, nrow_, [&] { emit_row_body(); });
 }
 
 llvm::MDNode* KernelEmitter::row_loop_md() {
