@@ -1,0 +1,200 @@
+#include "lowering/plan_io.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace lazyjit::lowering {
+
+using ir::ByteReader;
+using ir::ByteWriter;
+using ir::Graph;
+using ir::OpKind;
+
+namespace {
+
+constexpr std::string_view kPlanTag = "LJPL";
+
+// Smallest encodings, so a count can be checked against the bytes left.
+constexpr size_t kMinAccessBytes = 4 + 4 + 1 + 4 + 8 + 4;
+constexpr size_t kMinKernelBytes = 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4;
+constexpr size_t kMinStepBytes = 1 + 4 + 4;
+
+// Everything read_* check against: the graph the plan was made from.
+struct Reading {
+  ByteReader& r;
+  const Graph& g;
+  std::string where;  // "kernel 3", "step 7": the prefix of error messages
+
+  [[noreturn]] void bad(const std::string& what) const { r.fail(where + ": " + what); }
+  ValueId value(ValueId v, const char* role) const {
+    if (v >= g.values().size())
+      bad(std::string(role) + " %" + std::to_string(v) + " is not a value of the graph (" +
+          std::to_string(g.values().size()) + " values)");
+    return v;
+  }
+  uint32_t node(uint32_t n) const {
+    if (n >= g.nodes().size())
+      bad("node " + std::to_string(n) + " is not in the graph (" + std::to_string(g.nodes().size()) +
+          " nodes)");
+    return n;
+  }
+};
+
+// --- Access ------------------------------------------------------------------------
+
+void write_access(ByteWriter& w, const Access& a) {
+  w.u32(a.operand);
+  w.u32(a.value);
+  w.u8(static_cast<uint8_t>(a.dtype));
+  w.i64s(a.strides);
+  w.i64(a.offset);
+  w.i32(a.scalar_index);
+}
+
+Access read_access(const Reading& in, size_t rank) {
+  Access a;
+  a.operand = in.value(in.r.u32(), "load operand");
+  a.value = in.value(in.r.u32(), "load value");
+  uint8_t d = in.r.u8();
+  if (d > static_cast<uint8_t>(DType::Other)) in.bad("load dtype " + std::to_string(d));
+  a.dtype = static_cast<DType>(d);
+  a.strides = in.r.i64s();
+  if (a.strides.size() != rank)
+    in.bad("load of %" + std::to_string(a.value) + " has " + std::to_string(a.strides.size()) +
+           " strides for " + std::to_string(rank) + " dims");
+  a.offset = in.r.i64();
+  a.scalar_index = in.r.i32();
+  if (a.scalar_index < -1 || a.scalar_index >= static_cast<int64_t>(in.g.scalars().size()))
+    in.bad("scalar index " + std::to_string(a.scalar_index) + " of a graph with " +
+           std::to_string(in.g.scalars().size()) + " scalars");
+  return a;
+}
+
+// --- FusedKernel (kernel_fns are not stored: see plan_io.h) -------------------------
+
+void write_kernel(ByteWriter& w, const FusedKernel& k) {
+  w.i64s(k.sizes);
+  w.u32s(k.nodes);
+  w.count(k.loads.size());
+  for (const Access& a : k.loads) write_access(w, a);
+  w.u32s(k.stores);
+  w.boolean(k.row);
+  w.i32(k.reduce_rank);
+  w.count(k.row_space.size());
+  for (bool b : k.row_space) w.boolean(b);
+  w.str(k.name);
+}
+
+FusedKernel read_kernel(const Reading& in) {
+  FusedKernel k;
+  k.sizes = in.r.i64s();
+  if (k.sizes.empty()) in.bad("an iteration space of rank 0");
+  for (int64_t s : k.sizes)
+    if (s < 0) in.bad("negative size " + std::to_string(s));
+  k.nodes = in.r.u32s();
+  for (uint32_t n : k.nodes) {
+    OpKind kind = in.g.nodes()[in.node(n)].kind;
+    if (!ir::is_elementwise(kind) && !ir::is_reduction(kind))
+      in.bad("node " + std::to_string(n) + " (" + std::string(ir::op_name(kind)) +
+             ") cannot run in a kernel");
+  }
+  k.loads.resize(in.r.count(kMinAccessBytes, "load"));
+  for (Access& a : k.loads) a = read_access(in, k.sizes.size());
+  k.stores = in.r.u32s();
+  for (ValueId v : k.stores) in.value(v, "store");
+  k.row = in.r.boolean();
+  k.reduce_rank = in.r.i32();
+  if (k.row ? (k.reduce_rank < 1 || k.reduce_rank >= static_cast<int64_t>(k.sizes.size()))
+            : k.reduce_rank != 0)
+    in.bad("reduce_rank " + std::to_string(k.reduce_rank) + " of a " + (k.row ? "row" : "plain") +
+           " kernel of rank " + std::to_string(k.sizes.size()));
+  k.row_space.resize(in.r.count(1, "row_space entry"));
+  for (size_t i = 0; i < k.row_space.size(); ++i) k.row_space[i] = in.r.boolean();
+  if (k.row_space.size() != (k.row ? k.nodes.size() : 0))
+    in.bad(std::to_string(k.row_space.size()) + " row_space entries for " +
+           std::to_string(k.nodes.size()) + " nodes");
+  k.name = in.r.str();
+  return k;
+}
+
+// --- Step --------------------------------------------------------------------------
+
+void write_step(ByteWriter& w, const Step& s) {
+  w.u8(static_cast<uint8_t>(s.kind));
+  w.u32(s.node);
+  w.i32(s.kernel);
+}
+
+Step read_step(const Reading& in, size_t n_kernels) {
+  Step s;
+  uint8_t kind = in.r.u8();
+  if (kind > static_cast<uint8_t>(Step::Kind::AsStridedScatter)) in.bad("step kind " + std::to_string(kind));
+  s.kind = static_cast<Step::Kind>(kind);
+  s.node = in.r.u32();
+  s.kernel = in.r.i32();
+  if (s.kind == Step::Kind::Kernel) {
+    if (s.kernel < 0 || s.kernel >= static_cast<int64_t>(n_kernels))
+      in.bad("kernel " + std::to_string(s.kernel) + " of " + std::to_string(n_kernels));
+    return s;
+  }
+  // The executor and Plan::str read the node's outputs (and an Aten node's
+  // schema name) without checking.
+  const ir::Node& n = in.g.nodes()[in.node(s.node)];
+  OpKind want = s.kind == Step::Kind::Aten        ? OpKind::Aten
+                : s.kind == Step::Kind::AsStrided ? OpKind::AsStrided
+                                                  : OpKind::AsStridedScatter;
+  if (n.kind != want)
+    in.bad("node " + std::to_string(s.node) + " is " + std::string(ir::op_name(n.kind)) + ", not " +
+           std::string(ir::op_name(want)));
+  if (n.outputs.empty()) in.bad("node " + std::to_string(s.node) + " has no outputs");
+  if (want == OpKind::Aten && (n.attrs.empty() || !std::holds_alternative<std::string>(n.attrs[0].value)))
+    in.bad("aten node " + std::to_string(s.node) + " has no schema name");
+  return s;
+}
+
+}  // namespace
+
+// --- Plan --------------------------------------------------------------------------
+
+void write_plan(ByteWriter& w, const Plan& plan) {
+  w.header(kPlanTag, kPlanFormatVersion);
+  w.count(plan.kernels.size());
+  for (const FusedKernel& k : plan.kernels) write_kernel(w, k);
+  w.count(plan.steps.size());
+  for (const Step& s : plan.steps) write_step(w, s);
+  w.count(plan.frees.size());
+  for (const auto& f : plan.frees) w.u32s(f);
+  w.i64(plan.planned_peak_bytes);
+  w.i64(plan.result_bytes);
+}
+
+Plan read_plan(ByteReader& r, const Graph& g) {
+  r.expect_header(kPlanTag, kPlanFormatVersion, "plan");
+  Plan plan;
+  Reading in{r, g, {}};
+  plan.kernels.resize(r.count(kMinKernelBytes, "kernel"));
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    in.where = "kernel " + std::to_string(i);
+    plan.kernels[i] = read_kernel(in);
+  }
+  plan.steps.resize(r.count(kMinStepBytes, "step"));
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    in.where = "step " + std::to_string(i);
+    plan.steps[i] = read_step(in, plan.kernels.size());
+  }
+  in.where = "frees";
+  plan.frees.resize(r.count(4, "frees list"));
+  if (!plan.frees.empty() && plan.frees.size() != plan.steps.size())
+    in.bad(std::to_string(plan.frees.size()) + " lists for " + std::to_string(plan.steps.size()) + " steps");
+  for (auto& f : plan.frees) {
+    f = r.u32s();
+    for (ValueId v : f) in.value(v, "freed value");
+  }
+  plan.planned_peak_bytes = r.i64();
+  plan.result_bytes = r.i64();
+  if (plan.planned_peak_bytes < 0 || plan.result_bytes < 0)
+    r.fail("negative byte counts");
+  return plan;
+}
+
+}  // namespace lazyjit::lowering
