@@ -37,6 +37,7 @@ class ByteWriter {
   void u32s(const std::vector<uint32_t>& v);
   void i32s(const std::vector<int32_t>& v);
 
+  size_t size() const { return bytes_.size(); }
   const std::string& bytes() const { return bytes_; }
   std::string take() { return std::move(bytes_); }
 
@@ -72,6 +73,8 @@ class ByteReader {
 
   size_t offset() const { return pos_; }
   size_t remaining() const { return bytes_.size() - pos_; }
+  // The bytes read since `start` (an earlier offset()), e.g. to checksum a piece.
+  std::string_view read_since(size_t start) const { return bytes_.substr(start, pos_ - start); }
   // Throws unless every byte was read (trailing bytes mean a corrupt or
   // mismatched input).
   void expect_end(std::string_view what) const;

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph_ir/hash.h"
+
 namespace lazyjit::lowering {
 
 using ir::ByteReader;
@@ -157,6 +159,7 @@ Step read_step(const Reading& in, size_t n_kernels) {
 // --- Plan --------------------------------------------------------------------------
 
 void write_plan(ByteWriter& w, const Plan& plan) {
+  const size_t start = w.size();
   w.header(kPlanTag, kPlanFormatVersion);
   w.count(plan.kernels.size());
   for (const FusedKernel& k : plan.kernels) write_kernel(w, k);
@@ -166,9 +169,11 @@ void write_plan(ByteWriter& w, const Plan& plan) {
   for (const auto& f : plan.frees) w.u32s(f);
   w.i64(plan.planned_peak_bytes);
   w.i64(plan.result_bytes);
+  w.u64(ir::hash64(w.bytes().data() + start, w.size() - start));
 }
 
 Plan read_plan(ByteReader& r, const Graph& g) {
+  const size_t start = r.offset();
   r.expect_header(kPlanTag, kPlanFormatVersion, "plan");
   Plan plan;
   Reading in{r, g, {}};
@@ -194,6 +199,12 @@ Plan read_plan(ByteReader& r, const Graph& g) {
   plan.result_bytes = r.i64();
   if (plan.planned_peak_bytes < 0 || plan.result_bytes < 0)
     r.fail("negative byte counts");
+  // The checks above keep every index in range, but sizes, strides and offsets
+  // cannot be checked against the buffers without planning again, and a wrong
+  // stride makes a kernel read out of bounds: accidental corruption is caught
+  // by the checksum instead.
+  std::string_view body = r.read_since(start);
+  if (r.u64() != ir::hash64(body.data(), body.size())) r.fail("plan checksum mismatch");
   return plan;
 }
 

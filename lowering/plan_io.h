@@ -11,14 +11,16 @@
 //   u32 step count, then per Step: u8 kind, u32 node, i32 kernel
 //   u32 frees count + u32 list per step
 //   i64 planned_peak_bytes, i64 result_bytes
+//   u64 XXH3-64 of all the plan's bytes above, "LJPL" included
 //
 // kernel_fns are not stored: they point into loaded object code, and whoever
 // loads that code fills them (read_plan leaves them empty).
 //
 // read_plan validates the plan against the graph it was made from (node, value,
 // scalar and kernel indices in range; each step's node of the step's kind; kernel
-// nodes elementwise or reductions; per-dim vectors of the kernel's rank) and
-// throws std::runtime_error on anything wrong.
+// nodes elementwise or reductions; per-dim vectors of the kernel's rank), checks
+// the checksum (geometry such as strides cannot be validated without planning
+// again), and throws std::runtime_error on anything wrong.
 #pragma once
 #include "graph_ir/bytes.h"
 #include "graph_ir/graph.h"

@@ -281,7 +281,8 @@ TEST(PlanIO, WrongTagOrVersionIsRefused) {
 }
 
 // Random corruptions of the plan part either throw std::runtime_error or give
-// a plan whose indices all hold (str() walks them).
+// a plan whose indices all hold (str() walks them); with the checksum, reading
+// one is a 2^-64 event, so this mostly checks that nothing crashes first.
 TEST(PlanIO, RandomCorruptionNeverCrashes) {
   std::mt19937 rng(99);
   int refused = 0;
@@ -306,6 +307,26 @@ TEST(PlanIO, RandomCorruptionNeverCrashes) {
     }
   }
   EXPECT_GT(refused, 0);
+}
+
+// A flipped bit in a stride would pass every index check and make a kernel read
+// out of bounds; the checksum refuses every single-bit change.
+TEST(PlanIO, EverySingleBitFlipIsRefused) {
+  Graph g = layer_norm_graph();
+  Plan p = lowering::plan_graph(g);
+  ByteWriter w;
+  write_graph(w, g);
+  const size_t plan_at = w.size();
+  const std::string bytes = program_bytes(g, p);
+  for (size_t at = plan_at; at < bytes.size(); ++at)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = bytes;
+      bad[at] ^= static_cast<char>(1 << bit);
+      EXPECT_THROW(read_program(bad), std::runtime_error) << "byte " << at << " bit " << bit;
+    }
+  std::string last = bytes;
+  last.back() ^= 1;
+  EXPECT_NE(error_of(last).find("plan checksum mismatch"), std::string::npos) << error_of(last);
 }
 
 TEST(PlanIO, ReaderChecksThePlanAgainstTheGraph) {
