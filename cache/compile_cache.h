@@ -1,9 +1,10 @@
 // In-memory compile cache: thread-safe, LRU-bounded, and never compiles one key
 // twice at once (a second caller waits for the first one's result).
 //
-// On a miss it says why: a structure never seen ("new graph"), or a known
-// structure on new shapes ("new shapes for a known graph") — the seed of
-// recompile explanations.
+// Generic over what it stores (the runtime stores executable programs); it
+// knows neither libtorch nor LLVM. On a miss it says why: a structure never
+// seen ("new graph"), or a known structure on new shapes ("new shapes for a
+// known graph") — the seed of recompile explanations.
 #pragma once
 #include <functional>
 #include <future>
@@ -22,44 +23,105 @@ struct Hash128Hash {
   size_t operator()(const ir::Hash128& h) const { return h.lo ^ h.hi; }
 };
 
-// What the cache holds; the lowering layer derives its program from it.
-struct CacheEntry {
-  virtual ~CacheEntry() = default;
-};
-
+template <class Entry>
 struct Lookup {
-  std::shared_ptr<CacheEntry> entry;
+  std::shared_ptr<const Entry> entry;
   bool hit = false;
   std::string miss_reason;  // empty on a hit
 };
 
-class CompileCache {
+// The bookkeeping every CompileCache shares, whatever it stores: counters, miss
+// reasons, which structures were seen. Not a type of its own for users.
+class CacheStats {
+ protected:
+  void count_hit();
+  // Returns why `key` missed, counts the miss; `collided`: same key, another graph.
+  std::string count_miss(const CacheKey& key, bool collided);
+  std::unordered_set<ir::Hash128, Hash128Hash> structures_seen_;
+};
+
+template <class Entry>
+class CompileCache : private CacheStats {
  public:
+  using Ptr = std::shared_ptr<const Entry>;
   explicit CompileCache(size_t capacity = 1024) : capacity_(capacity) {}
 
   // Returns the entry for `key`, calling `compile` on a miss. If `compile`
   // throws, nothing is cached and the exception reaches every waiting caller.
-  Lookup get_or_compile(const CacheKey& key,
-                        const std::function<std::shared_ptr<CacheEntry>()>& compile);
+  Lookup<Entry> get_or_compile(const CacheKey& key, const std::function<Ptr()>& compile) {
+    std::promise<Ptr> promise;
+    std::string reason;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end() && it->second.confirm == key.confirm) {
+        lru_.splice(lru_.begin(), lru_, it->second.lru);
+        auto fut = it->second.result;
+        lock.unlock();
+        count_hit();
+        return Lookup<Entry>{fut.get(), true, {}};
+      }
+      // Same 128+64-bit key, different confirming hash: two graphs collided.
+      // Never serve the other program; compile this one and let it replace.
+      bool collided = it != map_.end();
+      if (collided) {
+        lru_.erase(it->second.lru);
+        map_.erase(it);
+      }
+      reason = count_miss(key, collided);
+      lru_.push_front(key);
+      map_.emplace(key, Slot{promise.get_future().share(), key.confirm, lru_.begin()});
+      evict_locked();
+    }
+    try {
+      Ptr entry = compile();
+      promise.set_value(entry);
+      return Lookup<Entry>{entry, false, reason};
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        lru_.erase(it->second.lru);
+        map_.erase(it);
+      }
+      throw;
+    }
+  }
 
-  size_t size() const;
-  void clear();
-  void set_capacity(size_t n);
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.size();
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.clear();
+    lru_.clear();
+    structures_seen_.clear();
+  }
+  void set_capacity(size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capacity_ = n;
+    evict_locked();
+  }
 
  private:
   struct Slot {
-    std::shared_future<std::shared_ptr<CacheEntry>> result;
+    std::shared_future<Ptr> result;
     uint64_t confirm;
-    std::list<CacheKey>::iterator lru;
+    typename std::list<CacheKey>::iterator lru;
   };
-  std::string explain_miss(const CacheKey& key) const;
-  void evict_locked();
+  void evict_locked() {
+    while (map_.size() > capacity_ && !lru_.empty()) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+  }
 
   mutable std::mutex mu_;
   size_t capacity_;
   std::unordered_map<CacheKey, Slot, CacheKeyHash> map_;
   std::list<CacheKey> lru_;  // front = most recent
-  std::unordered_set<ir::Hash128, Hash128Hash> structures_seen_;
 };
 
 }  // namespace lazyjit::cache

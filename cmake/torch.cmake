@@ -10,7 +10,9 @@ find_package(Torch REQUIRED)
 find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/lib" REQUIRED)
 
 add_library(lazyjit SHARED
-  executor/executor.cpp executor/buffer_pool.cpp
+  bridge/aten_ir.cpp
+  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/buffer_pool.cpp
+  runtime/config.cpp runtime/pipeline.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp
   tracer/op_lowering.cpp tracer/device_ops.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
@@ -24,6 +26,11 @@ add_executable(e2e_tests tests/e2e/device_test.cpp)
 target_link_libraries(e2e_tests lazyjit GTest::gtest_main)
 set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST)
+
+add_executable(executor_tests tests/executor/program_bytes_test.cpp)
+target_link_libraries(executor_tests lazyjit GTest::gtest_main)
+set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
+gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST)
 
 add_executable(demo_cpp examples/demo.cpp)
 target_link_libraries(demo_cpp lazyjit)

@@ -1,14 +1,12 @@
-// IR, plan and LLVM dumps. LAZYJIT_DUMP=<dir> writes one set of files per compiled
-// program, named by its cache key: <key>.graph.txt, <key>.plan.txt, <key>.ll.
+// IR, plan and LLVM dumps. With LAZYJIT_DUMP=<dir> (runtime/config.h) the
+// compiler writes one set of files per compiled program, named by its cache key:
+// <key>.graph.txt, <key>.pass<N>-<name>.txt, <key>.plan.txt, <key>.ll.
 #pragma once
 #include <string>
 
 namespace lazyjit::debug {
 
-// The dump directory, or empty when dumps are off. Read once from the environment.
-const std::string& dump_dir();
-void set_dump_dir(const std::string& dir);
-// Writes <dump_dir>/<name>; does nothing when dumps are off. Never throws.
-void write_dump(const std::string& name, const std::string& content);
+// Writes <dir>/<name>, creating dir; does nothing when dir is empty. Never throws.
+void write_dump(const std::string& dir, const std::string& name, const std::string& content);
 
 }  // namespace lazyjit::debug

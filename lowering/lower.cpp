@@ -10,33 +10,34 @@
 
 namespace lazyjit::lowering {
 
-std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const PlanOptions& opts,
-                               const std::string& dump_name) {
+std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: malformed graph: " + err + "\n" + graph.str());
   auto program = std::make_shared<Program>();
-  const bool dumping = !debug::dump_dir().empty();
-  if (dumping) debug::write_dump(dump_name + ".graph.txt", graph.str());
-  std::vector<std::string> disabled = opts.disabled;
-  for (const std::string& name : disabled_passes_from_env()) disabled.push_back(name);
+  const bool dumping = !opts.dump_dir.empty();
+  auto dump = [&](const std::string& suffix, const std::string& text) {
+    if (dumping) debug::write_dump(opts.dump_dir, opts.dump_name + suffix, text);
+  };
+  dump(".graph.txt", graph.str());
+  const std::vector<std::string>& disabled = opts.plan.disabled;
   auto off = [&](const char* name) { return std::find(disabled.begin(), disabled.end(), name) != disabled.end(); };
   int pass_no = 0;
   graph = run_graph_passes(std::move(graph), disabled, [&](const std::string& pass, const ir::Graph& g) {
     ++pass_no;
-    if (dumping) debug::write_dump(dump_name + ".pass" + std::to_string(pass_no) + "-" + pass + ".txt", g.str());
+    if (dumping) dump(".pass" + std::to_string(pass_no) + "-" + pass + ".txt", g.str());
   });
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: a graph pass made a malformed graph: " + err + "\n" + graph.str());
-  PlanOptions plan_opts = opts;
-  plan_opts.fuse = opts.fuse && !off("fuse");
-  plan_opts.buffers = opts.buffers && !off("buffers");
+  PlanOptions plan_opts = opts.plan;
+  plan_opts.fuse = opts.plan.fuse && !off("fuse");
+  plan_opts.buffers = opts.plan.buffers && !off("buffers");
   program->plan = plan_graph(graph, plan_opts);
-  if (dumping) debug::write_dump(dump_name + ".plan.txt", program->plan.str(graph));
+  dump(".plan.txt", program->plan.str(graph));
   if (!program->plan.kernels.empty()) {
     program->code = target.compile(graph, program->plan);
     debug::Metrics::get().add(debug::Counter::Compiles);
-    debug::write_dump(dump_name + ".ll", program->code->llvm_ir());
+    dump(".ll", program->code->llvm_ir());
   }
   program->graph = std::move(graph);
   program->compile_ms =

@@ -1,32 +1,28 @@
-// The map of the compiler: graph -> plan (DCE, fusion, coalescing) -> target code.
+// The map of the compiler: graph -> graph passes (passes.h) -> plan (fusion,
+// coalescing, buffer plan: plan.h) -> target code (target.h).
 #pragma once
 #include <memory>
-#include <mutex>
+#include <string>
 
-#include "cache/compile_cache.h"
 #include "graph_ir/graph.h"
 #include "lowering/plan.h"
+#include "lowering/program.h"
 #include "lowering/target.h"
 
 namespace lazyjit::lowering {
 
-// A compiled program: the graph it was compiled from (its attributes drive the
-// library steps), the plan, and the code that keeps the kernels callable.
-struct Program : cache::CacheEntry {
-  ir::Graph graph;
-  Plan plan;
-  std::unique_ptr<CompiledCode> code;
-  double compile_ms = 0;
-  // What the executor resolves once per program (ATen operator handles), so a
-  // cached program launches without name lookups. Opaque here: lowering does
-  // not know libtorch.
-  mutable std::once_flag runtime_once;
-  mutable std::shared_ptr<void> runtime;
+struct LowerOptions {
+  // plan.disabled names graph passes ("dce", "fold", "cse") and plan stages
+  // ("fuse", "buffers") to skip; the caller keys its cache on them too.
+  PlanOptions plan;
+  // When set, dumps are written here, named `<dump_name>.*`: the graph before
+  // the passes, after each pass, the plan, and the LLVM IR.
+  std::string dump_dir;
+  std::string dump_name;
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails
-// to compile. Writes dumps named `dump_name` when LAZYJIT_DUMP is set.
-std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const PlanOptions& opts,
-                               const std::string& dump_name);
+// to compile.
+std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptions& opts);
 
 }  // namespace lazyjit::lowering

@@ -258,23 +258,6 @@ const std::vector<GraphPass>& graph_pipeline() {
   return passes;
 }
 
-const std::vector<std::string>& disabled_passes_from_env() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    const char* e = std::getenv("LAZYJIT_DISABLE_PASSES");
-    std::string s = e ? e : "";
-    size_t start = 0;
-    while (start <= s.size()) {
-      size_t comma = s.find(',', start);
-      if (comma == std::string::npos) comma = s.size();
-      if (comma > start) out.push_back(s.substr(start, comma - start));
-      start = comma + 1;
-    }
-    return out;
-  }();
-  return names;
-}
-
 Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
                        const std::function<void(const std::string&, const Graph&)>& after) {
   for (const GraphPass& p : graph_pipeline()) {

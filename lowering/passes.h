@@ -45,8 +45,6 @@ struct GraphPass {
 // The graph passes in pipeline order.
 const std::vector<GraphPass>& graph_pipeline();
 
-// Names of passes turned off: LAZYJIT_DISABLE_PASSES (comma separated), read once.
-const std::vector<std::string>& disabled_passes_from_env();
 
 // Runs the pipeline, skipping `disabled` names, calling `after` with each
 // pass's name and result (for dumps).

@@ -17,11 +17,15 @@ struct CodegenOptions {
   std::string str() const;
 };
 
-// Keeps compiled code alive; a Plan's kernel_fns are valid while it lives.
+// A plan's kernels as a relocatable object file, loaded into the JIT: keeps the
+// code alive; a Plan's kernel_fns are valid while it lives.
 class CompiledCode {
  public:
   virtual ~CompiledCode() = default;
-  // Textual LLVM IR of the module before and after optimization (for dumps).
+  // The object file (what a program's bytes carry; Target::load takes it back).
+  virtual const std::string& object() const = 0;
+  // Textual LLVM IR of the module before and after optimization (for dumps);
+  // empty for code loaded from an object.
   virtual const std::string& llvm_ir() const = 0;
 };
 
@@ -31,8 +35,12 @@ class Target {
   // Everything that changes generated code: CPU name and features, LLVM version,
   // codegen options. Part of every cache key.
   virtual std::string fingerprint() const = 0;
-  // Fills plan.kernel_fns. Throws std::runtime_error naming the kernel on failure.
+  // Generates the plan's kernels as an object file and loads it; fills
+  // plan.kernel_fns. Throws std::runtime_error naming the kernel on failure.
   virtual std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan) = 0;
+  // Loads an object file made by compile() for this plan (on a target with the
+  // same fingerprint): links it, no codegen. Fills plan.kernel_fns.
+  virtual std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) = 0;
 };
 
 // The host CPU through LLVM's ORC LLJIT. Thread-safe.

@@ -7,10 +7,10 @@
 #include <torch/library.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
+#include "runtime/runtime.h"
 #include "tracer/hooks.h"
 #include "tracer/lazyjit.h"
 #include "tracer/op_recorder.h"
@@ -20,10 +20,7 @@ namespace lazyjit {
 
 namespace {
 
-std::atomic<Mode> g_mode{[] {
-  const char* e = std::getenv("LAZYJIT_MODE");
-  return e && std::string(e) == "step" ? Mode::Step : Mode::Lazy;
-}()};
+std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
 
 std::mutex hooks_mu;
 std::map<uint64_t, OpHook>& hooks() {
@@ -160,7 +157,7 @@ void call_op_hooks(const OpEvent& e) {
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
-void clear_cache() { tracer::TraceContext::get().clear_cache(); }
+void clear_cache() { runtime::Runtime::get().clear_cache(); }
 void set_call_site_provider(std::function<std::string()> p) {
   tracer::TraceContext::get().set_call_site_provider(std::move(p));
 }

@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "executor/executor.h"
-#include "lowering/plan.h"
+#include "bridge/aten_ir.h"
+#include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/op_lowering.h"
 #include "tracer/trace_context.h"
@@ -66,9 +66,9 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   }
   ValueId v = ctx.read(src);
   auto& g = ctx.graph();
-  DType dt = executor::from_aten(dst.scalar_type());
+  DType dt = bridge::from_aten(dst.scalar_type());
   ir::TensorType vt = g.value(v).type;
-  if (vt.dtype != dt && !(lowering::lowerable_dtype(dt) && lowering::lowerable_dtype(vt.dtype))) {
+  if (vt.dtype != dt && !(runtime::kernels_support(dt) && runtime::kernels_support(vt.dtype))) {
     // Complex and other unlowered conversions: convert on the CPU.
     at::Tensor cpu = ctx.cpu_view(src, "copy between unlowered dtypes");
     return copy_into(dst, cpu);

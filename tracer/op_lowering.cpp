@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "executor/executor.h"
-#include "lowering/plan.h"
+#include "bridge/aten_ir.h"
+#include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/op_lowering.h"
 #include "tracer/trace_context.h"
@@ -157,8 +157,8 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   EwRule rule = it->second;
   TraceContext& ctx = TraceContext::get();
   const at::Tensor& mo = meta_outs[0];
-  DType out_dt = executor::from_aten(mo.scalar_type());
-  if (!lowering::lowerable_dtype(out_dt)) return false;
+  DType out_dt = bridge::from_aten(mo.scalar_type());
+  if (!runtime::kernels_support(out_dt)) return false;
 
   // Operand dtypes as PyTorch promotes them; a Scalar promotes like a wrapped
   // number of its kind (made once, never freed: they are only read).
@@ -184,7 +184,7 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
     }
   }
   for (const auto& m : metas)
-    if (m.defined() && !lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+    if (m.defined() && !runtime::kernels_support(bridge::from_aten(m.scalar_type()))) return false;
 
   OpKind kind = rule.kind;
   if (fname.find("_mode") != std::string::npos && args.size() > 2 && args[2].isString()) {
@@ -198,15 +198,15 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
       kind != OpKind::Le && kind != OpKind::Gt && kind != OpKind::Ge) {
     compute = DType::Bool;  // logical ops
   } else if (ir::is_predicate(kind)) {
-    compute = executor::from_aten(metas.size() == 2 ? at::result_type(metas[0], metas[1]) : metas[0].scalar_type());
+    compute = bridge::from_aten(metas.size() == 2 ? at::result_type(metas[0], metas[1]) : metas[0].scalar_type());
   } else if (kind == OpKind::Where) {
     compute = out_dt;
   } else if (inplace) {
     at::ScalarType rt = metas[0].scalar_type();
     for (size_t i = 1; i < metas.size(); ++i)
       if (metas[i].defined()) rt = at::result_type(at::empty({}, at::TensorOptions().device(at::kMeta).dtype(rt)), metas[i]);
-    compute = executor::from_aten(ir::is_floating(out_dt) ? mo.scalar_type() : rt);
-    if (ir::is_floating(executor::from_aten(rt)) && !ir::is_floating(out_dt)) return false;
+    compute = bridge::from_aten(ir::is_floating(out_dt) ? mo.scalar_type() : rt);
+    if (ir::is_floating(bridge::from_aten(rt)) && !ir::is_floating(out_dt)) return false;
   } else {
     compute = out_dt;
   }
@@ -375,7 +375,7 @@ bool try_pointwise_composite(const std::string& fname, bool inplace, const Stack
   else return false;
   if (args.size() < 3 || !args[0].isTensor() || !args[1].isTensor()) return false;
   const at::Tensor& self = args[0].toTensor();
-  DType dt = executor::from_aten(mo.scalar_type());
+  DType dt = bridge::from_aten(mo.scalar_type());
   if (!ir::is_floating(dt) || !is_lazy(self) || !memory_order(mo).empty() || !mo.is_contiguous()) return false;
   // Tensor operands: lazy tensors of the result's dtype (a 0-d CPU tensor is a scalar argument).
   auto ok = [&](const IValue& v) {
@@ -440,10 +440,10 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
                    Stack* out) {
   if (!is_reduction_name(fname) || !args[0].isTensor() || !is_lazy(args[0].toTensor())) return false;
   const at::Tensor& self = args[0].toTensor();
-  DType in_dt = executor::from_aten(self.scalar_type());
-  if (!lowering::lowerable_dtype(in_dt)) return false;
+  DType in_dt = bridge::from_aten(self.scalar_type());
+  if (!runtime::kernels_support(in_dt)) return false;
   for (const at::Tensor& m : meta_outs)
-    if (!lowering::lowerable_dtype(executor::from_aten(m.scalar_type()))) return false;
+    if (!runtime::kernels_support(bridge::from_aten(m.scalar_type()))) return false;
   TraceContext& ctx = TraceContext::get();
   bool is_float = ir::is_floating(in_dt);
   int64_t k;
@@ -457,7 +457,7 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
 
   RowBuilder b{ctx, ctx.graph(), DType::Float32, self.sizes().vec(), self.sizes().vec(), k};
   for (size_t d = b.full.size() - k; d < b.full.size(); ++d) b.row[d] = 1;
-  DType out_dt = executor::from_aten(meta_outs[0].scalar_type());
+  DType out_dt = bridge::from_aten(meta_outs[0].scalar_type());
   b.acc = accumulate_dtype(fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0 ? out_dt : in_dt);
   ValueId x = ctx.read(self);
   auto result = [&](ValueId v, const at::Tensor& m) { out->push_back(ctx.new_tensor(v, m)); };

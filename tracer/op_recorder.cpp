@@ -11,7 +11,7 @@
 #include "graph_ir/hash.h"
 
 #include "debug/metrics.h"
-#include "executor/executor.h"
+#include "bridge/aten_ir.h"
 #include "tracer/hooks.h"
 #include "tracer/op_lowering.h"
 #include "tracer/lazyjit.h"
@@ -186,7 +186,7 @@ bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key
       c10::Scalar sc = v.toScalar();
       h.update_i64(7);
       h.update_i64(static_cast<int64_t>(sc.type()));
-      h.update_i64(executor::slot_from_scalar(sc));
+      h.update_i64(bridge::slot_from_scalar(sc));
     } else if (v.isList()) {  // SymInt[] and friends
       auto l = v.toListRef();
       h.update_i64(4);
@@ -282,7 +282,7 @@ at::Tensor view_like(const at::Tensor& base, const at::Tensor& m) {
 }
 
 ir::TensorType dense_type(const at::Tensor& m) {
-  ir::TensorType t{executor::from_aten(m.scalar_type()), m.sizes().vec(), m.strides().vec()};
+  ir::TensorType t{bridge::from_aten(m.scalar_type()), m.sizes().vec(), m.strides().vec()};
   if (m.storage_offset() != 0 || !m.is_non_overlapping_and_dense()) t.strides = ir::contiguous_strides(t.sizes);
   return t;
 }
@@ -413,7 +413,7 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
 }  // namespace
 
 ir::TensorType contiguous_type(const at::Tensor& m) {
-  ir::TensorType t{executor::from_aten(m.scalar_type()), m.sizes().vec(), {}};
+  ir::TensorType t{bridge::from_aten(m.scalar_type()), m.sizes().vec(), {}};
   t.strides = ir::contiguous_strides(t.sizes);
   return t;
 }

@@ -3,14 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <unordered_map>
 
 #include "debug/metrics.h"
-#include "executor/executor.h"
-#include "lowering/lower.h"
-#include "lowering/passes.h"
-#include "lowering/plan.h"
+#include "bridge/aten_ir.h"
+#include "runtime/runtime.h"
 #include "tracer/call_site.h"
 
 namespace lazyjit::tracer {
@@ -24,15 +21,7 @@ TraceContext& TraceContext::get() {
   return *ctx;
 }
 
-TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {
-  lowering::CodegenOptions opts;
-  if (const char* bits = std::getenv("LAZYJIT_VECTOR_BITS")) opts.vector_bits = std::atoi(bits);
-  target_ = lowering::make_cpu_target(opts);
-  // Turned-off passes change the code a key stands for.
-  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";passes off:";
-  for (const std::string& p : lowering::disabled_passes_from_env()) fp += p + ",";
-  target_hash_ = ir::hash64(fp.data(), fp.size());
-}
+TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {}
 
 std::string TraceContext::call_site() { return site_provider_ ? site_provider_() : cpp_call_site(); }
 
@@ -79,7 +68,7 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     s.numel = static_cast<int64_t>(hint->storage().nbytes() / hint->element_size());
     s.dtype = hint->scalar_type();
   }
-  TensorType type{executor::from_aten(s.dtype), {s.numel}, {1}};
+  TensorType type{bridge::from_aten(s.dtype), {s.numel}, {1}};
   if (hint && dense_cover(*hint, s.numel)) {
     type.sizes = hint->sizes().vec();
     type.strides = hint->strides().vec();
@@ -88,7 +77,7 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     s.value = graph_->add_input(type);
     inputs_.push_back(s.data.as_strided(type.sizes, type.strides, s.data.storage_offset()));
     input_owner_.push_back(&s);
-  } else if (!lowering::lowerable_dtype(type.dtype)) {  // e.g. complex: zeros made on the CPU
+  } else if (!runtime::kernels_support(type.dtype)) {  // e.g. complex: zeros made on the CPU
     s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
     return storage_value(s, hint);
   } else {  // uninitialized memory: any content is valid, zeros is cheapest
@@ -116,7 +105,7 @@ void TraceContext::write(const at::Tensor& t, ValueId v) {
   LazyStorage& s = storage_of(t);
   const TensorType& vt = graph_->value(v).type;
   if (dense_cover(t, s.numel) && t.sizes().equals(vt.sizes) && t.strides().equals(vt.strides) &&
-      vt.dtype == executor::from_aten(s.dtype)) {
+      vt.dtype == bridge::from_aten(s.dtype)) {
     s.value = v;
   } else {
     ValueId base = storage_value(s, &t);
@@ -146,7 +135,7 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
 
 at::Tensor TraceContext::new_tensor(ValueId v, const at::Tensor& geometry) {
   const TensorType& type = graph_->value(v).type;
-  at::ScalarType dt = executor::to_aten(type.dtype);
+  at::ScalarType dt = bridge::to_aten(type.dtype);
   bool regeom = geometry.defined() && (!geometry.sizes().equals(type.sizes) || !geometry.strides().equals(type.strides));
   at::Tensor t = regeom ? make_tensor(make_storage(type.numel(), dt), dt, geometry.sizes(), geometry.strides(), 0)
                         : make_tensor(make_storage(type.numel(), dt), dt, type.sizes, type.strides, 0);
@@ -157,7 +146,7 @@ at::Tensor TraceContext::new_tensor(ValueId v, const at::Tensor& geometry) {
 }
 
 ValueId TraceContext::input(const at::Tensor& cpu) {
-  ValueId v = graph_->add_input(TensorType{executor::from_aten(cpu.scalar_type()), cpu.sizes().vec(),
+  ValueId v = graph_->add_input(TensorType{bridge::from_aten(cpu.scalar_type()), cpu.sizes().vec(),
                                            cpu.strides().vec()});
   inputs_.push_back(cpu);
   input_owner_.push_back(nullptr);
@@ -166,12 +155,12 @@ ValueId TraceContext::input(const at::Tensor& cpu) {
 
 ValueId TraceContext::scalar(const c10::Scalar& sc) {
   ir::DType dt = sc.isFloatingPoint() ? ir::DType::Float64 : sc.isBoolean() ? ir::DType::Bool : ir::DType::Int64;
-  scalars_.push_back(executor::slot_from_scalar(sc));
+  scalars_.push_back(bridge::slot_from_scalar(sc));
   return graph_->add_scalar(dt);
 }
 
 ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
-  ir::DType dt = executor::from_aten(cpu.scalar_type());
+  ir::DType dt = bridge::from_aten(cpu.scalar_type());
   TORCH_CHECK(ir::is_floating(dt) || ir::is_integral(dt, true),
               "lazyjit: 0-d CPU tensor operand of dtype ", cpu.scalar_type(), " is not supported yet");
   // Read the element directly: item() would go through the dispatcher (~1 us).
@@ -184,7 +173,7 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
     case at::kBool: value = *cpu.const_data_ptr<bool>(); break;
     default: value = cpu.item();
   }
-  scalars_.push_back(executor::slot_from_scalar(value));
+  scalars_.push_back(bridge::slot_from_scalar(value));
   return graph_->add_scalar(dt, cpu.unsafeGetTensorImpl()->is_wrapped_number());
 }
 
@@ -222,14 +211,9 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   }
   debug::Metrics::get().sync(reason, site);
   std::vector<at::Tensor> outs;
-  executor::Bindings b{std::move(inputs_), std::move(scalars_)};
+  runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
-    cache::CacheKey key = cache::CacheKey::make(graph_->hashes(), target_hash_);
-    auto lookup = cache_.get_or_compile(key, [&] {
-      return std::shared_ptr<cache::CacheEntry>(
-          lowering::lower(std::move(*graph_), *target_, lowering::PlanOptions{}, key.str()));
-    });
-    outs = executor::run(static_cast<const lowering::Program&>(*lookup.entry), b);
+    outs = runtime::Runtime::get().run(std::move(*graph_), b);
   } catch (const std::exception& e) {
     // Nothing half-done survives: the graph is dropped and every storage it
     // was to compute remembers why, so later reads raise instead of lying.

@@ -1,5 +1,6 @@
 // The graph being recorded, the storages it touches and the arguments it will be
-// run with; sync() compiles (or finds in the cache) and runs it.
+// run with. sync() chooses the graph's outputs, hands it to the runtime
+// (runtime/pipeline.cpp: key, cache, lower, run) and writes the results back.
 //
 // One context per process, guarded by a recursive mutex (a storage dying while
 // an op is recorded re-enters through forget()).
@@ -13,9 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "cache/compile_cache.h"
 #include "graph_ir/graph.h"
-#include "lowering/target.h"
 #include "tracer/lazy_storage.h"
 
 namespace lazyjit::tracer {
@@ -50,7 +49,6 @@ class TraceContext {
   at::Tensor cpu_view(const at::Tensor& t, const char* reason);
 
   void forget(LazyStorage* s);
-  void clear_cache() { cache_.clear(); }
   std::string call_site();
   void set_call_site_provider(std::function<std::string()> p) { site_provider_ = std::move(p); }
 
@@ -68,9 +66,6 @@ class TraceContext {
   std::vector<LazyStorage*> input_owner_;   // whose data each input is
   std::vector<int64_t> scalars_;
   std::vector<LazyStorage*> touched_;  // storages the graph changed; see LazyStorage::touched_index
-  cache::CompileCache cache_;
-  std::unique_ptr<lowering::Target> target_;
-  uint64_t target_hash_ = 0;
   std::function<std::string()> site_provider_;
 };
 

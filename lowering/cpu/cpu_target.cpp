@@ -1,5 +1,6 @@
 // The host CPU target: codegen (codegen.h) + ORC (jit.h).
 #include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <atomic>
@@ -26,20 +27,31 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
+// Emits `m` as a relocatable object file for `tm`'s machine.
+std::string object_file(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw std::runtime_error("lazyjit: the target machine cannot emit object files");
+  pm.run(m);
+  return std::string(buf.data(), buf.size());
+}
+
 class CpuCode : public CompiledCode {
  public:
-  CpuCode(std::shared_ptr<cpu::Jit> jit, llvm::orc::ResourceTrackerSP rt, std::string ir)
-      : jit_(std::move(jit)), rt_(std::move(rt)), ir_(std::move(ir)) {}
+  CpuCode(std::shared_ptr<cpu::Jit> jit, llvm::orc::JITDylib* jd, std::string object, std::string ir)
+      : jit_(std::move(jit)), jd_(jd), object_(std::move(object)), ir_(std::move(ir)) {}
   ~CpuCode() override {
-    // Frees the kernels' code; an error here has no one to report to.
-    if (rt_)
-      if (auto err = rt_->remove()) llvm::consumeError(std::move(err));
+    if (jd_) jit_->remove(*jd_);
   }
+  const std::string& object() const override { return object_; }
   const std::string& llvm_ir() const override { return ir_; }
 
  private:
-  std::shared_ptr<cpu::Jit> jit_;  // outlives the tracker
-  llvm::orc::ResourceTrackerSP rt_;
+  std::shared_ptr<cpu::Jit> jit_;  // outlives the dylib
+  llvm::orc::JITDylib* jd_;
+  std::string object_;
   std::string ir_;
 };
 
@@ -57,22 +69,34 @@ class CpuTarget : public Target {
 
   std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan) override {
     plan.kernel_fns.clear();
-    if (plan.kernels.empty()) return std::make_unique<CpuCode>(nullptr, nullptr, std::string());
+    if (plan.kernels.empty()) return std::make_unique<CpuCode>(nullptr, nullptr, std::string(), std::string());
     cpu::Jit& j = jit();
-    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), ".m" + std::to_string(next_module_++)};
+    // Each object is linked into a JITDylib of its own: kernel names need no suffix.
+    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), ""};
     auto tm = j.make_target_machine();
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = cpu::emit_module(*ctx, g, plan, *tm, cfg);
     std::string ir = "; ---- before optimization\n" + module_text(*m);
     cpu::optimize_module(*m, *tm, cfg);
     ir += "; ---- after optimization\n" + module_text(*m);
+    return link(object_file(*m, *tm), std::move(ir), plan);
+  }
 
-    auto rt = j.add_module(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx)));
-    auto code = std::make_unique<CpuCode>(jit_, rt, std::move(ir));
+  std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override {
+    plan.kernel_fns.clear();
+    if (plan.kernels.empty()) return std::make_unique<CpuCode>(nullptr, nullptr, std::string(), std::string());
+    return link(object, std::string(), plan);
+  }
+
+ private:
+  std::unique_ptr<CompiledCode> link(std::string object, std::string ir, Plan& plan) {
+    cpu::Jit& j = jit();
+    llvm::orc::JITDylib& jd = j.add_object(object);
+    auto code = std::make_unique<CpuCode>(jit_, &jd, std::move(object), std::move(ir));
     std::vector<KernelFn> fns;
     for (const FusedKernel& k : plan.kernels) {
       try {
-        fns.push_back(reinterpret_cast<KernelFn>(j.lookup(k.name + cfg.symbol_suffix)));
+        fns.push_back(reinterpret_cast<KernelFn>(j.lookup(jd, k.name)));
       } catch (const std::exception& e) {
         throw std::runtime_error("kernel " + k.name + ": " + e.what());
       }
@@ -81,7 +105,6 @@ class CpuTarget : public Target {
     return code;
   }
 
- private:
   // Created on first use so that an empty plan never touches LLVM.
   cpu::Jit& jit() const {
     std::call_once(jit_once_, [this] { jit_ = cpu::Jit::Create(); });
@@ -89,7 +112,6 @@ class CpuTarget : public Target {
   }
 
   CodegenOptions opts_;
-  std::atomic<uint64_t> next_module_{0};
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
 };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/TargetParser/Host.h>
 
@@ -64,15 +65,28 @@ std::unique_ptr<llvm::TargetMachine> Jit::make_target_machine() const {
   return check("create target machine", jtmb_->createTargetMachine());
 }
 
-llvm::orc::ResourceTrackerSP Jit::add_module(llvm::orc::ThreadSafeModule m) {
-  auto rt = jit_->getMainJITDylib().createResourceTracker();
-  if (auto err = jit_->addIRModule(rt, std::move(m))) fail("add module", std::move(err));
-  return rt;
+llvm::orc::JITDylib& Jit::add_object(const std::string& object) {
+  auto& es = jit_->getExecutionSession();
+  auto created = es.createJITDylib("lazyjit.p" + std::to_string(next_dylib_++));
+  if (!created) fail("create dylib", created.takeError());
+  llvm::orc::JITDylib& jd = *created;
+  jd.addToLinkOrder(jit_->getMainJITDylib());
+  auto buf = llvm::MemoryBuffer::getMemBufferCopy(object, jd.getName());
+  if (auto err = jit_->addObjectFile(jd, std::move(buf))) {
+    remove(jd);
+    fail("add object", std::move(err));
+  }
+  return jd;
 }
 
-uint64_t Jit::lookup(const std::string& name) {
-  auto addr = check("lookup " + name, jit_->lookup(name));
+uint64_t Jit::lookup(llvm::orc::JITDylib& jd, const std::string& name) {
+  auto addr = check("lookup " + name, jit_->lookup(jd, name));
   return addr.getValue();
+}
+
+void Jit::remove(llvm::orc::JITDylib& jd) {
+  // An error here has no one to report to.
+  if (auto err = jit_->getExecutionSession().removeJITDylib(jd)) llvm::consumeError(std::move(err));
 }
 
 std::string host_cpu_name() { return llvm::sys::getHostCPUName().str(); }

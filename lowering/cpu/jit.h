@@ -1,8 +1,11 @@
 // A small ORC LLJIT wrapper for the host CPU, in the style of LLVM's
-// KaleidoscopeJIT. Every module gets its own ResourceTracker so that its code is
-// freed when the CompiledCode that owns it dies. Thread-safe: ORC serializes
-// symbol-table updates and compiles concurrently with a TargetMachine per job.
+// KaleidoscopeJIT. It links object files (compiled by codegen.h, or read back
+// from a program's bytes): each into a JITDylib of its own, so that two programs
+// may hold the same symbol names and each one's code is freed with it. Unresolved
+// symbols (libm, libmvec) resolve through the main JITDylib's generators.
+// Thread-safe: ORC serializes symbol-table updates.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,15 +30,19 @@ class Jit {
   // libmvec was found, so vectorized math calls can be resolved.
   bool has_libmvec() const { return has_libmvec_; }
 
-  llvm::orc::ResourceTrackerSP add_module(llvm::orc::ThreadSafeModule m);
-  // Address of a symbol of an added module; throws std::runtime_error if missing.
-  uint64_t lookup(const std::string& name);
+  // Links `object` into a new JITDylib. Throws std::runtime_error on failure.
+  llvm::orc::JITDylib& add_object(const std::string& object);
+  // Address of a symbol of `jd`; throws std::runtime_error if missing.
+  uint64_t lookup(llvm::orc::JITDylib& jd, const std::string& name);
+  // Frees `jd`'s code. Never throws.
+  void remove(llvm::orc::JITDylib& jd);
 
  private:
   Jit() = default;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_;
   bool has_libmvec_ = false;
+  std::atomic<uint64_t> next_dylib_{0};
 };
 
 // Host CPU name and its enabled features ("+avx2,+fma,..."), sorted.

@@ -10,7 +10,7 @@
 using namespace lazyjit;
 
 namespace {
-struct Entry : cache::CacheEntry {
+struct Entry {
   int id;
   explicit Entry(int i) : id(i) {}
 };
@@ -20,7 +20,7 @@ cache::CacheKey key(uint64_t s, uint64_t shape, uint64_t confirm = 7) {
 }  // namespace
 
 TEST(CompileCache, HitsAfterOneCompileAndExplainsMisses) {
-  cache::CompileCache c;
+  cache::CompileCache<Entry> c;
   int compiles = 0;
   auto make = [&] { return std::make_shared<Entry>(++compiles); };
   auto a = c.get_or_compile(key(1, 10), make);
@@ -36,22 +36,22 @@ TEST(CompileCache, HitsAfterOneCompileAndExplainsMisses) {
 }
 
 TEST(CompileCache, ConfirmingHashRefusesACollision) {
-  cache::CompileCache c;
+  cache::CompileCache<Entry> c;
   int compiles = 0;
   auto make = [&] { return std::make_shared<Entry>(++compiles); };
   c.get_or_compile(key(1, 10, 7), make);
   int64_t before = debug::Metrics::get().value(debug::Counter::HashCollisions);
   auto r = c.get_or_compile(key(1, 10, 8), make);
   EXPECT_FALSE(r.hit);
-  EXPECT_EQ(static_cast<Entry&>(*r.entry).id, 2);
+  EXPECT_EQ(r.entry->id, 2);
   EXPECT_EQ(debug::Metrics::get().value(debug::Counter::HashCollisions), before + 1);
 }
 
 TEST(CompileCache, ConcurrentCallersCompileOnce) {
-  cache::CompileCache c;
+  cache::CompileCache<Entry> c;
   std::atomic<int> compiles{0};
   std::vector<std::thread> ts;
-  std::vector<std::shared_ptr<cache::CacheEntry>> got(8);
+  std::vector<std::shared_ptr<const Entry>> got(8);
   for (int i = 0; i < 8; ++i)
     ts.emplace_back([&, i] {
       got[i] = c.get_or_compile(key(5, 5), [&] {
@@ -65,8 +65,8 @@ TEST(CompileCache, ConcurrentCallersCompileOnce) {
 }
 
 TEST(CompileCache, FailedCompileCachesNothing) {
-  cache::CompileCache c;
-  EXPECT_THROW(c.get_or_compile(key(2, 2), []() -> std::shared_ptr<cache::CacheEntry> {
+  cache::CompileCache<Entry> c;
+  EXPECT_THROW(c.get_or_compile(key(2, 2), []() -> std::shared_ptr<const Entry> {
                  throw std::runtime_error("boom");
                }),
                std::runtime_error);
@@ -76,7 +76,7 @@ TEST(CompileCache, FailedCompileCachesNothing) {
 }
 
 TEST(CompileCache, EvictsLeastRecentlyUsed) {
-  cache::CompileCache c(2);
+  cache::CompileCache<Entry> c(2);
   auto make = [] { return std::make_shared<Entry>(0); };
   c.get_or_compile(key(1, 1), make);
   c.get_or_compile(key(2, 2), make);

@@ -1,0 +1,16 @@
+// Runs one compiled fused kernel over its iteration space: allocates its stores
+// from the buffer pool and splits the outer dim over a oneTBB arena of
+// `threads` workers when the kernel is big enough to pay for it.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "lowering/plan.h"
+
+namespace lazyjit::executor {
+
+void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir::Graph& g,
+                   std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads);
+
+}  // namespace lazyjit::executor

@@ -1,0 +1,66 @@
+// The map of a sync, from a finished graph to its results:
+//
+//   graph + bindings
+//     -> key      structure hash, shape signature, target and codegen switches (cache/cache_key.h)
+//     -> lookup   in-memory compile cache: a hit skips everything up to `run` (cache/compile_cache.h)
+//     -> lower    on a miss: graph passes, plan, LLVM codegen to an object (lowering/lower.h)
+//     -> prepare  an Executable: kernels linked, ATen operators resolved once (executor/executable.h)
+//     -> run      kernels on oneTBB, library steps through ATen (executor/executable.cpp)
+//     -> one CPU tensor per graph output
+//
+// The tracer (tracer/trace_context.cpp) decides which values are outputs before
+// this and writes the results back into its storages after it.
+#include <ATen/Parallel.h>
+
+#include "graph_ir/hash.h"
+#include "lowering/lower.h"
+#include "lowering/program_bytes.h"
+#include "runtime/runtime.h"
+
+namespace lazyjit::runtime {
+
+Runtime& Runtime::get() {
+  static Runtime* rt = new Runtime(process_config());  // outlives static tensors
+  return *rt;
+}
+
+Runtime::Runtime(Config config) : config_(std::move(config)) {
+  lowering::CodegenOptions codegen;
+  codegen.vector_bits = config_.vector_bits;
+  target_ = lowering::make_cpu_target(codegen);
+  // Everything that changes the code a key stands for.
+  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
+  code_hash_ = ir::hash64(fp.data(), fp.size());
+}
+
+Runtime::~Runtime() = default;
+
+std::vector<at::Tensor> Runtime::run(ir::Graph graph, const Bindings& bindings) {
+  cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  auto lookup = cache_.get_or_compile(key, [&] {
+    return std::make_shared<const executor::Executable>(compile(std::move(graph), key.str()));
+  });
+  return lookup.entry->run(bindings, threads());
+}
+
+std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name) const {
+  lowering::LowerOptions opts;
+  opts.plan.disabled = config_.disabled_passes;
+  opts.dump_dir = config_.dump_dir;
+  opts.dump_name = dump_name;
+  return lowering::lower(std::move(graph), *target_, opts);
+}
+
+std::string Runtime::to_bytes(const lowering::Program& program) const {
+  return lowering::program_to_bytes(program);
+}
+
+std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& bytes) const {
+  return lowering::program_from_bytes(bytes, *target_);
+}
+
+int Runtime::threads() const { return config_.num_threads ? config_.num_threads : at::get_num_threads(); }
+
+bool kernels_support(ir::DType t) { return lowering::lowerable_dtype(t); }
+
+}  // namespace lazyjit::runtime

@@ -1,0 +1,64 @@
+// The runtime: what the tracer hands a finished graph to. It owns the
+// configuration, the compile target and the compile cache, and drives
+// graph -> key -> cache -> lower -> executable -> run (pipeline.cpp is the map).
+//
+// Layering: tracer -> runtime -> {executor, lowering, cache} -> graph_ir. The
+// tracer reaches the layers below only through this header.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/compile_cache.h"
+#include "executor/executable.h"
+#include "graph_ir/graph.h"
+#include "runtime/config.h"
+
+namespace lazyjit::lowering {
+class Target;
+}
+
+namespace lazyjit::runtime {
+
+using executor::Bindings;
+
+class Runtime {
+ public:
+  // The process's runtime, configured from the environment on first use.
+  static Runtime& get();
+  explicit Runtime(Config config);
+  ~Runtime();
+
+  const Config& config() const { return config_; }
+
+  // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a cache
+  // miss. Returns one CPU tensor per graph output, dense with its declared
+  // layout. Throws on a malformed graph, a failed compile or a failed step.
+  std::vector<at::Tensor> run(ir::Graph graph, const Bindings& bindings);
+
+  // A compiled program as bytes, and back (links its object code: no codegen).
+  std::string to_bytes(const lowering::Program& program) const;
+  std::shared_ptr<const lowering::Program> from_bytes(const std::string& bytes) const;
+  // Lowers without running or caching (tests, tools).
+  std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name) const;
+
+  void clear_cache() { cache_.clear(); }
+  size_t cache_size() const { return cache_.size(); }
+
+ private:
+  int threads() const;
+
+  Config config_;
+  std::unique_ptr<lowering::Target> target_;
+  uint64_t code_hash_ = 0;  // target fingerprint + lazyjit version + codegen switches
+  cache::CompileCache<executor::Executable> cache_;
+};
+
+// Whether generated kernels compute elementwise ops in `t` (else the tracer
+// records them as ATen library steps).
+bool kernels_support(ir::DType t);
+
+}  // namespace lazyjit::runtime
