@@ -238,7 +238,7 @@ TV KernelEmitter::operand(ValueId v) {
 }
 
 TV KernelEmitter::emit_node(const ir::Node& n) {
-  DType ct = opmath(static_cast<DType>(attr_i64(n, 0)));
+  DType ct = ir::opmath_dtype(static_cast<DType>(attr_i64(n, 0)));
   reg_type(ct);  // rejects non-lowerable compute dtypes
   auto arg = [&](size_t i, DType t) {
     if (i >= n.operands.size()) unsupported(std::string(ir::op_name(n.kind)) + ": missing operand");

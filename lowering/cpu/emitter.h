@@ -25,12 +25,6 @@ using llvm::Value;
 
 inline bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
 
-// Half and bf16 arithmetic runs in float, like ATen's opmath; results are rounded
-// when converted to the node's output dtype.
-inline DType opmath(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
-}
-
 inline int64_t attr_i64(const ir::Node& n, size_t i) {
   if (i < n.attrs.size())
     if (auto* v = std::get_if<int64_t>(&n.attrs[i].value)) return *v;

@@ -188,7 +188,7 @@ void KernelEmitter::emit_row_body() {
 }
 
 void KernelEmitter::emit_reduction(const ir::Node& n) {
-  DType at = opmath(static_cast<DType>(attr_i64(n, 0)));
+  DType at = ir::opmath_dtype(static_cast<DType>(attr_i64(n, 0)));
   llvm::Type* T = reg_type(at);
   bool fl = ir::is_floating(at), u = is_unsigned(at);
   Value* init = nullptr;
