@@ -3,6 +3,7 @@
 // row kernels with their reductions (row_kernel.cpp).
 #pragma once
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -67,44 +68,20 @@ class KernelEmitter {
 
   void emit_body();
 
-  // --- row kernels ----------------------------------------------------------
-  // Per row: the row-space nodes in order, each reduction with its own loop over
-  // the cols that recomputes the full-space nodes feeding it; then the row-space
-  // stores; then one loop over the cols for the full-space stores.
+  // --- row kernels (row_kernel.cpp) ----------------------------------------
+  // Follows k_.schedule (lowering/row_schedule.h) per row; decides nothing.
   void emit_row_impl(llvm::BasicBlock* exit);
   // Row loops are neither vectorized nor unrolled: with short rows LLVM would
   // otherwise vectorize across rows once the col loops are fully unrolled, and
   // a row's (reassociated) sum would then depend on whether it fell in the
   // vector body or the remainder, i.e. on how [begin, end) was split.
   llvm::MDNode* row_loop_md();
-  bool is_row_value(ValueId v) const;
-  // What one col loop does with the full-space nodes: computes `compute` (in
-  // node order) and reads `reuse` back from the row's scratch.
-  struct ColWork {
-    std::vector<size_t> compute, reuse;
-  };
-
-  // The full-space nodes `targets` need, by position: `need` those to compute,
-  // `stop` those `stop_at` marks (they are not entered: their value comes from
-  // elsewhere).
-  struct Walk {
-    std::vector<bool> need, stop;
-  };
-
-  Walk walk_full(const std::vector<ValueId>& targets, const std::vector<bool>& stop_at) const;
-  // What a col loop computes; a node an earlier col loop of the row computed
-  // and kept in scratch is read back, not recomputed.
-  ColWork full_nodes_for(const std::vector<ValueId>& targets) const;
-  // Which full-space nodes to keep in a per-row scratch array: those a later
-  // col loop of the row needs again after an earlier one computed them (a
-  // softmax's exp(x - max) is computed for the sum and read back for the
-  // output, not computed twice). Rows are short enough to stay in L1/L2; when
-  // the scratch would pass kScratchBytes, everything is recomputed instead.
-  void plan_row_scratch();
+  // One entry-block array of one element per col for each scheduled scratch node.
+  void alloc_scratch();
   llvm::Type* scratch_type(DType t) { return t == DType::Bool ? b_.getInt8Ty() : reg_type(t); }
-  // One loop over the cols computing the full-space nodes of `w`, then `body`.
-  // Values made inside the loop are forgotten after it.
-  void emit_col_loop(const ColWork& w, const std::function<void()>& body);
+  // One loop over the cols: reads back `w.reload`, computes `w.compute` (keeping
+  // `w.keep` in scratch), then `body`. Values made inside it are forgotten after it.
+  void emit_col_loop(const ColLoop& w, const std::function<void()>& body);
   void emit_kernel_node(const ir::Node& n);
   // Contiguous offset over dims [first, last) of the iteration space.
   Value* contiguous_index(size_t first, size_t last);
@@ -112,8 +89,9 @@ class KernelEmitter {
   void emit_row_body();
   // The accumulator lives in an entry-block alloca that SROA turns into the
   // loop's reduction phi. Only the float sum is reassociable (so that it
-  // vectorizes); max/min use llvm.maximum/minimum, which propagate NaN.
-  void emit_reduction(const ir::Node& n);
+  // vectorizes); max/min use llvm.maximum/minimum, which propagate NaN. No
+  // `cols` (empty rows): the reduction is its identity.
+  void emit_reduction(const ir::Node& n, const std::optional<ColLoop>& cols);
 
   Value* index(const std::vector<int64_t>& strides, int64_t offset);
 
@@ -199,10 +177,7 @@ class KernelEmitter {
   std::vector<int> buffer_of_;       // per load: its buffer parameter, -1 for scalars
   std::vector<Value*> idx_;          // per dim: the induction variable
   size_t nrow_ = 0, ncol_ = 0;       // row kernels: leading row dims, trailing col dims
-  bool cols_empty_ = false;          // row kernels: no cols (empty rows)
-  std::unordered_map<ValueId, size_t> pos_of_;  // row kernels: node position of each value
-  std::unordered_map<size_t, llvm::AllocaInst*> scratch_;  // row kernels: kept nodes' row arrays
-  std::vector<bool> computed_;       // row kernels: positions an earlier col loop of the row made
+  std::unordered_map<int32_t, llvm::AllocaInst*> scratch_;  // row kernels: by node position
   std::unordered_map<ValueId, TV> values_;  // computed in the kernel
   std::unordered_map<int32_t, TV> loaded_;  // per load index
   std::unordered_set<std::string> used_;  // vector variants declared
