@@ -1,13 +1,13 @@
 // Row kernels: the loops of a row kernel as its RowSchedule (plan) lists them;
 // per row, the col loops that feed each reduction, the row-space values, then
 // the loop writing the full-size outputs.
-#include "lowering/cpu/emitter.h"
+#include "lowering/cpu/loop_emitter.h"
 
 #include <algorithm>
 
 namespace lazyjit::lowering::cpu::emit {
 
-void KernelEmitter::emit_row_impl(llvm::BasicBlock* exit) {
+void LoopEmitter::emit_row_impl(llvm::BasicBlock* exit) {
   ncol_ = static_cast<size_t>(k_.reduce_rank);
   if (k_.row_space.size() != k_.nodes.size() || ncol_ < 1 || ncol_ >= sizes_.size())
     unsupported("malformed row kernel (reduce_rank " + std::to_string(k_.reduce_rank) + ", rank " +
@@ -18,7 +18,7 @@ void KernelEmitter::emit_row_impl(llvm::BasicBlock* exit) {
   emit_outer_loops(exit, nrow_, [&] { emit_row_body(); });
 }
 
-llvm::MDNode* KernelEmitter::row_loop_md() {
+llvm::MDNode* LoopEmitter::row_loop_md() {
   auto flag = [&](const char* name, int32_t v) -> llvm::Metadata* {
     return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name),
                                     llvm::ConstantAsMetadata::get(b_.getInt32(v))});
@@ -31,7 +31,7 @@ llvm::MDNode* KernelEmitter::row_loop_md() {
   return md;
 }
 
-void KernelEmitter::alloc_scratch() {
+void LoopEmitter::alloc_scratch() {
   if (k_.schedule.scratch.empty()) return;
   int64_t cols = 1;
   for (size_t d = nrow_; d < sizes_.size(); ++d) cols *= sizes_[d];
@@ -44,7 +44,7 @@ void KernelEmitter::alloc_scratch() {
   }
 }
 
-void KernelEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& body) {
+void LoopEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& body) {
   auto saved_values = values_;
   auto saved_loaded = loaded_;
   emit_loops(nrow_, sizes_.size(), b_.getInt64(0), b_.getInt64(sizes_[nrow_]), [&] {
@@ -73,30 +73,7 @@ void KernelEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>&
   loaded_ = std::move(saved_loaded);
 }
 
-void KernelEmitter::emit_kernel_node(const ir::Node& n) {
-  DType out = g_.value(n.outputs[0]).type.dtype;
-  TV r = emit_node(n);
-  values_[n.outputs[0]] = {convert(r, out), out};
-}
-
-Value* KernelEmitter::contiguous_index(size_t first, size_t last) {
-  std::vector<int64_t> st(sizes_.size(), 0);
-  int64_t acc = 1;
-  for (size_t d = last; d-- > first;) {
-    st[d] = acc;
-    acc *= sizes_[d];
-  }
-  return index(st, 0);
-}
-
-void KernelEmitter::store(size_t s, Value* offset) {
-  DType t = g_.value(k_.stores[s]).type.dtype;
-  Value* v = to_memory(convert(operand(k_.stores[s]), t), t);
-  Value* p = b_.CreateInBoundsGEP(mem_type(t), fn_->getArg(nbuf_ - k_.stores.size() + s), offset);
-  b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
-}
-
-void KernelEmitter::emit_row_body() {
+void LoopEmitter::emit_row_body() {
   for (const RowStep& st : k_.schedule.steps) {
     switch (st.kind) {
       case RowStep::Kind::Node: emit_kernel_node(g_.nodes().at(k_.nodes.at(st.node))); break;
@@ -115,60 +92,22 @@ void KernelEmitter::emit_row_body() {
   }
 }
 
-void KernelEmitter::emit_reduction(const ir::Node& n, const std::optional<ColLoop>& cols) {
+void LoopEmitter::emit_reduction(const ir::Node& n, const std::optional<ColLoop>& cols) {
   DType at = ir::opmath_dtype(static_cast<DType>(attr_i64(n, 0)));
-  llvm::Type* T = reg_type(at);
-  bool fl = ir::is_floating(at), u = is_unsigned(at);
-  Value* init = nullptr;
-  switch (n.kind) {
-    case OpKind::ReduceSum: init = llvm::Constant::getNullValue(T); break;
-    case OpKind::ReduceMax:
-      init = fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/true)
-                : llvm::ConstantInt::get(T, u ? llvm::APInt::getMinValue(T->getIntegerBitWidth())
-                                              : llvm::APInt::getSignedMinValue(T->getIntegerBitWidth()));
-      break;
-    case OpKind::ReduceMin:
-      init = fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/false)
-                : llvm::ConstantInt::get(T, u ? llvm::APInt::getMaxValue(T->getIntegerBitWidth())
-                                              : llvm::APInt::getSignedMaxValue(T->getIntegerBitWidth()));
-      break;
-    default: unsupported(std::string(ir::op_name(n.kind)) + " is not a reduction");
-  }
+  llvm::Type* T = reg_type(b_, at);
+  Value* init = reduction_identity(b_, n.kind, at);
   llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
   llvm::AllocaInst* acc = eb.CreateAlloca(T, nullptr, "acc");
   b_.CreateStore(init, acc);
   if (cols) {
     emit_col_loop(*cols, [&] {
-      Value* x = convert(operand(n.operands[0]), at);
+      Value* x = convert(b_, operand(n.operands[0]), at);
       Value* cur = b_.CreateLoad(T, acc);
-      Value* r = nullptr;
-      switch (n.kind) {
-        case OpKind::ReduceSum:
-          if (fl) {
-            r = b_.CreateFAdd(cur, x);
-            if (auto* I = llvm::dyn_cast<llvm::Instruction>(r)) {
-              llvm::FastMathFlags fmf;
-              fmf.setAllowReassoc();
-              fmf.setNoSignedZeros();
-              I->setFastMathFlags(fmf);
-            }
-          } else {
-            r = binary_int(OpKind::Add, cur, x, at);
-          }
-          break;
-        case OpKind::ReduceMax:
-          r = b_.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::maximum
-                                       : u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, cur, x);
-          break;
-        default:
-          r = b_.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::minimum
-                                       : u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, cur, x);
-      }
-      b_.CreateStore(r, acc);
+      b_.CreateStore(reduction_step(b_, n.kind, cur, x, at), acc);
     });
   }
   DType out = g_.value(n.outputs[0]).type.dtype;
-  values_[n.outputs[0]] = {convert({b_.CreateLoad(T, acc), at}, out), out};
+  values_[n.outputs[0]] = {convert(b_, {b_.CreateLoad(T, acc), at}, out), out};
 }
 
 }  // namespace lazyjit::lowering::cpu::emit
