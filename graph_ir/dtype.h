@@ -25,4 +25,12 @@ inline bool is_signed_integral(DType t) {
   return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
 }
 
+// The dtype arithmetic on `t` runs in (ATen's "opmath"): float16 and bfloat16
+// compute in float32 and are rounded once, when the result is converted back;
+// every other dtype computes in itself. The one statement of this rule: the
+// tracer's compute dtypes and the codegen's register arithmetic must agree.
+inline DType opmath_dtype(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+}
+
 }  // namespace lazyjit::ir

@@ -1,5 +1,6 @@
-// Plan = dead-code elimination, then greedy fusion of elementwise nodes into
-// loop nests, then dim coalescing of each nest. Each phase is a function below.
+// Plan = greedy fusion of the live elementwise nodes into loop nests, then dim
+// coalescing of each nest, then the row schedule of each row kernel
+// (row_schedule.h), then the buffer plan. Each phase is a function below.
 #include "lowering/plan.h"
 
 #include <algorithm>
@@ -284,7 +285,10 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   Builder b(g, opts);
   b.build_nodes(ir::live_nodes(g));
   b.build_accesses();
-  for (FusedKernel& k : b.plan.kernels) Builder::coalesce(k);
+  for (FusedKernel& k : b.plan.kernels) {
+    Builder::coalesce(k);
+    if (k.row) k.schedule = schedule_row(g, k);
+  }
   if (opts.buffers) plan_buffers(g, b.plan);
   return std::move(b.plan);
 }
@@ -368,6 +372,7 @@ std::string Plan::str(const Graph& g) const {
         os << "stores=";
         for (ValueId v : k.stores) os << "%" << v << " ";
         os << "\n";
+        if (k.row) os << k.schedule.str(g, k);
         break;
       }
       default: {

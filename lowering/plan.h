@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "lowering/row_schedule.h"
 
 namespace lazyjit::lowering {
 
@@ -47,7 +48,8 @@ struct Access {
 // [begin, end) splits rows. After coalescing a row kernel has >= 1 row dim and
 // exactly `reduce_rank` >= 1 col dims (usually sizes = [R, C]). Loads read by
 // row-space nodes have stride 0 over the cols. Stores of row-space values are
-// contiguous buffers of the row-space sizes (one element per row).
+// contiguous buffers of the row-space sizes (one element per row). How a row
+// is computed (its col loops and scratch) is `schedule`, which a target follows.
 struct FusedKernel {
   std::vector<int64_t> sizes;      // iteration space after coalescing (rank >= 1)
   std::vector<uint32_t> nodes;     // nodes in evaluation (graph) order
@@ -57,6 +59,7 @@ struct FusedKernel {
   bool row = false;                // a row kernel (holds reductions)
   int32_t reduce_rank = 0;         // row kernels: number of trailing (col) dims of sizes
   std::vector<bool> row_space;     // row kernels: per entry of `nodes`; empty otherwise
+  RowSchedule schedule;            // row kernels: one row's loops (row_schedule.h)
   // Index into loads of a node operand (by the id the node refers to), -1 when
   // the operand is computed inside this kernel.
   int32_t load_of(ValueId operand) const;
@@ -102,7 +105,8 @@ struct PlanOptions {
 // in the tracer, so this is a check, not a choice).
 bool lowerable_dtype(DType t);
 
-// Fusion (the "fuse" pass), coalescing, then buffer planning ("buffers").
+// Fusion (the "fuse" pass), coalescing, row schedules, then buffer planning
+// ("buffers").
 Plan plan_graph(const ir::Graph& g, const PlanOptions& opts = {});
 
 // The buffer plan of a built plan: fills frees and the byte counts.

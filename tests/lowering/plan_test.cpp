@@ -5,6 +5,8 @@
 
 using namespace lazyjit;
 using namespace lazyjit::ir;
+using lowering::ColLoop;
+using lowering::RowStep;
 using lowering::Step;
 
 namespace {
@@ -12,6 +14,33 @@ TensorType f32(std::vector<int64_t> s) { return TensorType{DType::Float32, s, co
 Attr dt() { return Attr{static_cast<int64_t>(DType::Float32)}; }
 Attr shape(std::vector<int64_t> v) { return Attr{v, true}; }
 Attr shape(int64_t v) { return Attr{v, true}; }
+
+// Row kernels over [rows, cols] reducing the cols, in the shape the tracer
+// records them: reductions to [rows, 1], row-space and full-space elementwise.
+struct Rows {
+  Graph g;
+  int64_t rows, cols;
+  std::vector<int64_t> full() const { return {rows, cols}; }
+  ValueId input() { return g.add_input(f32(full())); }
+  ValueId full_op(OpKind op, std::vector<ValueId> in) { return g.add_node1(op, std::move(in), {dt()}, f32(full())); }
+  ValueId row_op(OpKind op, std::vector<ValueId> in) { return g.add_node1(op, std::move(in), {dt()}, f32({rows, 1})); }
+  ValueId reduce(OpKind op, ValueId x) {
+    return g.add_node1(op, {x}, {dt(), Attr{std::vector<int64_t>{1}}}, f32({rows, 1}));
+  }
+  // softmax(x) = e / sum(e) with e = exp(x - max(x)); nodes #0 max, #1 sub,
+  // #2 exp, #3 sum, #4 div.
+  ValueId softmax(ValueId x) {
+    ValueId e = full_op(OpKind::Exp, {full_op(OpKind::Sub, {x, reduce(OpKind::ReduceMax, x)})});
+    return full_op(OpKind::Div, {e, reduce(OpKind::ReduceSum, e)});
+  }
+  const lowering::FusedKernel& only_kernel(const lowering::Plan& p) {
+    EXPECT_EQ(p.kernels.size(), 1u);
+    EXPECT_TRUE(p.kernels.at(0).row);
+    return p.kernels.at(0);
+  }
+};
+
+using Positions = std::vector<int32_t>;
 }  // namespace
 
 TEST(Plan, ElementwiseChainIsOneKernelStoringOnlyTheOutput) {
@@ -113,4 +142,110 @@ TEST(Plan, NoFuseOptionGivesOneKernelPerNode) {
   lowering::PlanOptions o;
   o.fuse = false;
   EXPECT_EQ(lowering::plan_graph(g, o).kernels.size(), 2u);
+}
+
+TEST(RowSchedule, SoftmaxKeepsExpInScratchAndRunsThreeColLoops) {
+  Rows r{{}, 4, 8};
+  ValueId x = r.input();
+  ValueId y = r.softmax(x);
+  r.g.add_output(y);
+  auto plan = lowering::plan_graph(r.g);
+  const auto& s = r.only_kernel(plan).schedule;
+  EXPECT_EQ(s.scratch, Positions{2});  // exp(x - max): made for the sum, read for the output
+  ASSERT_EQ(s.steps.size(), 3u);
+  EXPECT_EQ(s.steps[0].kind, RowStep::Kind::Reduce);  // max reads x, computes nothing
+  EXPECT_EQ(s.steps[0].node, 0);
+  ASSERT_TRUE(s.steps[0].cols);
+  EXPECT_EQ(s.steps[0].cols->compute, Positions{});
+  EXPECT_EQ(s.steps[1].kind, RowStep::Kind::Reduce);  // sum computes x - max and exp, keeps exp
+  EXPECT_EQ(s.steps[1].node, 3);
+  ASSERT_TRUE(s.steps[1].cols);
+  EXPECT_EQ(s.steps[1].cols->compute, (Positions{1, 2}));
+  EXPECT_EQ(s.steps[1].cols->keep, Positions{2});
+  EXPECT_EQ(s.steps[1].cols->reload, Positions{});
+  EXPECT_EQ(s.steps[2].kind, RowStep::Kind::StoreCols);  // the output reads exp back
+  ASSERT_TRUE(s.steps[2].cols);
+  EXPECT_EQ(s.steps[2].cols->reload, Positions{2});
+  EXPECT_EQ(s.steps[2].cols->compute, Positions{4});
+  EXPECT_EQ(s.steps[2].stores, Positions{0});
+  EXPECT_EQ(plan.str(r.g),
+            "fused_0 sizes=[4,8] reduce_rank=1 nodes=5 loads=%0 stores=%5 \n"
+            "  scratch #2:exp\n"
+            "  cols -> reduce #0:reduce_max\n"
+            "  cols compute #1:sub #2:exp keep #2:exp -> reduce #3:reduce_sum\n"
+            "  cols reload #2:exp compute #4:div -> store %5\n"
+            "buffers: peak 128 bytes of 128 made\n");
+}
+
+// mean = sum(x) * (1/N); d = x - mean; rstd = rsqrt(sum(d * d) * (1/N) + eps);
+// y = d * rstd. Outputs y, mean and rstd.
+TEST(RowSchedule, LayerNormKeepsTheCenteredRowAndStoresRowValuesOncePerRow) {
+  Rows r{{}, 3, 16};
+  ValueId x = r.input();
+  ValueId inv_n = r.g.add_scalar(DType::Float64);
+  ValueId eps = r.g.add_scalar(DType::Float64);
+  ValueId mean = r.row_op(OpKind::Mul, {r.reduce(OpKind::ReduceSum, x), inv_n});    // #0 #1
+  ValueId d = r.full_op(OpKind::Sub, {x, mean});                                    // #2
+  ValueId var = r.row_op(OpKind::Mul, {r.reduce(OpKind::ReduceSum, r.full_op(OpKind::Mul, {d, d})), inv_n});
+  ValueId rstd = r.row_op(OpKind::Rsqrt, {r.row_op(OpKind::Add, {var, eps})});      // #6 #7
+  ValueId y = r.full_op(OpKind::Mul, {d, rstd});                                    // #8
+  r.g.add_output(y);
+  r.g.add_output(mean);
+  r.g.add_output(rstd);
+  auto plan = lowering::plan_graph(r.g);
+  const auto& k = r.only_kernel(plan);
+  EXPECT_EQ(k.stores, (std::vector<ValueId>{mean, rstd, y}));
+  const auto& s = k.schedule;
+  EXPECT_EQ(s.scratch, Positions{2});
+  std::vector<RowStep::Kind> kinds;
+  for (const RowStep& st : s.steps) kinds.push_back(st.kind);
+  using K = RowStep::Kind;
+  EXPECT_EQ(kinds, (std::vector<K>{K::Reduce, K::Node, K::Reduce, K::Node, K::Node, K::Node,
+                                   K::StoreRows, K::StoreCols}));
+  ASSERT_TRUE(s.steps[2].cols);
+  EXPECT_EQ(s.steps[2].cols->compute, (Positions{2, 3}));
+  EXPECT_EQ(s.steps[2].cols->keep, Positions{2});
+  EXPECT_EQ(s.steps[6].stores, (Positions{0, 1}));  // mean and rstd: one element per row
+  ASSERT_TRUE(s.steps[7].cols);
+  EXPECT_EQ(s.steps[7].cols->reload, Positions{2});
+  EXPECT_EQ(s.steps[7].cols->compute, Positions{8});
+  EXPECT_EQ(s.steps[7].stores, Positions{2});
+}
+
+TEST(RowSchedule, RowsPastTheScratchBudgetRecompute) {
+  // 8 bytes a col per kept node: 8192 cols fill kRowScratchBytes exactly.
+  ASSERT_EQ(lowering::kRowScratchBytes, 8192 * 8);
+  for (int64_t cols : {8192, 8193}) {
+    Rows r{{}, 2, cols};
+    r.g.add_output(r.softmax(r.input()));
+    auto plan = lowering::plan_graph(r.g);
+    const auto& s = r.only_kernel(plan).schedule;
+    ASSERT_EQ(s.steps.size(), 3u);
+    ASSERT_TRUE(s.steps[2].cols);
+    if (cols == 8192) {
+      EXPECT_EQ(s.scratch, Positions{2});
+      EXPECT_EQ(s.steps[2].cols->compute, Positions{4});
+    } else {
+      EXPECT_EQ(s.scratch, Positions{});
+      EXPECT_EQ(s.steps[1].cols->keep, Positions{});
+      EXPECT_EQ(s.steps[2].cols->reload, Positions{});
+      EXPECT_EQ(s.steps[2].cols->compute, (Positions{1, 2, 4}));  // x - max and exp again
+    }
+  }
+}
+
+TEST(RowSchedule, EmptyRowsRunNoColLoops) {
+  Rows r{{}, 3, 0};
+  ValueId x = r.input();
+  ValueId m = r.reduce(OpKind::ReduceSum, x);
+  ValueId y = r.full_op(OpKind::Sub, {x, m});
+  r.g.add_output(y);
+  r.g.add_output(m);
+  auto plan = lowering::plan_graph(r.g);
+  const auto& s = r.only_kernel(plan).schedule;
+  EXPECT_EQ(s.scratch, Positions{});
+  ASSERT_EQ(s.steps.size(), 2u);  // the sum is its identity; no loop writes the empty y
+  EXPECT_EQ(s.steps[0].kind, RowStep::Kind::Reduce);
+  EXPECT_FALSE(s.steps[0].cols);
+  EXPECT_EQ(s.steps[1].kind, RowStep::Kind::StoreRows);
 }

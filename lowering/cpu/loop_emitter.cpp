@@ -1,0 +1,188 @@
+// The loop-nest emitter: the kernel function, its ABI wrapper, plain kernels'
+// loops, operands and stores (row kernels' loops are in row_kernel.cpp).
+#include "lowering/cpu/loop_emitter.h"
+
+namespace lazyjit::lowering::cpu::emit {
+
+void LoopEmitter::emit() {
+  sizes_ = k_.sizes;
+  if (sizes_.empty()) sizes_ = {1};  // a 0-d kernel runs its one element as dim 0
+  auto* i64 = b_.getInt64Ty();
+  auto* ptr = b_.getPtrTy();
+
+  // The body lives in an internal function whose buffer parameters are noalias;
+  // once inlined into the ABI wrapper the aliasing facts stay as scoped metadata.
+  for (const Access& a : k_.loads) {
+    buffer_of_.push_back(a.scalar_index < 0 ? static_cast<int>(nbuf_) : -1);
+    if (a.scalar_index < 0) ++nbuf_;
+  }
+  size_t nloads = nbuf_;
+  nbuf_ += k_.stores.size();
+  std::vector<llvm::Type*> params(nbuf_ + 1, ptr);
+  params.push_back(i64);
+  params.push_back(i64);
+  auto* impl = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                      llvm::Function::InternalLinkage, name_ + ".impl", m_);
+  impl->addFnAttr(llvm::Attribute::AlwaysInline);
+  set_target_attrs(impl);
+  for (size_t i = 0; i <= nbuf_; ++i) {
+    impl->addParamAttr(i, llvm::Attribute::NoAlias);
+    impl->addParamAttr(i, llvm::Attribute::NoCapture);
+    if (i < nloads || i == nbuf_) impl->addParamAttr(i, llvm::Attribute::ReadOnly);
+  }
+  fn_ = impl;
+  emit_impl();
+
+  auto* abi = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+  auto* wrapper = llvm::Function::Create(abi, llvm::Function::ExternalLinkage, name_, m_);
+  set_target_attrs(wrapper);
+  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", wrapper));
+  std::vector<Value*> args;
+  for (size_t i = 0; i < nbuf_; ++i)
+    args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, wrapper->getArg(0), i)));
+  for (unsigned i = 1; i < 4; ++i) args.push_back(wrapper->getArg(i));
+  b_.CreateCall(impl, args);
+  b_.CreateRetVoid();
+}
+
+void LoopEmitter::set_target_attrs(llvm::Function* f) {
+  f->addFnAttr("target-cpu", tm_.getTargetCPU());
+  f->addFnAttr("target-features", tm_.getTargetFeatureString());
+  f->addFnAttr(llvm::Attribute::NoUnwind);
+  // LLVM defaults to 256-bit vectors on AVX-512 server parts; our kernels are
+  // long vectorizable loops, where 512 bits measure faster (bench/).
+  if (avx512_ && cfg_.opts.vector_bits >= 512) f->addFnAttr("prefer-vector-width", "512");
+}
+
+void LoopEmitter::emit_impl() {
+  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+  // Scalars are loop-invariant: read them once.
+  for (size_t i = 0; i < k_.loads.size(); ++i)
+    if (k_.loads[i].scalar_index >= 0) loaded_[i] = load_scalar(k_.loads[i]);
+  if (k_.row) return emit_row_impl(exit);
+  emit_outer_loops(exit, sizes_.size(), [&] { emit_body(); });
+}
+
+void LoopEmitter::emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body) {
+  bool empty = false;
+  for (size_t d = 1; d < last; ++d) empty |= sizes_[d] <= 0;
+  if (empty) {
+    b_.CreateBr(exit);
+  } else {
+    Value* begin = fn_->getArg(nbuf_ + 1);
+    Value* end = fn_->getArg(nbuf_ + 2);
+    llvm::BasicBlock* outer = llvm::BasicBlock::Create(ctx_, "outer", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
+    b_.SetInsertPoint(outer);
+    idx_.assign(sizes_.size(), nullptr);
+    emit_loops(0, last, begin, end, body);
+    b_.CreateBr(exit);
+  }
+  b_.SetInsertPoint(exit);
+  b_.CreateRetVoid();
+}
+
+void LoopEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d), fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(d));
+  i->addIncoming(start, pre);
+  idx_[d] = i;
+  if (d + 1 < last)
+    emit_loops(d + 1, last, b_.getInt64(0), b_.getInt64(sizes_[d + 1]), body);
+  else
+    body();
+  Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
+  i->addIncoming(next, b_.GetInsertBlock());
+  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d) + ".end", fn_);
+  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpSLT(next, stop), head, after);
+  if (d < nrow_) latch->setMetadata(llvm::LLVMContext::MD_loop, row_loop_md());
+  b_.SetInsertPoint(after);
+  idx_[d] = nullptr;
+}
+
+void LoopEmitter::emit_body() {
+  for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
+  std::vector<int64_t> cstrides(sizes_.size(), 1);
+  for (size_t d = sizes_.size() - 1; d > 0; --d) cstrides[d - 1] = cstrides[d] * sizes_[d];
+  for (size_t s = 0; s < k_.stores.size(); ++s) {
+    DType t = g_.value(k_.stores[s]).type.dtype;
+    Value* v = to_memory(b_, convert(b_, operand(k_.stores[s]), t), t);
+    Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s),
+                                    index(cstrides, 0));
+    b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
+  }
+}
+
+Value* LoopEmitter::index(const std::vector<int64_t>& strides, int64_t offset) {
+  Value* off = b_.getInt64(offset);
+  for (size_t d = 0; d < sizes_.size(); ++d) {
+    int64_t st = d < strides.size() ? strides[d] : 0;
+    if (st != 0 && !idx_[d]) unsupported("an access varies over a dim it is not read in");
+    if (st != 0)
+      off = b_.CreateAdd(off, b_.CreateMul(idx_[d], b_.getInt64(st), "", false, true), "", false,
+                         true);
+  }
+  return off;
+}
+
+Value* LoopEmitter::contiguous_index(size_t first, size_t last) {
+  std::vector<int64_t> st(sizes_.size(), 0);
+  int64_t acc = 1;
+  for (size_t d = last; d-- > first;) {
+    st[d] = acc;
+    acc *= sizes_[d];
+  }
+  return index(st, 0);
+}
+
+void LoopEmitter::store(size_t s, Value* offset) {
+  DType t = g_.value(k_.stores[s]).type.dtype;
+  Value* v = to_memory(b_, convert(b_, operand(k_.stores[s]), t), t);
+  Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s), offset);
+  b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
+}
+
+TV LoopEmitter::load_scalar(const Access& a) {
+  Value* p = b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), fn_->getArg(nbuf_), a.scalar_index);
+  if (ir::is_floating(a.dtype)) return {b_.CreateLoad(b_.getDoubleTy(), p), DType::Float64};
+  Value* i = b_.CreateLoad(b_.getInt64Ty(), p);
+  if (a.dtype == DType::Bool) return {b_.CreateICmpNE(i, b_.getInt64(0)), DType::Bool};
+  return {i, DType::Int64};
+}
+
+TV LoopEmitter::operand(ValueId v) {
+  if (auto it = values_.find(v); it != values_.end()) return it->second;
+  int32_t li = k_.load_of(v);
+  if (li < 0 || li >= static_cast<int32_t>(k_.loads.size()))
+    unsupported("operand %" + std::to_string(v) + " is neither computed in the kernel nor loaded");
+  if (auto it = loaded_.find(li); it != loaded_.end()) return it->second;
+  const Access& a = k_.loads[li];
+  llvm::Type* mt = mem_type(b_, a.dtype);
+  Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), index(a.strides, a.offset));
+  TV r{from_memory(b_, b_.CreateAlignedLoad(mt, p, llvm::Align(ir::element_size(a.dtype))), a.dtype),
+       a.dtype};
+  return loaded_[li] = r;
+}
+
+bool LoopEmitter::is_scalar_argument(ValueId v) const {
+  if (values_.count(v)) return false;
+  int32_t li = k_.load_of(v);
+  return li >= 0 && k_.loads[li].scalar_index >= 0;
+}
+
+void LoopEmitter::emit_kernel_node(const ir::Node& n) {
+  DType out = g_.value(n.outputs[0]).type.dtype;
+  TV r = emit_elementwise(math(), n, operands());
+  values_[n.outputs[0]] = {convert(b_, r, out), out};
+}
+
+OperandSource LoopEmitter::operands() {
+  return {[this](ValueId v) { return operand(v); },
+          [this](ValueId v) { return is_scalar_argument(v); }};
+}
+
+}  // namespace lazyjit::lowering::cpu::emit

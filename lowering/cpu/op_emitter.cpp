@@ -1,0 +1,100 @@
+#include "lowering/cpu/op_emitter.h"
+
+namespace lazyjit::lowering::cpu::emit {
+
+namespace {
+
+// Float: a NaN x compares false and stays; a NaN bound is ignored, like ATen.
+Value* clamp(const MathContext& c, const ir::Node& n, const OperandSource& in, Value* x, DType ct) {
+  Builder& b = c.b;
+  int64_t bits = attr_i64(n, 1);
+  bool f = ir::is_floating(ct), u = is_unsigned(ct);
+  if (bits & 1) {
+    Value* lo = convert(b, in.value(n.operands.at(1)), ct);
+    x = f ? b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x)
+          : b.CreateBinaryIntrinsic(u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, x, lo);
+  }
+  if (bits & 2) {
+    Value* hi = convert(b, in.value(n.operands.at(2)), ct);
+    x = f ? b.CreateSelect(b.CreateFCmpOGT(x, hi), hi, x)
+          : b.CreateBinaryIntrinsic(u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, x, hi);
+  }
+  return x;
+}
+
+}  // namespace
+
+TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource& in) {
+  Builder& b = c.b;
+  DType ct = ir::opmath_dtype(static_cast<DType>(attr_i64(n, 0)));
+  reg_type(b, ct);  // rejects non-lowerable compute dtypes
+  auto arg = [&](size_t i, DType t) {
+    if (i >= n.operands.size()) unsupported(std::string(ir::op_name(n.kind)) + ": missing operand");
+    return convert(b, in.value(n.operands[i]), t);
+  };
+  switch (n.kind) {
+    case OpKind::Cast:
+    case OpKind::Full: return {arg(0, ct), ct};
+    case OpKind::Where: return {b.CreateSelect(arg(0, DType::Bool), arg(1, ct), arg(2, ct)), ct};
+    case OpKind::Clamp: return {clamp(c, n, in, arg(0, ct), ct), ct};
+    case OpKind::LogicalNot: return {b.CreateNot(arg(0, DType::Bool)), DType::Bool};
+    case OpKind::LogicalAnd: return {b.CreateAnd(arg(0, DType::Bool), arg(1, DType::Bool)), DType::Bool};
+    case OpKind::LogicalOr: return {b.CreateOr(arg(0, DType::Bool), arg(1, DType::Bool)), DType::Bool};
+    default: break;
+  }
+  if (ir::is_unary(n.kind)) {
+    Value* x = arg(0, ct);
+    return {ir::is_floating(ct) ? unary_float(c, n.kind, x) : unary_int(b, n.kind, x, ct), ct};
+  }
+  if (n.kind == OpKind::Pow && ir::is_floating(ct) && in.is_scalar_argument(n.operands[1]))
+    return {pow_by_scalar(b, arg(0, ct), arg(1, ct)), ct};
+  if (ir::is_binary(n.kind)) {
+    Value* x = arg(0, ct);
+    Value* y = arg(1, ct);
+    Value* r = ir::is_floating(ct) ? binary_float(b, n.kind, x, y) : binary_int(b, n.kind, x, y, ct);
+    return {r, ir::is_predicate(n.kind) ? DType::Bool : ct};
+  }
+  unsupported(std::string(ir::op_name(n.kind)) + " is not an elementwise op");
+}
+
+Value* reduction_identity(Builder& b, OpKind k, DType at) {
+  llvm::Type* T = reg_type(b, at);
+  bool fl = ir::is_floating(at), u = is_unsigned(at);
+  switch (k) {
+    case OpKind::ReduceSum: return llvm::Constant::getNullValue(T);
+    case OpKind::ReduceMax:
+      return fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/true)
+                : llvm::ConstantInt::get(T, u ? llvm::APInt::getMinValue(T->getIntegerBitWidth())
+                                              : llvm::APInt::getSignedMinValue(T->getIntegerBitWidth()));
+    case OpKind::ReduceMin:
+      return fl ? llvm::ConstantFP::getInfinity(T, /*Negative=*/false)
+                : llvm::ConstantInt::get(T, u ? llvm::APInt::getMaxValue(T->getIntegerBitWidth())
+                                              : llvm::APInt::getSignedMaxValue(T->getIntegerBitWidth()));
+    default: unsupported(std::string(ir::op_name(k)) + " is not a reduction");
+  }
+}
+
+Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at) {
+  bool fl = ir::is_floating(at), u = is_unsigned(at);
+  switch (k) {
+    case OpKind::ReduceSum: {
+      if (!fl) return binary_int(b, OpKind::Add, acc, x, at);
+      Value* r = b.CreateFAdd(acc, x);
+      if (auto* I = llvm::dyn_cast<llvm::Instruction>(r)) {
+        llvm::FastMathFlags fmf;
+        fmf.setAllowReassoc();
+        fmf.setNoSignedZeros();
+        I->setFastMathFlags(fmf);
+      }
+      return r;
+    }
+    case OpKind::ReduceMax:
+      return b.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::maximum
+                                     : u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, acc, x);
+    default:
+      return b.CreateBinaryIntrinsic(fl ? llvm::Intrinsic::minimum
+                                     : u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, acc, x);
+  }
+}
+
+}  // namespace lazyjit::lowering::cpu::emit

@@ -1,0 +1,33 @@
+// One graph node as LLVM values (internal to the CPU target): picks the compute
+// dtype (ir::opmath_dtype), converts operands to it and dispatches to
+// math_emitter.h; plus the combining step and identity of row reductions.
+// Stateless: operands come through callbacks, so the loop emitter decides where
+// they live (registers, loads, scratch) and when they are loaded.
+#pragma once
+#include <functional>
+
+#include "lowering/cpu/math_emitter.h"
+
+namespace lazyjit::lowering::cpu::emit {
+
+struct OperandSource {
+  // The value `v` as the node sees it (computed, loaded, or a scalar argument).
+  std::function<TV(ValueId v)> value;
+  // Whether `v` is a scalar argument of the kernel (loop-invariant).
+  std::function<bool(ValueId v)> is_scalar_argument;
+};
+
+// An elementwise node's result in its compute dtype (ir::opmath_dtype of its
+// attr 0), or bool for predicates; the caller converts it to the output dtype.
+TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource& in);
+
+// A reduction's starting accumulator, in register type of its accumulate dtype
+// `at`: 0, or the lowest/highest value for max/min (-inf/+inf for floats).
+Value* reduction_identity(Builder& b, OpKind k, DType at);
+
+// acc (op) x for reduction `k` in dtype `at`. Only the float sum is
+// reassociable (so that it vectorizes); max/min use llvm.maximum/minimum, which
+// propagate NaN.
+Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at);
+
+}  // namespace lazyjit::lowering::cpu::emit
