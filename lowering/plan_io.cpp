@@ -72,6 +72,62 @@ Access read_access(const Reading& in, size_t rank) {
   return a;
 }
 
+// --- RowSchedule (positions index the kernel's nodes) -----------------------------
+
+void write_cols(ByteWriter& w, const std::optional<ColLoop>& c) {
+  w.boolean(c.has_value());
+  if (!c) return;
+  w.i32s(c->reload);
+  w.i32s(c->compute);
+  w.i32s(c->keep);
+}
+
+std::optional<ColLoop> read_cols(const Reading& in, size_t n_nodes) {
+  if (!in.r.boolean()) return std::nullopt;
+  ColLoop c;
+  auto positions = [&](const char* what) {
+    std::vector<int32_t> v = in.r.i32s();
+    for (int32_t p : v)
+      if (p < 0 || static_cast<size_t>(p) >= n_nodes) in.bad(std::string(what) + " position " + std::to_string(p));
+    return v;
+  };
+  c.reload = positions("reload");
+  c.compute = positions("compute");
+  c.keep = positions("keep");
+  return c;
+}
+
+void write_schedule(ByteWriter& w, const RowSchedule& s) {
+  w.count(s.steps.size());
+  for (const RowStep& st : s.steps) {
+    w.u8(static_cast<uint8_t>(st.kind));
+    w.i32(st.node);
+    write_cols(w, st.cols);
+    w.i32s(st.stores);
+  }
+  w.i32s(s.scratch);
+}
+
+RowSchedule read_schedule(const Reading& in, const FusedKernel& k) {
+  RowSchedule s;
+  s.steps.resize(in.r.count(6, "row step"));
+  for (RowStep& st : s.steps) {
+    uint8_t kind = in.r.u8();
+    if (kind > static_cast<uint8_t>(RowStep::Kind::StoreCols)) in.bad("row step kind " + std::to_string(kind));
+    st.kind = static_cast<RowStep::Kind>(kind);
+    st.node = in.r.i32();
+    if (st.node < -1 || st.node >= static_cast<int64_t>(k.nodes.size())) in.bad("row step node " + std::to_string(st.node));
+    st.cols = read_cols(in, k.nodes.size());
+    st.stores = in.r.i32s();
+    for (int32_t i : st.stores)
+      if (i < 0 || static_cast<size_t>(i) >= k.stores.size()) in.bad("row step store " + std::to_string(i));
+  }
+  s.scratch = in.r.i32s();
+  for (int32_t p : s.scratch)
+    if (p < 0 || static_cast<size_t>(p) >= k.nodes.size()) in.bad("scratch position " + std::to_string(p));
+  return s;
+}
+
 // --- FusedKernel (kernel_fns are not stored: see plan_io.h) -------------------------
 
 void write_kernel(ByteWriter& w, const FusedKernel& k) {
@@ -85,6 +141,7 @@ void write_kernel(ByteWriter& w, const FusedKernel& k) {
   w.count(k.row_space.size());
   for (bool b : k.row_space) w.boolean(b);
   w.str(k.name);
+  write_schedule(w, k.schedule);
 }
 
 FusedKernel read_kernel(const Reading& in) {
@@ -116,6 +173,8 @@ FusedKernel read_kernel(const Reading& in) {
     in.bad(std::to_string(k.row_space.size()) + " row_space entries for " +
            std::to_string(k.nodes.size()) + " nodes");
   k.name = in.r.str();
+  k.schedule = read_schedule(in, k);
+  if (!k.row && !k.schedule.steps.empty()) in.bad("a row schedule for a plain kernel");
   return k;
 }
 

@@ -29,7 +29,7 @@
 namespace lazyjit::lowering {
 
 // Bump on any change to the layout above (a new field of FusedKernel included).
-inline constexpr uint32_t kPlanFormatVersion = 1;
+inline constexpr uint32_t kPlanFormatVersion = 2;  // 2: row schedules
 
 void write_plan(ir::ByteWriter& w, const Plan& plan);
 Plan read_plan(ir::ByteReader& r, const ir::Graph& g);

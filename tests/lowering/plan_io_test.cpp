@@ -13,6 +13,7 @@ using namespace lazyjit::ir;
 using lowering::Access;
 using lowering::FusedKernel;
 using lowering::Plan;
+using lowering::RowStep;
 using lowering::PlanOptions;
 using lowering::Step;
 
@@ -65,6 +66,20 @@ void expect_same_kernel(const FusedKernel& a, const FusedKernel& b, const std::s
   EXPECT_EQ(a.reduce_rank, b.reduce_rank) << where;
   EXPECT_EQ(a.row_space, b.row_space) << where;
   EXPECT_EQ(a.name, b.name) << where;
+  EXPECT_EQ(a.schedule.scratch, b.schedule.scratch) << where;
+  ASSERT_EQ(a.schedule.steps.size(), b.schedule.steps.size()) << where;
+  for (size_t i = 0; i < a.schedule.steps.size(); ++i) {
+    const RowStep &x = a.schedule.steps[i], &y = b.schedule.steps[i];
+    EXPECT_EQ(x.kind, y.kind) << where << " row step " << i;
+    EXPECT_EQ(x.node, y.node) << where << " row step " << i;
+    EXPECT_EQ(x.stores, y.stores) << where << " row step " << i;
+    ASSERT_EQ(x.cols.has_value(), y.cols.has_value()) << where << " row step " << i;
+    if (x.cols) {
+      EXPECT_EQ(x.cols->reload, y.cols->reload) << where << " row step " << i;
+      EXPECT_EQ(x.cols->compute, y.cols->compute) << where << " row step " << i;
+      EXPECT_EQ(x.cols->keep, y.cols->keep) << where << " row step " << i;
+    }
+  }
 }
 
 void expect_same_plan(const Plan& a, const Plan& b) {
