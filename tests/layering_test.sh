@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The layering of docs/design.md ("Layers"), checked on every include: each
+# layer includes only the layers below it. Exits non-zero naming each breach.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+# forbid DIR PATTERN WHY: no file under DIR may include a header matching PATTERN.
+forbid() {
+  local hits
+  hits=$(grep -rnE "^\s*#\s*include\s*[<\"]($2)" "$1" --include='*.h' --include='*.cpp' 2>/dev/null | grep -vE "${4:-^$}")
+  if [ -n "$hits" ]; then
+    echo "layering: $1 must not include $3:"; echo "$hits"; fail=1
+  fi
+}
+torch='ATen/|c10/|torch/'
+forbid graph_ir "$torch|llvm/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any other layer"
+forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or any other layer"
+forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"
+forbid lowering "$torch|cache/|executor/|runtime/|tracer/|bridge/" "libtorch or the layers above it"
+forbid lowering "llvm/" "LLVM outside lowering/cpu/" "^lowering/cpu/"
+forbid bridge "llvm/|cache/|lowering/|executor/|runtime/|tracer/" "LLVM or any layer but graph_ir"
+forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/" "LLVM, the cache or the layers above it"
+forbid runtime "llvm/|tracer/|lowering/cpu/" "LLVM or the tracer"
+forbid tracer "llvm/|executor/|lowering/|cache/" "executor/, lowering/ or cache/ (use runtime/runtime.h)"
+# The cache stores what it is given: nothing downcasts an entry into a program.
+if grep -rnE "static_cast<(const )?(lowering::)?Program" --include='*.cpp' --include='*.h' \
+     graph_ir cache lowering executor runtime tracer; then
+  echo "layering: a cast to a Program (programs are values, not cache entries)"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: ok"
+exit $fail
