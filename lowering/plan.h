@@ -2,8 +2,10 @@
 // fuses elementwise chains into loop nests. No LLVM here; a Target (target.h)
 // turns each FusedKernel into machine code.
 //
-// Before: graph verified. After: every node is covered by exactly one step or is
-// a source (Input/Scalar) or dead; steps are in dependency order.
+// Before: graph verified (and, in the pipeline, dead code removed by the "dce"
+// graph pass). After: every node no output needs is skipped, every other one is
+// covered by exactly one step or is a source (Input/Scalar); steps are in
+// dependency order.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -96,8 +98,8 @@ struct Plan {
 struct PlanOptions {
   bool fuse = true;     // false: one kernel per elementwise node (for tests and bisecting)
   bool buffers = true;  // false: no buffer plan (every result lives to the end of the run)
-  // Pass names to skip ("dce", "fold", "cse", "fuse", "buffers"); lower() adds
-  // LAZYJIT_DISABLE_PASSES.
+  // Pass names to skip ("dce", "fold", "cse", "fuse", "buffers"); the runtime
+  // fills it from its Config (LAZYJIT_DISABLE_PASSES).
   std::vector<std::string> disabled;
 };
 
