@@ -20,8 +20,8 @@
 //    (POSIX), so eviction or quarantine under a reader never tears its read.
 //  - Every refusal or damage turns into a miss plus on_error(kind, message);
 //    nothing here throws on bad files, bad permissions or a full disk.
-//  - A DiskStore holds no mutable state: its methods may run on several
-//    threads at once, and on_error may be called from any of them.
+//  - Once on_error is set, a DiskStore holds no mutable state: its methods
+//    may run on several threads at once, and call on_error from any of them.
 //
 // Keys are file names: 1 to 200 characters from [A-Za-z0-9._-], not starting
 // with '.'. A bad key (a caller bug) throws std::invalid_argument, as does a
@@ -59,9 +59,10 @@ class DiskStore {
   using KeyLock = FileLock;  // held() / explicit bool; the destructor unlocks
 
   // Creates dir/v1/... (mode 0700) where missing, then runs cleanup().
-  // Returns nullptr with a *warning if `dir` cannot be created. Refuses, like ssh with a loose key file, a directory (dir itself or one
-  // under it) that is writable by group or others or owned by another user:
-  // returns nullptr and sets *warning to a message naming the directory. A
+  // Returns nullptr with a *warning if `dir` cannot be created. Refuses, like
+  // ssh with a loose key file, a directory (dir itself or one under it) that
+  // is writable by group or others or owned by another user: returns nullptr
+  // and sets *warning to a message naming the directory. A
   // directory that does not take writes opens read-only: get() works, put() is
   // skipped and reported as ReadOnly, lock() returns an unheld lock.
   static std::unique_ptr<DiskStore> open(const DiskStoreOptions& options, std::string* warning);
@@ -93,8 +94,8 @@ class DiskStore {
   // cache/file_lock.h. Unheld on timeout or in read-only mode.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout);
 
-  // Least recently used first (by .stats last_used, else the .ljc mtime),
-  // unlinks entries until the .ljc files total at most max_bytes. Run by
+  // Least recently used first (the later of .stats last_used and the .ljc
+  // mtime, so a just-written entry counts as used), unlinks entries until the .ljc files total at most max_bytes. Run by
   // put(); costs one stat per entry while under budget.
   void evict();
 
