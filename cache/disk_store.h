@@ -62,9 +62,9 @@ class DiskStore {
   // Returns nullptr with a *warning if `dir` cannot be created. Refuses, like
   // ssh with a loose key file, a directory (dir itself or one under it) that
   // is writable by group or others or owned by another user: returns nullptr
-  // and sets *warning to a message naming the directory. A
-  // directory that does not take writes opens read-only: get() works, put() is
-  // skipped and reported as ReadOnly, lock() returns an unheld lock.
+  // and sets *warning to a message naming the directory. A directory that
+  // does not take writes opens read-only: get() works, put() is skipped and
+  // reported as ReadOnly, lock() returns an unheld lock.
   static std::unique_ptr<DiskStore> open(const DiskStoreOptions& options, std::string* warning);
 
   // A hit: the entry after checking header, version, lengths, checksum, the
@@ -95,8 +95,9 @@ class DiskStore {
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout);
 
   // Least recently used first (the later of .stats last_used and the .ljc
-  // mtime, so a just-written entry counts as used), unlinks entries until the .ljc files total at most max_bytes. Run by
-  // put(); costs one stat per entry while under budget.
+  // mtime, so a just-written entry counts as used), unlinks entries until the
+  // .ljc files total at most max_bytes. Run by put(); costs one stat per
+  // entry while under budget.
   void evict();
 
   // Removes tmp files whose writer is gone (its pid is not alive here) or
