@@ -1,0 +1,123 @@
+// The on-disk tier of the compile cache: a byte store shared by the processes
+// of one user, keyed by a caller-chosen string. It knows nothing of programs:
+// an entry is a JSON manifest (the caller's object) and an opaque payload.
+//
+// Layout under the caller's directory (all directories mode 0700):
+//   v1/entries/<key>.ljc    one entry, format in cache/entry_file.h
+//   v1/entries/<key>.stats  {"hits": N, "last_used": <unix seconds, float>}; best-effort
+//   v1/locks/<key>.lock     flock target of DiskStore::lock (cache/file_lock.h); never deleted
+//   v1/tmp/                 entries being written: <key>.<pid>.<random>.tmp
+//   v1/quarantine/          refused or damaged entries: <key>.<kind>.<unix ns>.<random>.ljc
+// When an entry was created is the manifest's business (the caller supplies
+// it) or else the file's mtime.
+//
+// What must hold, with any number of processes reading and writing at once:
+//  - entries/<key>.ljc is always a complete file: writers publish by rename
+//    from tmp/, after fsync. A crash leaves at most a tmp file, which
+//    cleanup() removes.
+//  - Files are never rewritten in place; they are replaced, renamed away or
+//    unlinked. A reader that opened a file keeps reading the bytes it opened
+//    (POSIX), so eviction or quarantine under a reader never tears its read.
+//  - Every refusal or damage turns into a miss plus on_error(kind, message);
+//    nothing here throws on bad files, bad permissions or a full disk.
+//  - Once on_error is set, a DiskStore holds no mutable state: its methods
+//    may run on several threads at once, and call on_error from any of them.
+//
+// Keys are file names: 1 to 200 characters from [A-Za-z0-9._-], not starting
+// with '.'. A bad key (a caller bug) throws std::invalid_argument, as does a
+// manifest that is not a JSON object.
+//
+// Test-only fault hooks, read by put() from the environment:
+//   LAZYJIT_TEST_PAUSE_IN_WRITE=<key>  put(<key>) sleeps 30 s after writing half its tmp file
+//   LAZYJIT_TEST_DISK_FULL=1           put() fails with ENOSPC after writing half its tmp file
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cache/disk_error.h"
+#include "cache/file_lock.h"
+
+namespace lazyjit::cache {
+
+struct DiskStoreOptions {
+  std::string dir;                   // already resolved by the caller
+  uint64_t max_bytes = 2ull << 30;   // budget for the sum of entries/*.ljc sizes
+  std::string secret;                // empty: write unsigned entries, accept any
+};
+
+struct DiskRead {
+  std::string manifest_json;  // as stored: the caller's fields plus payload_bytes, payload_xxh64
+  std::string payload;
+};
+
+class DiskStore {
+ public:
+  using KeyLock = FileLock;  // held() / explicit bool; the destructor unlocks
+
+  // Creates dir/v1/... (mode 0700) where missing, then runs cleanup().
+  // Returns nullptr with a *warning if `dir` cannot be created. Refuses, like
+  // ssh with a loose key file, a directory (dir itself or one under it) that
+  // is writable by group or others or owned by another user: returns nullptr
+  // and sets *warning to a message naming the directory. A directory that
+  // does not take writes opens read-only: get() works, put() is skipped and
+  // reported as ReadOnly, lock() returns an unheld lock.
+  static std::unique_ptr<DiskStore> open(const DiskStoreOptions& options, std::string* warning);
+
+  // A hit: the entry after checking header, version, lengths, checksum, the
+  // manifest's payload fields and, when a secret is set, the signature (an
+  // unsigned or wrongly signed entry is refused). `expect`, if set, sees the
+  // manifest text and returns false to refuse a foreign target or version.
+  // Any refusal or damage moves the file to quarantine/ (never deletes it),
+  // calls on_error and returns nullopt. A missing file is a plain nullopt.
+  std::optional<DiskRead> get(const std::string& key, const std::function<bool(const std::string& manifest)>& expect);
+
+  // Publishes atomically (tmp file, fsync, rename, fsync of entries/), then
+  // evicts. `manifest_json` must be a JSON object; payload_bytes and
+  // payload_xxh64 are added to it. Returns false after on_error on failure:
+  // ENOSPC/EDQUOT or an entry larger than max_bytes -> Full; EROFS or a
+  // read-only store -> ReadOnly; EACCES/EPERM -> Permission; else Io. A failed
+  // put leaves no tmp file behind.
+  bool put(const std::string& key, const std::string& manifest_json, const std::string& payload);
+
+  // Best-effort hits/last_used update of <key>.stats (tmp + rename; updates
+  // racing between processes may be lost). Call it when a hit is used: it is
+  // what eviction orders by. Silent on failure and in read-only mode.
+  void record_hit(const std::string& key);
+
+  // Per-key inter-process lock so that processes missing the same key compile
+  // it once: flock(LOCK_EX) on locks/<key>.lock, waiting at most `timeout`. A
+  // holder that dies releases it (the kernel closes its descriptors); see
+  // cache/file_lock.h. Unheld on timeout or in read-only mode.
+  KeyLock lock(const std::string& key, std::chrono::milliseconds timeout);
+
+  // Least recently used first (the later of .stats last_used and the .ljc
+  // mtime, so a just-written entry counts as used), unlinks entries until the
+  // .ljc files total at most max_bytes. Run by put(); costs one stat per
+  // entry while under budget.
+  void evict();
+
+  // Removes tmp files whose writer is gone (its pid is not alive here) or
+  // which are older than a minute, and quarantine files older than a day.
+  void cleanup();
+
+  bool read_only() const { return read_only_; }
+  const std::string& root() const { return root_; }  // dir/v1
+
+  std::function<void(DiskError, const std::string&)> on_error;  // set by the caller
+
+ private:
+  DiskStore(DiskStoreOptions options, std::string root, bool read_only);
+  static void check_key(const std::string& key);  // throws std::invalid_argument
+  void report(DiskError kind, const std::string& message) const;
+  void quarantine(const std::string& key, int fd, DiskError kind);
+
+  DiskStoreOptions options_;
+  std::string root_;
+  bool read_only_;
+};
+
+}  // namespace lazyjit::cache

@@ -1,0 +1,94 @@
+#include "cache/posix_io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace lazyjit::cache::posix_io {
+
+bool write_all(int fd, const char* data, size_t len) {
+  while (len > 0) {
+    ssize_t n = ::write(fd, data, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_all(int fd, std::string* out) {
+  out->clear();
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out->reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) return true;
+    out->append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::fsync(fd) == 0;
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
+
+DiskError error_kind(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT: return DiskError::Full;
+    case EROFS: return DiskError::ReadOnly;
+    case EACCES:
+    case EPERM: return DiskError::Permission;
+    default: return DiskError::Io;
+  }
+}
+
+std::string error_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+double mtime_seconds(const struct stat& st) { return double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9; }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex() {
+  // Seeded per thread; after fork() a child repeats its parent's sequence, which
+  // is harmless because every name that uses this also holds the pid.
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ (uint64_t(::getpid()) << 32)};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)rng());
+  return buf;
+}
+
+}  // namespace lazyjit::cache::posix_io
