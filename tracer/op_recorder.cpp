@@ -13,7 +13,8 @@
 #include "debug/metrics.h"
 #include "bridge/aten_ir.h"
 #include "tracer/hooks.h"
-#include "tracer/op_lowering.h"
+#include "tracer/aten_to_ir.h"
+#include "tracer/device_ops.h"
 #include "tracer/lazyjit.h"
 #include "tracer/trace_context.h"
 

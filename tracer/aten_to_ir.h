@@ -1,7 +1,6 @@
-// How ATen ops become graph nodes: elementwise ops the codegen handles, and
-// reductions / softmax / layer_norm built from row reductions (op_lowering.cpp);
-// the ops every device implements itself: empty, copies, item, resize, fills,
-// and random draws made at trace time (device_ops.cpp).
+// ATen ops as IR nodes: elementwise ops the codegen handles, and reductions,
+// softmax and layer_norm built from row reductions. What the op becomes at run
+// time is lowering's business (lowering/); this only builds graph nodes.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -36,12 +35,5 @@ std::string functional_name(const std::string& name, bool* inplace);
 // Half types compute in float32.
 ir::DType compute_dtype_for(ir::DType t);
 ir::TensorType contiguous_type(const at::Tensor& m);
-
-bool is_special_op(const std::string& name);
-// Handles `name` on the stack; false when it is not a special op (or not this case).
-bool special_op(const std::string& name, torch::jit::Stack* stack);
-bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack);
-// Whether draw_at_trace_time can handle `name` at all (callers ask once per op).
-bool may_draw_at_trace_time(const std::string& name);
 
 }  // namespace lazyjit::tracer

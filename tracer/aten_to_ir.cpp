@@ -1,4 +1,5 @@
-// ATen ops to graph nodes: elementwise ops and row reductions.
+#include "tracer/aten_to_ir.h"
+
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
@@ -11,7 +12,6 @@
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
-#include "tracer/op_lowering.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
