@@ -8,14 +8,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "graph_ir/hash.h"
-
 #include "debug/metrics.h"
 #include "bridge/aten_ir.h"
 #include "tracer/hooks.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
 #include "tracer/lazyjit.h"
+#include "tracer/meta_inference.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -73,10 +72,6 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   return it->second;
 }
 
-bool is_cpu_scalar(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.dim() == 0;
-}
-
 // PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d.
 void check_devices(const Stack& args) {
   auto check = [](const at::Tensor& t) {
@@ -100,120 +95,6 @@ void check_devices(const Stack& args) {
       for (const IValue& e : v.toListRef())
         if (e.isTensor()) check(e.toTensor());
   }
-}
-
-// ---- meta inference ---------------------------------------------------------
-
-at::Tensor to_meta(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  // CPU scalars mix with meta tensors as they do with any device; wrapped
-  // numbers must stay on the CPU to reach Python meta kernels as numbers.
-  if (is_cpu_scalar(t)) {
-    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
-    return at::empty({}, t.options().device(at::kMeta));
-  }
-  int64_t storage_numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
-  return at::empty({storage_numel}, t.options().device(at::kMeta))
-      .as_strided(t.sizes(), t.strides(), t.storage_offset());
-}
-
-IValue ivalue_to_meta(const IValue& v) {
-  if (v.isTensor()) return to_meta(v.toTensor());
-  if (v.isTensorList()) {
-    std::vector<at::Tensor> l;
-    for (const at::Tensor& t : v.toTensorVector()) l.push_back(to_meta(t));
-    return l;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> l;
-    for (const IValue& e : v.toListRef())
-      l.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_meta(e.toTensor())));
-    return l;
-  }
-  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
-  return v;
-}
-
-// Meta kernels cost 5-100 us (many are Python decompositions), so their results
-// are memoized by everything they can depend on: the op, every tensor's dtype
-// and geometry, and every other argument's value. Scalar values are included
-// too (arange's size depends on them); a changing scalar costs a meta call,
-// never a recompile.
-struct MetaResult {
-  Stack args;                     // meta arguments after the call (mutated ones resized)
-  Stack rets;
-  std::vector<at::Tensor> outs;   // the tensors among rets, flattened
-};
-
-// Every kind of argument starts with its own tag, and lists with their length.
-bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
-  static ir::BufferHasher h;  // guarded by the trace lock
-  h.clear();
-  const void* opp = &op.schema();
-  h.update(&opp, sizeof opp);
-  auto tensor = [&](const at::Tensor& t) {
-    if (!t.defined()) return h.update_i64(-7);
-    int64_t head[5] = {static_cast<int64_t>(t.scalar_type()), t.dim(), t.storage_offset(),
-                       is_lazy(t) ? static_cast<int64_t>(t.storage().nbytes()) : -1,
-                       t.unsafeGetTensorImpl()->is_wrapped_number()};
-    h.update(head, sizeof head);
-    h.update(t.sizes().data(), t.dim() * sizeof(int64_t));
-    h.update(t.strides().data(), t.dim() * sizeof(int64_t));
-  };
-  for (const IValue& v : args) {
-    if (v.isTensor()) { h.update_i64(-10); tensor(v.toTensor()); }
-    else if (v.isTensorList()) {
-      std::vector<at::Tensor> l = v.toTensorVector();
-      h.update_i64(-1);
-      h.update_i64(static_cast<int64_t>(l.size()));
-      for (const at::Tensor& t : l) tensor(t);
-    } else if (v.isOptionalTensorList()) {
-      auto l = v.toListRef();
-      h.update_i64(-2);
-      h.update_i64(static_cast<int64_t>(l.size()));
-      for (const IValue& e : l) e.isNone() ? h.update_i64(-3) : tensor(e.toTensor());
-    } else if (v.isNone()) h.update_i64(-4);
-    else if (v.isBool()) h.update_i64(v.toBool() ? 11 : 10);
-    else if (v.isInt()) { h.update_i64(1); h.update_i64(v.toInt()); }
-    else if (v.isDouble()) { double d = v.toDouble(); h.update_i64(2); h.update(&d, sizeof d); }
-    else if (v.isIntList()) {
-      auto l = v.toIntList();
-      h.update_i64(3);
-      h.update_i64(static_cast<int64_t>(l.size()));
-      for (int64_t x : l) h.update_i64(x);
-    } else if (v.isString()) { h.update_i64(5); h.update_str(v.toStringRef()); }
-    else if (v.isDevice()) { h.update_i64(6); h.update_str(v.toDevice().str()); }
-    else if (v.isScalar()) {
-      c10::Scalar sc = v.toScalar();
-      h.update_i64(7);
-      h.update_i64(static_cast<int64_t>(sc.type()));
-      h.update_i64(bridge::slot_from_scalar(sc));
-    } else if (v.isList()) {  // SymInt[] and friends
-      auto l = v.toListRef();
-      h.update_i64(4);
-      h.update_i64(static_cast<int64_t>(l.size()));
-      for (const IValue& e : l) {
-        if (e.isInt()) h.update_i64(e.toInt());
-        else if (e.isSymInt()) h.update_i64(e.toSymInt().expect_int());
-        else if (e.isDouble()) { double d = e.toDouble(); h.update(&d, sizeof d); }
-        else if (e.isBool()) h.update_i64(e.toBool());
-        else return false;
-      }
-    } else {
-      return false;  // an argument we cannot key: no memo
-    }
-  }
-  *key = h.digest128();
-  return true;
-}
-
-struct Hash128Hasher {
-  size_t operator()(const ir::Hash128& k) const { return k.lo; }
-};
-
-std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
-  static auto* m = new std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>();
-  return *m;
 }
 
 // ---- classification ---------------------------------------------------------
@@ -585,36 +466,12 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (info.draws && draw_at_trace_time(op, name, stack)) return;
   if (needs_eager(info, args)) return run_eager(op, stack, "needs data");
 
-  // Shapes, dtypes and argument checks from PyTorch's meta kernels, memoized:
-  // a hit reuses the stored results without copying them.
-  ir::Hash128 mkey;
-  bool keyed = meta_key(op, args, &mkey);
-  auto memo = keyed ? meta_memo().find(mkey) : meta_memo().end();
-  MetaResult fresh;
-  const MetaResult* mr = memo != meta_memo().end() ? &memo->second : nullptr;
-  if (!mr) {
-    for (const IValue& v : args) fresh.args.push_back(ivalue_to_meta(v));
-    fresh.rets = fresh.args;
-    try {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      op.callBoxed(&fresh.rets);
-    } catch (const std::exception&) {
-      // No meta kernel, or one that needs data (boolean masks). A genuine
-      // argument error raises again, from the CPU kernel, like eager.
-      return run_eager(op, stack, "no usable meta kernel");
-    }
-    for (const IValue& v : fresh.rets) {
-      if (v.isTensor()) fresh.outs.push_back(v.toTensor());
-      else if (v.isTensorList())
-        for (const at::Tensor& t : v.toTensorVector()) fresh.outs.push_back(t);
-    }
-    if (keyed) {
-      if (meta_memo().size() > (1 << 16)) meta_memo().clear();
-      mr = &meta_memo().emplace(mkey, std::move(fresh)).first->second;
-    } else {
-      mr = &fresh;
-    }
-  }
+  // Shapes, dtypes and argument checks from PyTorch's meta kernels.
+  MetaResult unmemoized;
+  const MetaResult* mr = infer_meta(op, args, &unmemoized);
+  // No meta kernel, or one that needs data (boolean masks). A genuine argument
+  // error raises again, from the CPU kernel, like eager.
+  if (!mr) return run_eager(op, stack, "no usable meta kernel");
   const Stack& meta_args = mr->args;
   const Stack& meta = mr->rets;
   const std::vector<at::Tensor>& meta_outs = mr->outs;
