@@ -5,16 +5,14 @@
 #include <ATen/native/BinaryOps.h>
 #include <ATen/core/op_registration/op_registration.h>
 
-#include <unordered_map>
-#include <unordered_set>
-
 #include "debug/metrics.h"
 #include "bridge/aten_ir.h"
-#include "tracer/hooks.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
 #include "tracer/lazyjit.h"
 #include "tracer/meta_inference.h"
+#include "tracer/op_info.h"
+#include "tracer/step_mode.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -26,51 +24,6 @@ using ir::ValueId;
 using torch::jit::Stack;
 
 namespace {
-
-std::string full_name(const c10::OperatorHandle& op) {
-  const auto& n = op.schema().operator_name();
-  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
-}
-
-// What recording needs to know about an op that never changes: computed once.
-struct OpInfo {
-  std::string name;   // "aten::add_.Tensor"
-  std::string fname;  // its functional form, "aten::add.Tensor"
-  bool inplace = false;
-  bool special = false;      // one of the device's own ops (device_ops.cpp)
-  bool index = false;        // takes index tensors, which may live on the CPU
-  int sub_check = 0;         // 1: sub/rsub of two tensors, 2: of a tensor and a Scalar
-  bool eager = false;        // needs the data whatever its arguments (needs_eager's schema part)
-  bool draws = false;        // draw_at_trace_time may handle it
-  bool reduction = false;    // try_reduction may handle it
-  bool view = false;         // is_view_op
-  bool is_mutable = false;   // schema.is_mutable()
-  bool bool_array_args = false;  // has a bool[N] argument (may arrive as a generic list)
-};
-bool eager_schema(const c10::FunctionSchema& schema);
-bool is_view_op(const c10::FunctionSchema& schema);
-const OpInfo& op_info(const c10::OperatorHandle& op) {
-  static std::unordered_map<const void*, OpInfo> infos;  // guarded by the trace lock
-  auto [it, fresh] = infos.try_emplace(&op.schema());
-  if (fresh) {
-    OpInfo& i = it->second;
-    i.name = full_name(op);
-    i.fname = functional_name(i.name, &i.inplace);
-    const auto& args = op.schema().arguments();
-    if (i.inplace && !(args.size() && args[0].alias_info() && args[0].alias_info()->isWrite())) i.inplace = false;
-    i.special = is_special_op(i.name);
-    i.index = i.name.rfind("aten::index", 0) == 0 || i.name.rfind("aten::_index_put_impl_", 0) == 0;
-    if (i.name == "aten::sub.Tensor" || i.name == "aten::sub_.Tensor" || i.name == "aten::rsub.Tensor") i.sub_check = 1;
-    if (i.name == "aten::sub.Scalar" || i.name == "aten::sub_.Scalar" || i.name == "aten::rsub.Scalar") i.sub_check = 2;
-    i.eager = eager_schema(op.schema());
-    i.draws = may_draw_at_trace_time(i.name);
-    i.reduction = is_reduction_name(i.fname);
-    i.view = is_view_op(op.schema());
-    i.is_mutable = op.schema().is_mutable();
-    for (const auto& a : args) i.bool_array_args |= a.real_type()->str().rfind("bool[", 0) == 0;
-  }
-  return it->second;
-}
 
 // PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d.
 void check_devices(const Stack& args) {
@@ -95,67 +48,6 @@ void check_devices(const Stack& args) {
       for (const IValue& e : v.toListRef())
         if (e.isTensor()) check(e.toTensor());
   }
-}
-
-// ---- classification ---------------------------------------------------------
-
-// Ops whose output sizes depend on values: they cut the graph.
-const std::unordered_set<std::string>& data_dependent_ops() {
-  static const std::unordered_set<std::string> s = {
-      "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique",
-      "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim_consecutive",
-      "aten::nonzero_numpy", "aten::argwhere", "aten::bincount", "aten::repeat_interleave",
-      "aten::_assert_async", "aten::equal", "aten::is_nonzero", "aten::allclose",
-      // Meta kernels whose shapes disagree with the CPU kernels' (PyTorch 2.13).
-      "aten::native_batch_norm", "aten::_native_batch_norm_legit",
-      "aten::_native_batch_norm_legit_no_training", "aten::_embedding_bag",
-      "aten::_embedding_bag_forward_only", "aten::linalg_lstsq"};
-  return s;
-}
-
-// The part of needs_eager that depends on the schema only.
-bool eager_schema(const c10::FunctionSchema& schema) {
-  if (data_dependent_ops().count(schema.name())) return true;
-  for (const auto& r : schema.returns()) {
-    auto k = r.real_type()->kind();
-    if (k != c10::TypeKind::TensorType &&
-        !(k == c10::TypeKind::ListType && r.real_type()->str() == "Tensor[]"))
-      return true;  // returns a number or a bool: needs the data
-  }
-  // Random ops not drawn at trace time (their draws depend on tensor values)
-  // run now, so draws happen in program order, as in eager.
-  for (const auto& a : schema.arguments())
-    if (a.real_type()->str().find("Generator") != std::string::npos) return true;
-  return false;
-}
-
-bool needs_eager(const OpInfo& info, const Stack& args) {
-  if (info.eager) return true;
-  for (const IValue& v : args)
-    if (v.isGenerator() || v.isStorage() || v.isCapsule() || v.isObject()) return true;
-  return false;
-}
-
-// The argument index a returned alias refers to, or -1.
-int aliased_arg(const c10::FunctionSchema& schema, size_t ret) {
-  const auto* ai = schema.returns()[ret].alias_info();
-  if (!ai) return -1;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto* a = schema.arguments()[i].alias_info();
-    if (!a) continue;
-    for (const auto& s : ai->beforeSets())
-      if (a->beforeSets().count(s)) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-bool is_view_op(const c10::FunctionSchema& schema) {
-  if (schema.returns().empty()) return false;
-  for (size_t r = 0; r < schema.returns().size(); ++r) {
-    const auto* ai = schema.returns()[r].alias_info();
-    if (!ai || ai->isWrite()) return false;
-  }
-  return true;
 }
 
 // A tensor over `base`'s storage with `m`'s geometry (m is a meta view).
@@ -300,100 +192,6 @@ ir::TensorType contiguous_type(const at::Tensor& m) {
   return t;
 }
 
-void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
-  TraceContext& ctx = TraceContext::get();
-  const auto& schema = op.schema();
-  std::string name = full_name(op);
-  bool step = lazyjit::mode() == Mode::Step;
-  std::string site = ctx.call_site();
-  if (!step) debug::Metrics::get().fallback(name, reason, site);
-  if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
-  Stack args = *stack;
-  Stack cpu;
-  for (const IValue& v : args) {
-    if (v.isTensor() && is_lazy(v.toTensor())) cpu.push_back(ctx.cpu_view(v.toTensor(), reason));
-    else if (v.isTensorList()) {
-      std::vector<at::Tensor> l;
-      for (const at::Tensor& t : v.toTensorVector()) l.push_back(is_lazy(t) ? ctx.cpu_view(t, reason) : t);
-      cpu.push_back(l);
-    } else if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> l;
-      for (const IValue& e : v.toListRef())
-        l.push_back(e.isNone() ? std::optional<at::Tensor>()
-                               : std::optional<at::Tensor>(is_lazy(e.toTensor()) ? ctx.cpu_view(e.toTensor(), reason) : e.toTensor()));
-      cpu.push_back(l);
-    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      cpu.push_back(c10::Device(at::kCPU));
-    } else {
-      cpu.push_back(v);
-    }
-  }
-  OpEvent event;
-  bool hooked = step && has_op_hooks();
-  if (hooked) {
-    event.op = name;
-    event.site = site;
-    for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
-  }
-  Stack in_cpu = cpu;
-  {
-    // The CPU kernel must not see our keys excluded by the caller.
-    op.callBoxed(&cpu);
-  }
-  // out= arguments the CPU kernel resized got new CPU memory: the lazyjit
-  // tensor follows, as it would on any device.
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto* ai = schema.arguments()[i].alias_info();
-    if (!ai || !ai->isWrite() || !args[i].isTensor() || !is_lazy(args[i].toTensor())) continue;
-    const at::Tensor& lazy = args[i].toTensor();
-    const at::Tensor& now = in_cpu[i].toTensor();
-    if (now.sizes() == lazy.sizes() && now.is_alias_of(storage_of(lazy).data)) continue;
-    at::Tensor d = now.is_non_overlapping_and_dense() ? now : now.contiguous();
-    lazy.unsafeGetTensorImpl()->set_storage_keep_dtype(make_storage(d.numel(), d.scalar_type()));
-    lazy.unsafeGetTensorImpl()->set_sizes_and_strides(d.sizes(), d.strides(), 0);
-    ctx.assign_data(lazy, d);
-  }
-  stack->clear();
-  for (size_t r = 0; r < schema.returns().size(); ++r) {
-    IValue& res = cpu[r];
-    int a = aliased_arg(schema, r);
-    auto wrap = [&](const at::Tensor& t, int arg) -> at::Tensor {
-      if (!t.defined()) return t;
-      if (arg >= 0 && args[arg].isTensor() && is_lazy(args[arg].toTensor())) {
-        const at::Tensor& base = args[arg].toTensor();
-        if (schema.returns()[r].alias_info()->isWrite()) return base;
-        const at::Tensor& data = storage_of(base).data;
-        if (t.is_alias_of(data))
-          return make_tensor(base.storage(), t.scalar_type(), t.sizes(), t.strides(),
-                             t.storage_offset() - data.storage_offset());
-      }
-      // A fresh result owns its memory; one that aliases an input is copied.
-      bool aliases_input = false;
-      for (const IValue& v : in_cpu)
-        if (v.isTensor() && v.toTensor().defined() && t.is_alias_of(v.toTensor())) aliases_input = true;
-      at::Tensor d = t.is_non_overlapping_and_dense() && !aliases_input ? t : t.clone(at::MemoryFormat::Contiguous);
-      at::Tensor out = make_tensor(make_storage(d.numel(), d.scalar_type()), d.scalar_type(), d.sizes(), d.strides(), 0);
-      ctx.assign_data(out, d);
-      return out;
-    };
-    if (res.isTensor()) {
-      stack->push_back(wrap(res.toTensor(), a));
-    } else if (res.isTensorList()) {
-      std::vector<at::Tensor> l;
-      for (const at::Tensor& t : res.toTensorVector()) l.push_back(wrap(t, a));
-      stack->push_back(l);
-    } else {
-      stack->push_back(res);
-    }
-  }
-  if (hooked) {
-    for (const IValue& v : *stack)
-      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) ? IValue(ctx.cpu_view(v.toTensor(), "hook").clone()) : v);
-    call_op_hooks(event);
-  }
-  if (step) debug::Metrics::get().add(debug::Counter::StepOps);
-}
-
 void record_op(const c10::OperatorHandle& op, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
@@ -414,26 +212,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   Stack args(stack->end() - nargs, stack->end());
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 
-  // Step-mode hooks see every op, the device's own ops included.
-  bool hooked_special = info.special && lazyjit::mode() == Mode::Step && has_op_hooks();
-  auto cpu_copy = [&](const IValue& v) -> IValue {
-    if (!v.isTensor() || !v.toTensor().defined()) return v;
-    const at::Tensor& t = v.toTensor();
-    return is_lazy(t) ? ctx.cpu_view(t, "hook").clone() : t.clone();
-  };
-  OpEvent event;
-  if (hooked_special) {
-    event.op = name;
-    event.site = ctx.call_site();
-    for (const IValue& v : args) event.inputs.push_back(cpu_copy(v));
-  }
-  if (info.special && special_op(name, stack)) {  // copies between devices are allowed here
-    if (hooked_special) {
-      for (const IValue& v : *stack) event.outputs.push_back(cpu_copy(v));
-      call_op_hooks(event);
-    }
-    return;
-  }
+  if (info.special && run_special_op(name, args, stack)) return;
   if (info.sub_check == 1) at::native::sub_check(args[0].toTensor(), args[1].toTensor());
   if (info.sub_check == 2) at::native::sub_check(args[0].toTensor(), args[1].toScalar());
   // Index tensors may live on the CPU, as with CUDA: they join the device.

@@ -9,8 +9,4 @@ namespace lazyjit::tracer {
 // The boxed kernel registered for every aten op on the PrivateUse1 key.
 void record_op(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Runs `op` through its eager CPU kernel on materialized inputs; outputs are
-// lazyjit tensors holding the results. `reason` is counted in the metrics.
-void run_eager(const c10::OperatorHandle& op, torch::jit::Stack* stack, const char* reason);
-
 }  // namespace lazyjit::tracer
