@@ -11,7 +11,7 @@
 
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
-#include "tracer/op_recorder.h"
+#include "tracer/record_op.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit {

@@ -10,8 +10,24 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "tracer/meta_inference.h"
+#include "tracer/op_info.h"
 
 namespace lazyjit::tracer {
+
+// Rungs of the recording ladder (record_op.cpp), each given the op's arguments
+// and infer_meta's result.
+//
+// A view op: results are new TensorImpls over their base's storage, no node.
+// False, having done nothing, when the meta results do not alias the arguments
+// the schema says. Otherwise the op's arguments on `stack` are replaced by its
+// results.
+bool record_view(const c10::OperatorHandle& op, const torch::jit::Stack& args, const MetaResult& meta,
+                 torch::jit::Stack* stack);
+// Elementwise, pointwise-composite, reduction and elementwise-.out ops as IR
+// nodes, their results pushed onto `out`; false, recording nothing, for others.
+bool record_ir_nodes(const OpInfo& info, const torch::jit::Stack& args, const MetaResult& meta,
+                     torch::jit::Stack* out);
 
 // Each records `fname` (the functional form of the op) and pushes its results
 // onto `out`, or returns false having recorded nothing.

@@ -1,5 +1,6 @@
-// Turns each ATen op on lazyjit tensors into graph nodes (lazy mode) or runs it
-// at once through its CPU kernel (step mode, and ops that need data).
+// The boxed kernel behind every aten op on lazyjit tensors: it records the op
+// into the graph (lazy mode) or runs it at once (step mode, and ops that need
+// data). record_op.cpp reads as the ladder of choices.
 #pragma once
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
