@@ -13,8 +13,9 @@ add_library(lazyjit SHARED
   bridge/aten_ir.cpp
   executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/buffer_pool.cpp
   runtime/config.cpp runtime/pipeline.cpp
-  tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp tracer/op_recorder.cpp
-  tracer/op_lowering.cpp tracer/device_ops.cpp tracer/api.cpp)
+  tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp
+  tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/aten_to_ir.cpp tracer/aten_node.cpp
+  tracer/step_mode.cpp tracer/device_ops.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb)

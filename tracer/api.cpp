@@ -1,4 +1,5 @@
 // The public API (lazyjit.h) and the registration of the device with PyTorch.
+// Modes and op hooks live with step mode (step_mode.cpp).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/CPUAllocator.h>
@@ -6,29 +7,16 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
-#include <atomic>
-#include <map>
 #include <mutex>
 
 #include "runtime/runtime.h"
-#include "tracer/hooks.h"
 #include "tracer/lazyjit.h"
-#include "tracer/op_recorder.h"
+#include "tracer/record_op.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit {
 
 namespace {
-
-std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
-
-std::mutex hooks_mu;
-std::map<uint64_t, OpHook>& hooks() {
-  static auto* h = new std::map<uint64_t, OpHook>();
-  return *h;
-}
-std::atomic<uint64_t> next_hook{1};
-std::atomic<bool> any_hooks{false};
 
 // One device, one default stream: enough for autograd and device guards.
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
@@ -114,45 +102,6 @@ void sync() {
   auto& ctx = tracer::TraceContext::get();
   ctx.sync("lazyjit.sync()", ctx.call_site());
 }
-
-void set_mode(Mode m) {
-  if (m == Mode::Step) sync();  // step mode starts from materialized tensors
-  g_mode = m;
-}
-
-void set_mode(const std::string& m) {
-  if (m == "lazy") set_mode(Mode::Lazy);
-  else if (m == "step") set_mode(Mode::Step);
-  else TORCH_CHECK(false, "lazyjit: unknown mode '", m, "' (expected \"lazy\" or \"step\")");
-}
-
-Mode mode() { return g_mode; }
-
-void HookHandle::remove() {
-  std::lock_guard<std::mutex> lock(hooks_mu);
-  hooks().erase(id_);
-  any_hooks = !hooks().empty();
-}
-
-HookHandle add_op_hook(OpHook hook) {
-  std::lock_guard<std::mutex> lock(hooks_mu);
-  uint64_t id = next_hook++;
-  hooks()[id] = std::move(hook);
-  any_hooks = true;
-  return HookHandle(id);
-}
-
-namespace tracer {
-bool has_op_hooks() { return any_hooks; }
-void call_op_hooks(const OpEvent& e) {
-  std::vector<OpHook> copy;
-  {
-    std::lock_guard<std::mutex> lock(hooks_mu);
-    for (auto& [id, h] : hooks()) copy.push_back(h);
-  }
-  for (auto& h : copy) h(e);
-}
-}  // namespace tracer
 
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }

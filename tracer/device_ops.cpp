@@ -10,7 +10,8 @@
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
-#include "tracer/op_lowering.h"
+#include "tracer/aten_to_ir.h"
+#include "tracer/device_ops.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {

@@ -1,4 +1,5 @@
-// ATen ops to graph nodes: elementwise ops and row reductions.
+#include "tracer/aten_to_ir.h"
+
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
@@ -10,8 +11,8 @@
 
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
+#include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
-#include "tracer/op_lowering.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -142,6 +143,12 @@ bool bool_ok(OpKind k) {
 }
 
 }  // namespace
+
+ir::TensorType contiguous_type(const at::Tensor& m) {
+  ir::TensorType t{bridge::from_aten(m.scalar_type()), m.sizes().vec(), {}};
+  t.strides = ir::contiguous_strides(t.sizes);
+  return t;
+}
 
 DType compute_dtype_for(DType t) {
   return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
@@ -503,6 +510,46 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
     result(b.ew(OpKind::Cast, {rstd}, b.row, in_dt), meta_outs[2]);
   }
   return true;
+}
+
+// ---- the ladder's rungs ---------------------------------------------------------
+
+namespace {
+
+// A tensor over `base`'s storage with `m`'s geometry (m is a meta view).
+at::Tensor view_like(const at::Tensor& base, const at::Tensor& m) {
+  return make_tensor(base.storage(), m.scalar_type(), m.sizes(), m.strides(), m.storage_offset());
+}
+
+}  // namespace
+
+bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaResult& meta, Stack* stack) {
+  const auto& schema = op.schema();
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    int a = aliased_arg(schema, r);
+    if (a < 0 || !meta.args[a].isTensor()) return false;
+    for (const at::Tensor& m : meta.outs)
+      if (!m.is_alias_of(meta.args[a].toTensor())) return false;
+  }
+  stack->erase(stack->end() - args.size(), stack->end());
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
+    stack->push_back(map_tensors(meta.rets[r], [&](const at::Tensor& m) { return view_like(base, m); }));
+  }
+  return true;
+}
+
+bool record_ir_nodes(const OpInfo& info, const Stack& args, const MetaResult& meta, Stack* out) {
+  const std::string& fname = info.fname;
+  if (info.reduction && !info.inplace && !info.is_mutable && try_reduction(fname, args, meta.outs, out)) return true;
+  if (info.inplace || !info.is_mutable) {
+    std::vector<at::Tensor> self_out;  // an in-place op's result is its self argument
+    if (info.inplace) self_out.push_back(meta.args[0].toTensor());
+    const std::vector<at::Tensor>& result = info.inplace ? self_out : meta.outs;
+    if (try_elementwise(fname, info.inplace, args, result, meta.args, out)) return true;
+    if (result.size() == 1 && try_pointwise_composite(fname, info.inplace, args, result[0], out)) return true;
+  }
+  return info.is_mutable && try_elementwise_out(fname, args, meta.outs, meta.args, out);
 }
 
 }  // namespace lazyjit::tracer

@@ -1,7 +1,6 @@
-// How ATen ops become graph nodes: elementwise ops the codegen handles, and
-// reductions / softmax / layer_norm built from row reductions (op_lowering.cpp);
-// the ops every device implements itself: empty, copies, item, resize, fills,
-// and random draws made at trace time (device_ops.cpp).
+// ATen ops as IR nodes: elementwise ops the codegen handles, and reductions,
+// softmax and layer_norm built from row reductions. What the op becomes at run
+// time is lowering's business (lowering/); this only builds graph nodes.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -11,8 +10,24 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "tracer/meta_inference.h"
+#include "tracer/op_info.h"
 
 namespace lazyjit::tracer {
+
+// Rungs of the recording ladder (record_op.cpp), each given the op's arguments
+// and infer_meta's result.
+//
+// A view op: results are new TensorImpls over their base's storage, no node.
+// False, having done nothing, when the meta results do not alias the arguments
+// the schema says. Otherwise the op's arguments on `stack` are replaced by its
+// results.
+bool record_view(const c10::OperatorHandle& op, const torch::jit::Stack& args, const MetaResult& meta,
+                 torch::jit::Stack* stack);
+// Elementwise, pointwise-composite, reduction and elementwise-.out ops as IR
+// nodes, their results pushed onto `out`; false, recording nothing, for others.
+bool record_ir_nodes(const OpInfo& info, const torch::jit::Stack& args, const MetaResult& meta,
+                     torch::jit::Stack* out);
 
 // Each records `fname` (the functional form of the op) and pushes its results
 // onto `out`, or returns false having recorded nothing.
@@ -36,12 +51,5 @@ std::string functional_name(const std::string& name, bool* inplace);
 // Half types compute in float32.
 ir::DType compute_dtype_for(ir::DType t);
 ir::TensorType contiguous_type(const at::Tensor& m);
-
-bool is_special_op(const std::string& name);
-// Handles `name` on the stack; false when it is not a special op (or not this case).
-bool special_op(const std::string& name, torch::jit::Stack* stack);
-bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack);
-// Whether draw_at_trace_time can handle `name` at all (callers ask once per op).
-bool may_draw_at_trace_time(const std::string& name);
 
 }  // namespace lazyjit::tracer

@@ -1,0 +1,139 @@
+#include "tracer/meta_inference.h"
+
+#include <ATen/ATen.h>
+
+#include <unordered_map>
+
+#include "bridge/aten_ir.h"
+#include "graph_ir/hash.h"
+#include "tracer/ivalue_tensors.h"
+#include "tracer/lazy_storage.h"
+
+namespace lazyjit::tracer {
+
+using c10::IValue;
+using torch::jit::Stack;
+
+namespace {
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  // CPU scalars mix with meta tensors as they do with any device; wrapped
+  // numbers must stay on the CPU to reach Python meta kernels as numbers.
+  if (t.device().is_cpu() && t.dim() == 0) {
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(at::kMeta));
+  }
+  int64_t storage_numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+  return at::empty({storage_numel}, t.options().device(at::kMeta))
+      .as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+IValue ivalue_to_meta(const IValue& v) {
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
+  return map_tensors(v, to_meta);
+}
+
+// Memo keys cover everything a meta kernel can depend on: the op, every
+// tensor's dtype and geometry, and every other argument's value. Scalar values
+// are included too (arange's size depends on them); a changing scalar costs a
+// meta call, never a recompile. Every kind of argument starts with its own tag,
+// and lists with their length. False for an argument it cannot key: no memo.
+bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
+  static ir::BufferHasher h;  // guarded by the trace lock
+  h.clear();
+  const void* opp = &op.schema();
+  h.update(&opp, sizeof opp);
+  auto tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) return h.update_i64(-7);
+    int64_t head[5] = {static_cast<int64_t>(t.scalar_type()), t.dim(), t.storage_offset(),
+                       is_lazy(t) ? static_cast<int64_t>(t.storage().nbytes()) : -1,
+                       t.unsafeGetTensorImpl()->is_wrapped_number()};
+    h.update(head, sizeof head);
+    h.update(t.sizes().data(), t.dim() * sizeof(int64_t));
+    h.update(t.strides().data(), t.dim() * sizeof(int64_t));
+  };
+  for (const IValue& v : args) {
+    if (v.isTensor()) { h.update_i64(-10); tensor(v.toTensor()); }
+    else if (v.isTensorList()) {
+      std::vector<at::Tensor> l = v.toTensorVector();
+      h.update_i64(-1);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const at::Tensor& t : l) tensor(t);
+    } else if (v.isOptionalTensorList()) {
+      auto l = v.toListRef();
+      h.update_i64(-2);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const IValue& e : l) e.isNone() ? h.update_i64(-3) : tensor(e.toTensor());
+    } else if (v.isNone()) h.update_i64(-4);
+    else if (v.isBool()) h.update_i64(v.toBool() ? 11 : 10);
+    else if (v.isInt()) { h.update_i64(1); h.update_i64(v.toInt()); }
+    else if (v.isDouble()) { double d = v.toDouble(); h.update_i64(2); h.update(&d, sizeof d); }
+    else if (v.isIntList()) {
+      auto l = v.toIntList();
+      h.update_i64(3);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (int64_t x : l) h.update_i64(x);
+    } else if (v.isString()) { h.update_i64(5); h.update_str(v.toStringRef()); }
+    else if (v.isDevice()) { h.update_i64(6); h.update_str(v.toDevice().str()); }
+    else if (v.isScalar()) {
+      c10::Scalar sc = v.toScalar();
+      h.update_i64(7);
+      h.update_i64(static_cast<int64_t>(sc.type()));
+      h.update_i64(bridge::slot_from_scalar(sc));
+    } else if (v.isList()) {  // SymInt[] and friends
+      auto l = v.toListRef();
+      h.update_i64(4);
+      h.update_i64(static_cast<int64_t>(l.size()));
+      for (const IValue& e : l) {
+        if (e.isInt()) h.update_i64(e.toInt());
+        else if (e.isSymInt()) h.update_i64(e.toSymInt().expect_int());
+        else if (e.isDouble()) { double d = e.toDouble(); h.update(&d, sizeof d); }
+        else if (e.isBool()) h.update_i64(e.toBool());
+        else return false;
+      }
+    } else {
+      return false;
+    }
+  }
+  *key = h.digest128();
+  return true;
+}
+
+struct Hash128Hasher {
+  size_t operator()(const ir::Hash128& k) const { return k.lo; }
+};
+
+std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
+  static auto* m = new std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>();
+  return *m;
+}
+
+}  // namespace
+
+const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, MetaResult* scratch) {
+  ir::Hash128 key;
+  bool keyed = meta_key(op, args, &key);
+  if (keyed) {
+    auto hit = meta_memo().find(key);
+    if (hit != meta_memo().end()) return &hit->second;
+  }
+  MetaResult fresh;
+  for (const IValue& v : args) fresh.args.push_back(ivalue_to_meta(v));
+  fresh.rets = fresh.args;
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&fresh.rets);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  for (const IValue& v : fresh.rets) for_each_tensor(v, [&](const at::Tensor& t) { fresh.outs.push_back(t); });
+  if (!keyed) {
+    *scratch = std::move(fresh);
+    return scratch;
+  }
+  if (meta_memo().size() > (1 << 16)) meta_memo().clear();
+  return &meta_memo().emplace(key, std::move(fresh)).first->second;
+}
+
+}  // namespace lazyjit::tracer

@@ -1,0 +1,120 @@
+#include "tracer/record_op.h"
+
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
+
+#include "debug/metrics.h"
+#include "tracer/aten_node.h"
+#include "tracer/aten_to_ir.h"
+#include "tracer/device_ops.h"
+#include "tracer/ivalue_tensors.h"
+#include "tracer/lazyjit.h"
+#include "tracer/meta_inference.h"
+#include "tracer/op_info.h"
+#include "tracer/step_mode.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit::tracer {
+
+using c10::IValue;
+using torch::jit::Stack;
+
+namespace {
+
+// std::array<bool, N> arguments arrive boxed as generic lists; kernels unbox
+// them as bool lists.
+void unbox_bool_arrays(const c10::FunctionSchema& schema, Stack* stack) {
+  size_t nargs = schema.arguments().size();
+  for (size_t i = 0; i < nargs; ++i) {
+    IValue& v = (*stack)[stack->size() - nargs + i];
+    if (v.isList() && !v.isBoolList() && schema.arguments()[i].real_type()->str().rfind("bool[", 0) == 0) {
+      c10::List<bool> l;
+      for (const IValue& e : v.toListRef()) l.push_back(e.toBool());
+      v = l;
+    }
+  }
+}
+
+// Index tensors may live on the CPU, as with CUDA: in a Tensor?[] they join the
+// device (on the stack and in `args`).
+void move_cpu_indices(Stack* stack, Stack* args) {
+  size_t nargs = args->size();
+  for (size_t i = 0; i < nargs; ++i) {
+    IValue& v = (*stack)[stack->size() - nargs + i];
+    if (!v.isOptionalTensorList()) continue;
+    bool moved = false;
+    IValue l = map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !t.device().is_cpu() || t.dim() == 0) return t;
+      moved = true;
+      return t.to(lazyjit::device());
+    });
+    if (moved) v = l, (*args)[i] = l;
+  }
+}
+
+// PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d.
+void check_devices(const Stack& args) {
+  // Lazy tensors among a Tensor?[]'s elements alone do not make the check apply.
+  bool lazy = false;
+  for (const IValue& v : args)
+    if (!v.isOptionalTensorList()) for_each_tensor(v, [&](const at::Tensor& t) { lazy |= is_lazy(t); });
+  if (!lazy) return;
+  for (const IValue& v : args)
+    for_each_tensor(v, [](const at::Tensor& t) {
+      if (t.defined() && t.device().is_cpu() && t.dim() != 0)
+        TORCH_CHECK(false,
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, lazyjit:0 and cpu!");
+    });
+}
+
+// The argument errors eager raises at the op, raised here too rather than at
+// the next sync.
+void check_args(const OpInfo& info, const c10::FunctionSchema& schema, const Stack& args) {
+  if (info.sub_check == 1) at::native::sub_check(args[0].toTensor(), args[1].toTensor());
+  if (info.sub_check == 2) at::native::sub_check(args[0].toTensor(), args[1].toScalar());
+  check_devices(args);
+  // Writes into a tensor whose elements share memory (an expanded view).
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (ai && ai->isWrite() && args[i].isTensor() && is_lazy(args[i].toTensor()))
+      at::assert_no_internal_overlap(args[i].toTensor());
+  }
+}
+
+}  // namespace
+
+void record_op(const c10::OperatorHandle& op, Stack* stack) {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
+  const OpInfo& info = op_info(op);
+  if (info.bool_array_args) unbox_bool_arrays(op.schema(), stack);
+  size_t nargs = op.schema().arguments().size();
+  Stack args(stack->end() - nargs, stack->end());
+  debug::Metrics::get().add(debug::Counter::OpsTraced);
+
+  // Copies between devices are allowed in the device's own ops, so they come
+  // before the argument checks.
+  if (info.special && run_special_op(info.name, args, stack)) return;
+  if (info.index) move_cpu_indices(stack, &args);
+  check_args(info, op.schema(), args);
+  if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
+  if (info.draws && draw_at_trace_time(op, info.name, stack)) return;
+  if (needs_eager(info, args)) return run_eager(op, stack, "needs data");
+  // Shapes, dtypes and argument errors from PyTorch's meta kernels. Without a
+  // usable one (none, or one that needs data: boolean masks) the op runs now;
+  // a genuine argument error then raises from the CPU kernel, like eager.
+  MetaResult unmemoized;
+  const MetaResult* meta = infer_meta(op, args, &unmemoized);
+  if (!meta) return run_eager(op, stack, "no usable meta kernel");
+  if (info.view) {
+    if (!record_view(op, args, *meta, stack)) run_eager(op, stack, "view op with an unexpected result");
+    return;
+  }
+  stack->erase(stack->end() - nargs, stack->end());
+  if (record_ir_nodes(info, args, *meta, stack)) return;
+  record_aten(op, info.name, args, meta->args, meta->rets, stack);
+}
+
+}  // namespace lazyjit::tracer

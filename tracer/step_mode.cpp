@@ -1,0 +1,168 @@
+#include "tracer/step_mode.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "debug/metrics.h"
+#include "runtime/runtime.h"
+#include "tracer/device_ops.h"
+#include "tracer/ivalue_tensors.h"
+#include "tracer/lazyjit.h"
+#include "tracer/op_info.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit {
+
+namespace {
+
+std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
+
+std::mutex hooks_mu;
+std::map<uint64_t, OpHook>& hooks() {
+  static auto* h = new std::map<uint64_t, OpHook>();
+  return *h;
+}
+std::atomic<uint64_t> next_hook{1};
+std::atomic<bool> any_hooks{false};
+
+bool has_op_hooks() { return any_hooks; }
+
+// A copy of the registry, so a hook may add or remove hooks.
+void call_op_hooks(const OpEvent& e) {
+  std::vector<OpHook> copy;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mu);
+    for (auto& [id, h] : hooks()) copy.push_back(h);
+  }
+  for (auto& h : copy) h(e);
+}
+
+}  // namespace
+
+void set_mode(Mode m) {
+  if (m == Mode::Step) sync();  // step mode starts from materialized tensors
+  g_mode = m;
+}
+
+void set_mode(const std::string& m) {
+  if (m == "lazy") set_mode(Mode::Lazy);
+  else if (m == "step") set_mode(Mode::Step);
+  else TORCH_CHECK(false, "lazyjit: unknown mode '", m, "' (expected \"lazy\" or \"step\")");
+}
+
+Mode mode() { return g_mode; }
+
+void HookHandle::remove() {
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  hooks().erase(id_);
+  any_hooks = !hooks().empty();
+}
+
+HookHandle add_op_hook(OpHook hook) {
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  uint64_t id = next_hook++;
+  hooks()[id] = std::move(hook);
+  any_hooks = true;
+  return HookHandle(id);
+}
+
+namespace tracer {
+
+using c10::IValue;
+using torch::jit::Stack;
+
+void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
+  TraceContext& ctx = TraceContext::get();
+  const auto& schema = op.schema();
+  std::string name = full_name(op);
+  bool step = lazyjit::mode() == Mode::Step;
+  std::string site = ctx.call_site();
+  if (!step) debug::Metrics::get().fallback(name, reason, site);
+  if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
+  Stack args = *stack;
+  Stack cpu;
+  for (const IValue& v : args) {
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(c10::Device(at::kCPU));
+    else cpu.push_back(map_tensors(v, [&](const at::Tensor& t) { return is_lazy(t) ? ctx.cpu_view(t, reason) : t; }));
+  }
+  OpEvent event;
+  bool hooked = step && has_op_hooks();
+  if (hooked) {
+    event.op = name;
+    event.site = site;
+    for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
+  }
+  Stack in_cpu = cpu;
+  {
+    // The CPU kernel must not see our keys excluded by the caller.
+    op.callBoxed(&cpu);
+  }
+  // out= arguments the CPU kernel resized got new CPU memory: the lazyjit
+  // tensor follows, as it would on any device.
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (!ai || !ai->isWrite() || !args[i].isTensor() || !is_lazy(args[i].toTensor())) continue;
+    const at::Tensor& lazy = args[i].toTensor();
+    const at::Tensor& now = in_cpu[i].toTensor();
+    if (now.sizes() == lazy.sizes() && now.is_alias_of(storage_of(lazy).data)) continue;
+    at::Tensor d = now.is_non_overlapping_and_dense() ? now : now.contiguous();
+    lazy.unsafeGetTensorImpl()->set_storage_keep_dtype(make_storage(d.numel(), d.scalar_type()));
+    lazy.unsafeGetTensorImpl()->set_sizes_and_strides(d.sizes(), d.strides(), 0);
+    ctx.assign_data(lazy, d);
+  }
+  stack->clear();
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    IValue& res = cpu[r];
+    int a = aliased_arg(schema, r);
+    auto wrap = [&](const at::Tensor& t, int arg) -> at::Tensor {
+      if (!t.defined()) return t;
+      if (arg >= 0 && args[arg].isTensor() && is_lazy(args[arg].toTensor())) {
+        const at::Tensor& base = args[arg].toTensor();
+        if (schema.returns()[r].alias_info()->isWrite()) return base;
+        const at::Tensor& data = storage_of(base).data;
+        if (t.is_alias_of(data))
+          return make_tensor(base.storage(), t.scalar_type(), t.sizes(), t.strides(),
+                             t.storage_offset() - data.storage_offset());
+      }
+      // A fresh result owns its memory; one that aliases an input is copied.
+      bool aliases_input = false;
+      for (const IValue& v : in_cpu)
+        if (v.isTensor() && v.toTensor().defined() && t.is_alias_of(v.toTensor())) aliases_input = true;
+      at::Tensor d = t.is_non_overlapping_and_dense() && !aliases_input ? t : t.clone(at::MemoryFormat::Contiguous);
+      at::Tensor out = make_tensor(make_storage(d.numel(), d.scalar_type()), d.scalar_type(), d.sizes(), d.strides(), 0);
+      ctx.assign_data(out, d);
+      return out;
+    };
+    stack->push_back(map_tensors(res, [&](const at::Tensor& t) { return wrap(t, a); }));
+  }
+  if (hooked) {
+    for (const IValue& v : *stack)
+      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) ? IValue(ctx.cpu_view(v.toTensor(), "hook").clone()) : v);
+    call_op_hooks(event);
+  }
+  if (step) debug::Metrics::get().add(debug::Counter::StepOps);
+}
+
+bool run_special_op(const std::string& name, const Stack& args, Stack* stack) {
+  if (lazyjit::mode() != Mode::Step || !has_op_hooks()) return special_op(name, stack);
+  TraceContext& ctx = TraceContext::get();
+  auto cpu_copy = [&](const IValue& v) -> IValue {
+    if (!v.isTensor() || !v.toTensor().defined()) return v;
+    const at::Tensor& t = v.toTensor();
+    return is_lazy(t) ? ctx.cpu_view(t, "hook").clone() : t.clone();
+  };
+  OpEvent event;
+  event.op = name;
+  event.site = ctx.call_site();
+  for (const IValue& v : args) event.inputs.push_back(cpu_copy(v));
+  if (!special_op(name, stack)) return false;  // copies between devices are allowed here
+  for (const IValue& v : *stack) event.outputs.push_back(cpu_copy(v));
+  call_op_hooks(event);
+  return true;
+}
+
+}  // namespace tracer
+}  // namespace lazyjit

@@ -1,0 +1,22 @@
+// Running ops at once, one by one, through their eager CPU kernels: every op in
+// step mode (the debug path, where the op hooks of lazyjit.h see each op), and
+// in lazy mode the ops that cannot be recorded (the CPU fallback).
+#pragma once
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <string>
+
+namespace lazyjit::tracer {
+
+// Runs `op` through its eager CPU kernel on materialized inputs (syncing what is
+// pending first); outputs are lazyjit tensors holding the results. Outside step
+// mode `reason` is counted in the metrics as a fallback.
+void run_eager(const c10::OperatorHandle& op, torch::jit::Stack* stack, const char* reason);
+
+// One of the device's own ops (device_ops.h: special_op), which the op hooks
+// see in step mode as they see every op. False, having done nothing, when
+// special_op does not handle this case.
+bool run_special_op(const std::string& name, const torch::jit::Stack& args, torch::jit::Stack* stack);
+
+}  // namespace lazyjit::tracer
