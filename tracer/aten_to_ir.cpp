@@ -150,9 +150,7 @@ ir::TensorType contiguous_type(const at::Tensor& m) {
   return t;
 }
 
-DType compute_dtype_for(DType t) {
-  return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
-}
+DType compute_dtype_for(DType t) { return ir::opmath_dtype(t); }
 
 // Records an elementwise op; returns false (recording nothing) when the op is not
 // one the codegen handles for these dtypes.
@@ -476,7 +474,7 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
     result(b.ew(OpKind::Cast, {s}, b.row, out_dt), meta_outs[0]);
   } else if (fname == "aten::amax" || fname == "aten::amin") {
     if (b.row_numel() == 0) return false;  // ATen raises on empty rows
-    b.acc = in_dt == DType::Float16 || in_dt == DType::BFloat16 ? DType::Float32 : in_dt;
+    b.acc = ir::opmath_dtype(in_dt);
     ValueId m = b.reduce(fname == "aten::amax" ? OpKind::ReduceMax : OpKind::ReduceMin, x);
     result(b.ew(OpKind::Cast, {m}, b.row, out_dt), meta_outs[0]);
   } else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") {
