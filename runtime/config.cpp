@@ -1,7 +1,12 @@
 #include "runtime/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
+
+extern char** environ;
 
 namespace lazyjit::runtime {
 
@@ -24,15 +29,88 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// A whole decimal integer in [lo, hi]; false for anything else ("abc", "4x", "").
+bool parse_int(const std::string& s, long long lo, long long hi, long long* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// Bytes with an optional K/M/G suffix (powers of 1024).
+bool parse_bytes(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  std::string digits = s;
+  uint64_t unit = 1;
+  char last = s.back();
+  if (last == 'K' || last == 'k') unit = 1ull << 10;
+  if (last == 'M' || last == 'm') unit = 1ull << 20;
+  if (last == 'G' || last == 'g') unit = 1ull << 30;
+  if (unit != 1) digits.pop_back();
+  long long v;
+  if (!parse_int(digits, 1, (1ll << 50), &v)) return false;
+  *out = static_cast<uint64_t>(v) * unit;
+  return true;
+}
+
+const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
+                              "LAZYJIT_NUM_THREADS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
+// Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
+const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
+const char* const kPasses[] = {"dce", "fold", "cse", "fuse", "buffers"};
+
 }  // namespace
 
 Config Config::from_env() {
   Config c;
-  c.step_mode = env("LAZYJIT_MODE") == "step";
+  auto bad = [&](const char* name, const std::string& value, const std::string& want, const std::string& dflt) {
+    c.warnings.push_back(std::string(name) + "=" + value + " is not " + want + "; using " + dflt);
+  };
+  if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
+  else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
   c.dump_dir = env("LAZYJIT_DUMP");
-  c.disabled_passes = split_commas(env("LAZYJIT_DISABLE_PASSES"));
-  if (std::string bits = env("LAZYJIT_VECTOR_BITS"); !bits.empty()) c.vector_bits = std::atoi(bits.c_str());
-  if (std::string n = env("LAZYJIT_NUM_THREADS"); !n.empty()) c.num_threads = std::max(1, std::atoi(n.c_str()));
+  for (const std::string& p : split_commas(env("LAZYJIT_DISABLE_PASSES"))) {
+    bool known = false;
+    for (const char* k : kPasses) known |= p == k;
+    if (known) c.disabled_passes.push_back(p);
+    else bad("LAZYJIT_DISABLE_PASSES", p, "a pass name (dce, fold, cse, fuse, buffers)", "no such pass off");
+  }
+  long long v;
+  if (std::string s = env("LAZYJIT_VECTOR_BITS"); !s.empty()) {
+    if (parse_int(s, 128, 512, &v) && (v == 128 || v == 256 || v == 512)) c.vector_bits = static_cast<int>(v);
+    else bad("LAZYJIT_VECTOR_BITS", s, "128, 256 or 512", "512");
+  }
+  if (std::string s = env("LAZYJIT_NUM_THREADS"); !s.empty()) {
+    // More workers than a few per core only oversubscribe it (and a oneTBB arena
+    // of 100,000 threads crashes at exit).
+    long long cap = 4ll * std::max(1u, std::thread::hardware_concurrency());
+    if (parse_int(s, 1, cap, &v)) c.num_threads = static_cast<int>(v);
+    else bad("LAZYJIT_NUM_THREADS", s, "an integer from 1 to " + std::to_string(cap), "torch.get_num_threads()");
+  }
+  if (std::string s = env("LAZYJIT_CACHE"); s == "off" || s == "0" || s == "false") c.disk_cache = false;
+  else if (!s.empty() && s != "on" && s != "1" && s != "true") bad("LAZYJIT_CACHE", s, "on or off", "on");
+  c.cache_dir = env("LAZYJIT_CACHE_DIR");
+  if (c.cache_dir.empty()) {
+    std::string xdg = env("XDG_CACHE_HOME"), home = env("HOME");
+    c.cache_dir = !xdg.empty() ? xdg + "/lazyjit" : !home.empty() ? home + "/.cache/lazyjit" : "";
+  }
+  if (std::string s = env("LAZYJIT_CACHE_MAX_BYTES"); !s.empty() && !parse_bytes(s, &c.cache_max_bytes))
+    bad("LAZYJIT_CACHE_MAX_BYTES", s, "a byte count (e.g. 500M, 2G)", "2G");
+  c.cache_secret = env("LAZYJIT_CACHE_SECRET");
+  // A misspelt switch would otherwise be silently ignored.
+  for (char** e = environ; e && *e; ++e) {
+    std::string name(*e);
+    name = name.substr(0, name.find('='));
+    if (name.rfind("LAZYJIT_", 0) != 0) continue;
+    bool known = false;
+    for (const char* k : kKnown) known |= name == k;
+    for (const char* p : kOtherPrefixes) known |= name.rfind(p, 0) == 0;
+    if (!known) c.warnings.push_back("unknown setting " + name + " (ignored; the switches are listed in the README)");
+  }
   return c;
 }
 
@@ -44,7 +122,11 @@ std::string Config::codegen_text() const {
 }
 
 const Config& process_config() {
-  static const Config config = Config::from_env();
+  static const Config config = [] {
+    Config c = Config::from_env();
+    for (const std::string& w : c.warnings) std::fprintf(stderr, "lazyjit: warning: %s\n", w.c_str());
+    return c;
+  }();
   return config;
 }
 

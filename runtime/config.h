@@ -4,6 +4,7 @@
 // also feeds the cache key, from this same object, so the two cannot drift.
 // The README's "Switches" table documents each field.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,15 @@ struct Config {
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
+  // The on-disk compile cache (runtime/disk_tier.h).
+  bool disk_cache = true;                    // LAZYJIT_CACHE=off turns it off
+  std::string cache_dir;                     // LAZYJIT_CACHE_DIR, else $XDG_CACHE_HOME/lazyjit, else ~/.cache/lazyjit
+  uint64_t cache_max_bytes = 2ull << 30;     // LAZYJIT_CACHE_MAX_BYTES: least recently used entries go past it
+  std::string cache_secret;                  // LAZYJIT_CACHE_SECRET: sign entries (HMAC-SHA256), load only signed ones
+
+  // Problems found reading the environment: a malformed or unknown value gets
+  // one warning (printed once, by process_config) and the default.
+  std::vector<std::string> warnings;
 
   static Config from_env();
   // The settings that change generated code, as text (a part of every cache key).

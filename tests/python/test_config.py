@@ -1,0 +1,49 @@
+"""Every LAZYJIT_* switch is read once and validated: a malformed or unknown
+value gets one clear warning naming it and the default it falls back to, the
+program still computes eager's results, and no value crashes the process
+(LAZYJIT_NUM_THREADS=100000 used to segfault at exit)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PYTHON_DIR, ROOT
+
+PROBE = ("import torch, lazyjit; x = torch.randn(300, 500); "
+         "torch.testing.assert_close((x.to('lazyjit').tanh() * 2).sum(1).cpu(), (x.tanh() * 2).sum(1)); "
+         "print('ok', lazyjit.mode())")
+
+
+def run(**env_extra):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", **env_extra}
+    return subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name,value,says", [
+    ("LAZYJIT_MODE", "bogus", "lazy or step"),
+    ("LAZYJIT_NUM_THREADS", "abc", "an integer"),
+    ("LAZYJIT_NUM_THREADS", "0", "an integer"),
+    ("LAZYJIT_NUM_THREADS", "-3", "an integer"),
+    ("LAZYJIT_NUM_THREADS", "100000", "an integer"),
+    ("LAZYJIT_VECTOR_BITS", "7", "128, 256 or 512"),
+    ("LAZYJIT_DISABLE_PASSES", "fold,nosuch", "a pass name"),
+    ("LAZYJIT_CACHE", "maybe", "on or off"),
+    ("LAZYJIT_CACHE_MAX_BYTES", "lots", "a byte count"),
+    ("LAZYJIT_NUM_THREDS", "2", "unknown setting"),
+])
+def test_bad_settings_warn_once_and_fall_back(name, value, says):
+    p = run(**{name: value})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ok lazy", p.stdout
+    warnings = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: warning:")]
+    assert len(warnings) == 1, p.stderr
+    assert name in warnings[0] and says in warnings[0], warnings[0]
+
+
+def test_good_settings_say_nothing():
+    p = run(LAZYJIT_MODE="step", LAZYJIT_NUM_THREADS="2", LAZYJIT_VECTOR_BITS="256",
+            LAZYJIT_DISABLE_PASSES="fold,cse", LAZYJIT_CACHE_MAX_BYTES="500M")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ok step"
+    assert "warning" not in p.stderr, p.stderr
