@@ -722,6 +722,8 @@ def run_worker_subprocess(key, args, tmpdir: Path) -> dict:
     # a fresh Inductor cache per workload: "first call" is a cold compile, not a
     # cache hit from an earlier bench run
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmpdir / f"inductor-cache-{key}")
+    # likewise lazyjit's on-disk cache: "1st call" is a cold compile
+    env["LAZYJIT_CACHE_DIR"] = str(tmpdir / f"lazyjit-cache-{key}")
     env.setdefault("PYTHONPATH", str(REPO / "python"))
     t0 = time.perf_counter()
     err = None

@@ -105,6 +105,16 @@ void DiskStore::report(DiskError kind, const std::string& message) const {
   if (on_error) on_error(kind, message);
 }
 
+void DiskStore::reject(const std::string& key, DiskError kind, const std::string& message) {
+  std::string path = root_ + "/entries/" + key + ".ljc";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    quarantine(key, fd, kind);
+    ::close(fd);
+  }
+  report(kind, key + ": " + message);
+}
+
 void DiskStore::quarantine(const std::string& key, int fd, DiskError kind) {
   if (read_only_) return;
   std::string path = root_ + "/entries/" + key + ".ljc";
@@ -187,7 +197,7 @@ bool DiskStore::put(const std::string& key, const std::string& manifest_json, co
   size_t half = file.size() / 2;
   if (!posix_io::write_all(fd, file.data(), half)) return fail("cannot write " + tmp);
   // Test-only faults, halfway through so that a test sees a partial tmp file.
-  if (const char* k = std::getenv("LAZYJIT_TEST_PAUSE_IN_WRITE"); k && key == k)
+  if (const char* k = std::getenv("LAZYJIT_TEST_PAUSE_IN_WRITE"); k && (key == k || std::strcmp(k, "*") == 0))
     std::this_thread::sleep_for(std::chrono::seconds(30));
   if (const char* full = std::getenv("LAZYJIT_TEST_DISK_FULL"); full && std::strcmp(full, "1") == 0) {
     errno = ENOSPC;

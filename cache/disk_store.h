@@ -28,7 +28,7 @@
 // manifest that is not a JSON object.
 //
 // Test-only fault hooks, read by put() from the environment:
-//   LAZYJIT_TEST_PAUSE_IN_WRITE=<key>  put(<key>) sleeps 30 s after writing half its tmp file
+//   LAZYJIT_TEST_PAUSE_IN_WRITE=<key>  put(<key>) sleeps 30 s after writing half its tmp file ("*": any key)
 //   LAZYJIT_TEST_DISK_FULL=1           put() fails with ENOSPC after writing half its tmp file
 #pragma once
 #include <chrono>
@@ -93,6 +93,10 @@ class DiskStore {
   // holder that dies releases it (the kernel closes its descriptors); see
   // cache/file_lock.h. Unheld on timeout or in read-only mode.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout);
+
+  // For an entry get() returned whose payload the caller cannot use (a format
+  // it does not know): moves it to quarantine/ and reports `kind`.
+  void reject(const std::string& key, DiskError kind, const std::string& message);
 
   // Least recently used first (the later of .stats last_used and the .ljc
   // mtime, so a just-written entry counts as used), unlinks entries until the

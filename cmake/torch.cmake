@@ -12,13 +12,13 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
   executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/buffer_pool.cpp
-  runtime/config.cpp runtime/pipeline.cpp
+  runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp
   tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/aten_to_ir.cpp tracer/aten_node.cpp
   tracer/step_mode.cpp tracer/device_ops.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
-                      lazyjit_lowering PRIVATE TBB::tbb)
+                      lazyjit_lowering PRIVATE TBB::tbb nlohmann_json::nlohmann_json)
 set_target_properties(lazyjit PROPERTIES
   BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
@@ -26,7 +26,9 @@ set_target_properties(lazyjit PROPERTIES
 add_executable(e2e_tests tests/e2e/device_test.cpp)
 target_link_libraries(e2e_tests lazyjit GTest::gtest_main)
 set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
-gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST)
+# Tests count compiles: each process starts with no on-disk cache (the disk
+# tier has tests of its own).
+gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off")
 
 add_executable(executor_tests tests/executor/program_bytes_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)

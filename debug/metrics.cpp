@@ -10,12 +10,17 @@ const char* counter_name(Counter c) {
     case Counter::OpsTraced: return "ops_traced";
     case Counter::GraphsExecuted: return "graphs_executed";
     case Counter::Compiles: return "compiles";
+    case Counter::LlvmCompiles: return "llvm_compiles";
     case Counter::CacheHits: return "cache_hits";
     case Counter::CacheMisses: return "cache_misses";
     case Counter::Syncs: return "syncs";
     case Counter::HashCollisions: return "hash_collisions";
     case Counter::StepOps: return "step_ops";
     case Counter::LayoutCopies: return "layout_copies";
+    case Counter::DiskHits: return "disk_hits";
+    case Counter::DiskMisses: return "disk_misses";
+    case Counter::DiskWrites: return "disk_writes";
+    case Counter::DiskErrors: return "disk_errors";
     case Counter::kCount: break;
   }
   return "?";
@@ -43,6 +48,12 @@ void Metrics::sync(const std::string& reason, const std::string& site) {
 void Metrics::cache_miss(const std::string& why) {
   std::lock_guard<std::mutex> g(mu_);
   ++maps_.cache_misses[why];
+}
+
+void Metrics::disk_error(const std::string& kind) {
+  add(Counter::DiskErrors);
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.disk_errors[kind];
 }
 
 void Metrics::time(const std::string& what, double ms) {
@@ -80,6 +91,7 @@ std::string Metrics::report() const {
   section("fallbacks (op: reason @ call site, run by its eager CPU kernel):", s.fallback_sites);
   section("syncs (reason @ call site):", s.syncs);
   section("compiles (why the cache missed):", s.cache_misses);
+  section("on-disk cache faults (each one a miss, never run):", s.disk_errors);
   if (!s.timings.empty()) {
     os << "timings:\n";
     for (const auto& [k, t] : s.timings) {

@@ -13,13 +13,18 @@ namespace lazyjit::debug {
 enum class Counter : int {
   OpsTraced,       // ops recorded into a graph
   GraphsExecuted,  // programs run (compiled or cached)
-  Compiles,        // LLVM compilations
+  Compiles,        // programs compiled with LLVM (on a miss of every cache tier)
+  LlvmCompiles,    // LLVM code generations (one per compiled program until kernels are cached alone)
   CacheHits,
   CacheMisses,
   Syncs,           // points where pending work was run
   HashCollisions,  // cache hits refused by the confirming hash
   StepOps,         // ops run one at a time in step mode
   LayoutCopies,    // library results copied to the layout the tracer promised
+  DiskHits,        // programs loaded from the on-disk cache (linked, no codegen)
+  DiskMisses,      // on-disk lookups that found no usable entry
+  DiskWrites,      // programs written to the on-disk cache
+  DiskErrors,      // on-disk faults (by kind in disk_errors)
   kCount
 };
 
@@ -34,6 +39,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> fallback_sites;  // "op: reason @ call site" -> count
   std::map<std::string, int64_t> syncs;         // "reason @ call site" -> count
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
+  std::map<std::string, int64_t> disk_errors;   // "kind: what" -> count (corrupt, foreign, ...)
   std::map<std::string, Timing> timings;        // "compile", "execute", "trace"...
 };
 
@@ -46,6 +52,7 @@ class Metrics {
   void fallback(const std::string& op, const std::string& reason, const std::string& site);
   void sync(const std::string& reason, const std::string& site);
   void cache_miss(const std::string& why);
+  void disk_error(const std::string& kind);
   void time(const std::string& what, double ms);
   MetricsSnapshot snapshot() const;
   void reset();

@@ -37,6 +37,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   if (!program->plan.kernels.empty()) {
     program->code = target.compile(graph, program->plan);
     debug::Metrics::get().add(debug::Counter::Compiles);
+    debug::Metrics::get().add(debug::Counter::LlvmCompiles);
     dump(".ll", program->code->llvm_ir());
   }
   program->graph = std::move(graph);

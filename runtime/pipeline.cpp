@@ -3,7 +3,9 @@
 //   graph + bindings
 //     -> key      structure hash, shape signature, target and codegen switches (cache/cache_key.h)
 //     -> lookup   in-memory compile cache: a hit skips everything up to `run` (cache/compile_cache.h)
-//     -> lower    on a miss: graph passes, plan, LLVM codegen to an object (lowering/lower.h)
+//     -> load     on a miss, from the on-disk cache: the object is linked, no codegen (runtime/disk_tier.h)
+//     -> lower    on a miss of both: graph passes, plan, LLVM codegen to an object (lowering/lower.h),
+//                 then written to disk for the next process
 //     -> prepare  an Executable: kernels linked, ATen operators resolved once (executor/executable.h)
 //     -> run      kernels on oneTBB, library steps through ATen (executor/executable.cpp)
 //     -> one CPU tensor per graph output
@@ -15,6 +17,7 @@
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
+#include "runtime/disk_tier.h"
 #include "runtime/runtime.h"
 
 namespace lazyjit::runtime {
@@ -29,18 +32,25 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   codegen.vector_bits = config_.vector_bits;
   target_ = lowering::make_cpu_target(codegen);
   // Everything that changes the code a key stands for.
-  std::string fp = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
-  code_hash_ = ir::hash64(fp.data(), fp.size());
+  code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
+  code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());
+  disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
 }
 
 Runtime::~Runtime() = default;
 
-std::vector<at::Tensor> Runtime::run(ir::Graph graph, const Bindings& bindings) {
+std::vector<at::Tensor> Runtime::run(ir::Graph graph, const Bindings& bindings, const std::string& site) {
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
   auto lookup = cache_.get_or_compile(key, [&] {
-    return std::make_shared<const executor::Executable>(compile(std::move(graph), key.str()));
+    return std::make_shared<const executor::Executable>(load_or_compile(std::move(graph), key, site));
   });
   return lookup.entry->run(bindings, threads());
+}
+
+std::shared_ptr<const lowering::Program> Runtime::load_or_compile(ir::Graph graph, const cache::CacheKey& key,
+                                                                  const std::string& site) {
+  auto compile_it = [&] { return compile(std::move(graph), key.str()); };
+  return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
 }
 
 std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name) const {

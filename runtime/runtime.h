@@ -23,6 +23,7 @@ class Target;
 
 namespace lazyjit::runtime {
 
+class DiskTier;
 using executor::Bindings;
 
 class Runtime {
@@ -34,10 +35,11 @@ class Runtime {
 
   const Config& config() const { return config_; }
 
-  // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a cache
-  // miss. Returns one CPU tensor per graph output, dense with its declared
+  // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a miss
+  // of every cache tier. `site` is the sync's call site (kept with what it
+  // compiles). Returns one CPU tensor per graph output, dense with its declared
   // layout. Throws on a malformed graph, a failed compile or a failed step.
-  std::vector<at::Tensor> run(ir::Graph graph, const Bindings& bindings);
+  std::vector<at::Tensor> run(ir::Graph graph, const Bindings& bindings, const std::string& site = {});
 
   // A compiled program as bytes, and back (links its object code: no codegen).
   std::string to_bytes(const lowering::Program& program) const;
@@ -45,15 +47,20 @@ class Runtime {
   // Lowers without running or caching (tests, tools).
   std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name) const;
 
+  // Empties the in-memory cache (the disk tier keeps its entries).
   void clear_cache() { cache_.clear(); }
   size_t cache_size() const { return cache_.size(); }
 
  private:
   int threads() const;
+  std::shared_ptr<const lowering::Program> load_or_compile(ir::Graph graph, const cache::CacheKey& key,
+                                                           const std::string& site);
 
   Config config_;
   std::unique_ptr<lowering::Target> target_;
-  uint64_t code_hash_ = 0;  // target fingerprint + lazyjit version + codegen switches
+  std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
+  uint64_t code_hash_ = 0;        // its hash: the key's target part
+  std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   cache::CompileCache<executor::Executable> cache_;
 };
 

@@ -213,7 +213,7 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   std::vector<at::Tensor> outs;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
-    outs = runtime::Runtime::get().run(std::move(*graph_), b);
+    outs = runtime::Runtime::get().run(std::move(*graph_), b, site);
   } catch (const std::exception& e) {
     // Nothing half-done survives: the graph is dropped and every storage it
     // was to compute remembers why, so later reads raise instead of lying.

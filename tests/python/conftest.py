@@ -11,6 +11,11 @@ import time
 import pytest
 import torch
 
+# Tests count compiles, so by default no process of the suite reads or writes
+# an on-disk cache (a warm ~/.cache/lazyjit would turn compiles into loads);
+# the disk tier's tests (test_disk_cache.py) turn it on with their own dirs.
+os.environ.setdefault("LAZYJIT_CACHE", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON_DIR = os.path.join(ROOT, "python")
 if PYTHON_DIR not in sys.path:

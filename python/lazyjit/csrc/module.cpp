@@ -45,6 +45,7 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   d["fallback_sites"] = s.fallback_sites;
   d["sync_reasons"] = s.syncs;
   d["compile_reasons"] = s.cache_misses;
+  d["disk_errors_by_kind"] = s.disk_errors;
   py::dict t;
   for (const auto& [k, v] : s.timings) {
     py::dict e;

@@ -1,0 +1,147 @@
+#include "runtime/disk_tier.h"
+
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "bridge/aten_ir.h"
+#include "debug/metrics.h"
+#include "lowering/program_bytes.h"
+
+namespace lazyjit::runtime {
+
+using debug::Counter;
+using debug::Metrics;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kManifestFormat = 1;
+
+json type_json(const ir::TensorType& t) {
+  return json{{"dtype", ir::dtype_name(t.dtype)}, {"sizes", t.sizes}, {"strides", t.strides}};
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::unique_ptr<DiskTier> DiskTier::open(const Config& config, std::string code_fingerprint,
+                                         lowering::Target& target) {
+  if (!config.disk_cache || config.cache_dir.empty()) return nullptr;
+  cache::DiskStoreOptions opts;
+  opts.dir = config.cache_dir;
+  opts.max_bytes = config.cache_max_bytes;
+  opts.secret = config.cache_secret;
+  std::string warning;
+  auto store = cache::DiskStore::open(opts, &warning);
+  if (!store) {
+    std::fprintf(stderr, "lazyjit: on-disk compile cache off: %s\n", warning.c_str());
+    return nullptr;
+  }
+  return std::unique_ptr<DiskTier>(new DiskTier(std::move(store), std::move(code_fingerprint), target));
+}
+
+DiskTier::DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint,
+                   lowering::Target& target)
+    : store_(std::move(store)), code_fingerprint_(std::move(code_fingerprint)), target_(target) {
+  store_->on_error = [](cache::DiskError e, const std::string& what) {
+    Metrics::get().disk_error(cache::disk_error_name(e));
+    // Each kind is reported once per process; the metrics count every one.
+    static std::mutex mu;
+    static bool said[8] = {};
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said[static_cast<int>(e)]) {
+      said[static_cast<int>(e)] = true;
+      bool reading = e == cache::DiskError::Corrupt || e == cache::DiskError::Foreign ||
+                     e == cache::DiskError::Unsigned || e == cache::DiskError::BadSignature;
+      std::fprintf(stderr, "lazyjit: on-disk compile cache: %s: %s (%s)\n", cache::disk_error_name(e), what.c_str(),
+                   reading ? "not loaded; compiling instead" : "not saved; the program still runs");
+    }
+  };
+}
+
+bool DiskTier::expected(const std::string& manifest) const {
+  json m = json::parse(manifest, nullptr, /*allow_exceptions=*/false);
+  return m.is_object() && m.value("format", 0) == kManifestFormat && m.value("kind", "") == "program" &&
+         m.value("code_fingerprint", "") == code_fingerprint_ &&
+         m.value("libtorch_version", "") == TORCH_VERSION;
+}
+
+std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& key) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto read = store_->get(key.str(), [&](const std::string& m) { return expected(m); });
+  if (!read) return nullptr;
+  std::shared_ptr<const lowering::Program> program;
+  try {
+    program = lowering::program_from_bytes(read->payload, target_);
+  } catch (const std::exception& e) {
+    // Checksummed bytes that still do not read back (a format this build does
+    // not know): never run; set aside like any damaged entry.
+    store_->reject(key.str(), cache::DiskError::Corrupt, e.what());
+    return nullptr;
+  }
+  store_->record_hit(key.str());
+  Metrics::get().add(Counter::DiskHits);
+  Metrics::get().time("disk_load", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return program;
+}
+
+void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, const std::string& site) {
+  const ir::Graph& g = p.graph;
+  json inputs = json::array(), outputs = json::array();
+  for (ir::ValueId v : g.inputs()) inputs.push_back(type_json(g.value(v).type));
+  for (ir::ValueId v : g.outputs()) outputs.push_back(type_json(g.value(v).type));
+  int aten_steps = 0;
+  for (const auto& s : p.plan.steps) aten_steps += s.kind == lowering::Step::Kind::Aten;
+  char hex[40];
+  json parts;
+  parts["structure"] = key.structure.hex();
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)key.shape);
+  parts["shape"] = hex;
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)key.target);
+  parts["target"] = hex;
+  std::string payload = lowering::program_to_bytes(p);
+  json m = {
+      {"format", kManifestFormat},
+      {"kind", "program"},
+      {"key", key.str()},
+      {"key_parts", parts},
+      {"code_fingerprint", code_fingerprint_},
+      {"libtorch_version", TORCH_VERSION},
+      {"created", unix_now()},
+      {"compile_ms", p.compile_ms},
+      {"site", site},
+      {"ops", g.nodes().size() - g.inputs().size() - g.scalars().size()},
+      {"kernels", p.plan.kernels.size()},
+      {"aten_steps", aten_steps},
+      {"scalars", g.scalars().size()},
+      {"inputs", inputs},
+      {"outputs", outputs},
+      {"object_bytes", p.code ? p.code->object().size() : 0},
+      {"ir", g.str()},
+      {"plan", p.plan.str(g)},
+  };
+  if (store_->put(key.str(), m.dump(), payload)) Metrics::get().add(Counter::DiskWrites);
+}
+
+std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::CacheKey& key,
+                                                                   const std::string& site,
+                                                                   const Compile& compile) {
+  if (auto program = load(key)) return program;
+  // A crashed holder's lock is released by the kernel; a stuck one is waited
+  // out, then this process compiles anyway (correct, just not deduplicated).
+  auto held = store_->lock(key.str(), std::chrono::seconds(120));
+  if (auto program = load(key)) return program;
+  Metrics::get().add(Counter::DiskMisses);
+  auto program = compile();
+  store(key, *program, site);
+  return program;
+}
+
+}  // namespace lazyjit::runtime

@@ -1,0 +1,48 @@
+// The compile cache's disk tier, as the runtime sees it: compiled programs by
+// cache key, each with a manifest that says everything its key stands for (for
+// `lazyjit-cache` and for refusing foreign entries), on cache::DiskStore (which
+// makes it safe: atomic publish, per-key locks, checksums, signatures,
+// quarantine, eviction).
+//
+// A fault never fails a sync: a damaged, foreign or unsigned entry is a miss
+// (counted in disk_errors by kind, moved aside, compiled again); a failed write
+// is counted and the program still runs.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cache/cache_key.h"
+#include "cache/disk_store.h"
+#include "lowering/program.h"
+#include "runtime/config.h"
+
+namespace lazyjit::runtime {
+
+class DiskTier {
+ public:
+  // Null when the cache is off or its directory is refused (the warning is
+  // printed once, on stderr).
+  static std::unique_ptr<DiskTier> open(const Config& config, std::string code_fingerprint,
+                                        lowering::Target& target);
+
+  using Compile = std::function<std::shared_ptr<const lowering::Program>()>;
+  // The program stored under `key`, linked and ready; else `compile()`'s,
+  // written under `key` with `site` (the sync call site) in its manifest.
+  // Processes missing one key at once compile it once: the others wait for its
+  // entry (a per-key lock) and load it.
+  std::shared_ptr<const lowering::Program> load_or_compile(const cache::CacheKey& key, const std::string& site,
+                                                           const Compile& compile);
+
+ private:
+  DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint, lowering::Target& target);
+  bool expected(const std::string& manifest) const;
+  std::shared_ptr<const lowering::Program> load(const cache::CacheKey& key);
+  void store(const cache::CacheKey& key, const lowering::Program& program, const std::string& site);
+
+  std::unique_ptr<cache::DiskStore> store_;
+  std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
+  lowering::Target& target_;
+};
+
+}  // namespace lazyjit::runtime
