@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -106,6 +107,18 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
   parts["shape"] = hex;
   std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)key.target);
   parts["target"] = hex;
+  // The code fingerprint decomposed: "llvm 19.1.7;cpu znver3;features +avx2,...;O3,vecmath=1,...;lazyjit 0.1.0;passes off:".
+  json target;
+  size_t start = 0;
+  while (start < code_fingerprint_.size()) {
+    size_t end = std::min(code_fingerprint_.find(';', start), code_fingerprint_.size());
+    std::string part = code_fingerprint_.substr(start, end - start);
+    size_t space = part.find(' ');
+    if (part.rfind("passes off:", 0) == 0) target["passes_off"] = part.substr(11);
+    else if (space == std::string::npos) target["codegen"] = part;
+    else target[part.substr(0, space)] = part.substr(space + 1);
+    start = end + 1;
+  }
   std::string payload = lowering::program_to_bytes(p);
   json m = {
       {"format", kManifestFormat},
@@ -113,6 +126,7 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
       {"key", key.str()},
       {"key_parts", parts},
       {"code_fingerprint", code_fingerprint_},
+      {"target", target},
       {"libtorch_version", TORCH_VERSION},
       {"created", unix_now()},
       {"compile_ms", p.compile_ms},

@@ -225,3 +225,59 @@ def test_eviction_bounds_the_directory_while_others_read(tmp_path):
         finish(p)
     total = sum(os.path.getsize(f) for f in entries(tmp_path))
     assert total <= limit, total
+
+
+# Every bench workload (tiny sizes), the demo's MLP block and a transformers
+# Llama training step, in one process; outputs saved for comparison.
+EVERYTHING = r"""
+import importlib.util, json, sys, torch, lazyjit
+spec = importlib.util.spec_from_file_location("bench_run", "bench/run.py")
+bench = importlib.util.module_from_spec(spec); sys.modules["bench_run"] = bench; spec.loader.exec_module(bench)
+outs = {}
+for key in bench.WORKLOADS:
+    wl = bench.make_workload(key, "tiny")
+    fn, args = wl.build("lazyjit")
+    for step in range(2):
+        with (torch.no_grad() if wl.no_grad else torch.enable_grad()):
+            out = fn(*args)
+        lazyjit.sync()
+        outs[f"{key}/{step}"] = bench.to_cpu(out)
+sys.path.insert(0, "examples")
+from demo import MLPBlock
+torch.manual_seed(0)
+with torch.no_grad():
+    outs["demo"] = MLPBlock(64).to("lazyjit")(torch.randn(16, 64).to("lazyjit")).cpu()
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=4, vocab_size=128)).to("lazyjit")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+ids = torch.randint(0, 128, (2, 16)).to("lazyjit")
+for step in range(2):
+    opt.zero_grad()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    outs[f"llama/{step}"] = loss.detach().cpu()
+outs["llama/weights"] = {k: v.cpu() for k, v in model.state_dict().items()}
+torch.save(outs, sys.argv[1])
+m = lazyjit.metrics()
+print(json.dumps({k: m[k] for k in ("llvm_compiles", "disk_hits", "disk_writes", "disk_errors")}))
+"""
+
+
+def test_bench_workloads_demo_and_transformers_warm_start(tmp_path):
+    import torch
+    runs = []
+    for i in range(2):
+        p = subprocess.run([sys.executable, "-c", EVERYTHING, str(tmp_path / f"out{i}.pt")],
+                           env=env_for(tmp_path / "cache"), cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["llvm_compiles"] >= 5 and cold["disk_errors"] == 0, cold
+    assert warm["llvm_compiles"] == 0 and warm["disk_hits"] >= cold["llvm_compiles"], warm
+    a, b = torch.load(tmp_path / "out0.pt"), torch.load(tmp_path / "out1.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=lambda m: f"{k}: {m}")

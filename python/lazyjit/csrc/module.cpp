@@ -55,6 +55,9 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
     t[py::str(k)] = e;
   }
   d["timings"] = t;
+  // Time spent loading programs from the on-disk cache (linking, no codegen).
+  auto load = s.timings.find("disk_load");
+  d["load_ms"] = load == s.timings.end() ? 0.0 : load->second.total_ms;
   return d;
 }
 
