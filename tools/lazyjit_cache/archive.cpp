@@ -63,12 +63,14 @@ struct Reader {
 // features in neither list (LLVM-internal ones like "evex512") are not checked.
 const std::pair<const char*, const char*> kRenamed[] = {
     {"sse3", "pni"}, {"sse4.1", "sse4_1"}, {"sse4.2", "sse4_2"}, {"pclmul", "pclmulqdq"}, {"lzcnt", "abm"},
-    {"rdrnd", "rdrand"}, {"64bit", "lm"}, {"sahf", "lahf_lm"}, {"crc32", "sse4_2"}};
-const char* const kSameName[] = {"sse", "sse2", "ssse3", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "popcnt",
-                                 "movbe", "aes", "adx", "sha", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw",
-                                 "avx512cd", "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "avx512vbmi2",
-                                 "avx512vnni", "avx512bitalg", "avx512vpopcntdq", "avx512bf16", "avx512fp16",
-                                 "avxvnni", "xsave", "cx16", "cx8", "mmx", "fxsr", "cmov"};
+    {"rdrnd", "rdrand"}, {"64bit", "lm"}, {"sahf", "lahf_lm"}, {"crc32", "sse4_2"}, {"bmi", "bmi1"}, {"sha", "sha_ni"},
+    {"avx512bf16", "avx512_bf16"}, {"avx512vbmi2", "avx512_vbmi2"}, {"avx512vnni", "avx512_vnni"},
+    {"avx512bitalg", "avx512_bitalg"}, {"avx512vpopcntdq", "avx512_vpopcntdq"}, {"avx512fp16", "avx512_fp16"},
+    {"avxvnni", "avx_vnni"}};
+const char* const kSameName[] = {"sse", "sse2", "ssse3", "avx", "avx2", "fma", "f16c", "bmi2", "popcnt", "movbe",
+                                 "aes", "adx", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw", "avx512cd",
+                                 "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "xsave", "cx16", "cx8", "mmx",
+                                 "fxsr", "cmov"};
 
 std::set<std::string> host_cpu_flags() {
   std::ifstream in("/proc/cpuinfo");
