@@ -256,3 +256,41 @@ def test_import_refuses_foreign_and_damaged_archives(cache, tmp_path):
     archive.write_bytes(bytes(data))
     p = tool("import", archive, "--dir", tmp_path / "c", check=False)
     assert p.returncode == 1 and "damaged" in p.stderr
+
+
+def png_distinct_bytes(path):
+    """How many distinct byte values the decompressed pixel rows hold: 1-2 for a blank page."""
+    import struct
+    import zlib
+    data, pos, idat = open(path, "rb").read(), 8, b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(idat)))
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium not installed")
+def test_report_html_loads_in_headless_chromium_and_shows_every_entry(cache, tmp_path):
+    page = tmp_path / "report.html"
+    assert "wrote" in tool("report", "--html", page, "--dir", cache["dir"]).stdout
+    html = page.read_text()
+    assert "<script src" not in html and "<link" not in html  # self-contained
+    if shutil.which("dot"):
+        assert html.count("<svg") >= 2 + 1  # two charts and at least one graph
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr", "--v=0", "--window-size=1200,900"]
+    shot = tmp_path / "report.png"
+    p = subprocess.run(base + [f"--screenshot={shot}", f"file://{page}"], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 5000, p.stderr
+    assert png_distinct_bytes(shot) > 20
+    assert "Uncaught" not in p.stderr and "ERROR:CONSOLE" not in p.stderr, p.stderr
+    dom = subprocess.run(base + ["--dump-dom", f"file://{page}"], capture_output=True, text=True, timeout=120)
+    assert "Uncaught" not in dom.stderr and "ERROR:CONSOLE" not in dom.stderr, dom.stderr
+    for key in entry_files(cache["dir"]):
+        assert key in dom.stdout
