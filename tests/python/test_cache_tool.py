@@ -155,6 +155,8 @@ def test_explain_names_the_dim_that_differs(cache):
     assert out["key_parts"] == ["shape"]
     assert [d["text"] for d in out["inputs"]] == ["input 1 dim 0: 7 → 8"]
     assert out["first_ir_difference"]["op_a"] == "input"
+    assert out["first_op_difference"]["op_a"] == "aten[aten::addmm]"  # the first Linear, on 7 vs 8 rows
+    assert "[7,64]" in out["first_op_difference"]["a"] and "[8,64]" in out["first_op_difference"]["b"]
     text = tool("explain", mlp[7]["short_key"], mlp[8]["short_key"], "--dir", cache["dir"]).stdout
     assert "key parts that differ: shape" in text and "input 1 dim 0: 7 → 8" in text
 

@@ -147,16 +147,22 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
   json inputs = tensor_differences("input", ma.value("inputs", json::array()), mb.value("inputs", json::array()));
   json outputs = tensor_differences("output", ma.value("outputs", json::array()), mb.value("outputs", json::array()));
 
-  json first_ir = nullptr;
+  // The header line ("graph(inputs=5, scalars=4) {") is skipped: counts
+  // differ whenever anything does. first_op skips input and scalar lines too,
+  // whose differences the input list above already names.
   auto la = lines(ma.value("ir", std::string())), lb = lines(mb.value("ir", std::string()));
-  for (size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
-    std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
-    if (x == y) continue;
-    first_ir = {{"line", i + 1}, {"a", x}, {"b", y}, {"op_a", op_of(x)}, {"op_b", op_of(y)},
-                {"site_a", site_of(x).empty() ? json(nullptr) : json(site_of(x))},
-                {"site_b", site_of(y).empty() ? json(nullptr) : json(site_of(y))}};
-    break;
-  }
+  auto first_difference = [&](bool ops_only) -> json {
+    for (size_t i = 1; i < std::max(la.size(), lb.size()); ++i) {
+      std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
+      std::string ox = op_of(x), oy = op_of(y);
+      if (x == y || (ops_only && (ox == "input" || ox == "scalar") && ox == oy)) continue;
+      return {{"line", i + 1}, {"a", x}, {"b", y}, {"op_a", ox}, {"op_b", oy},
+              {"site_a", site_of(x).empty() ? json(nullptr) : json(site_of(x))},
+              {"site_b", site_of(y).empty() ? json(nullptr) : json(site_of(y))}};
+    }
+    return nullptr;
+  };
+  json first_ir = first_difference(false), first_op = first_difference(true);
 
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/explain/1"},
@@ -168,7 +174,8 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
                 {"inputs", inputs},
                 {"outputs", outputs},
                 {"other", other},
-                {"first_ir_difference", first_ir}};
+                {"first_ir_difference", first_ir},
+                {"first_op_difference", first_op}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -194,15 +201,17 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
   for (auto& d : inputs) std::printf("  %s\n", d["text"].get<std::string>().c_str());
   if (!outputs.empty()) std::printf("\noutputs that differ\n");
   for (auto& d : outputs) std::printf("  %s\n", d["text"].get<std::string>().c_str());
-  if (first_ir.is_null()) {
-    std::printf("\nIR: identical\n");
-  } else {
-    std::printf("\nfirst IR line that differs (line %d): op %s vs %s\n  a: %s\n  b: %s\n", first_ir["line"].get<int>(),
-                first_ir["op_a"].get<std::string>().c_str(), first_ir["op_b"].get<std::string>().c_str(),
-                first_ir["a"].get<std::string>().c_str(), first_ir["b"].get<std::string>().c_str());
-    if (!first_ir["site_a"].is_null() || !first_ir["site_b"].is_null())
-      std::printf("  call sites: %s vs %s\n", first_ir["site_a"].dump().c_str(), first_ir["site_b"].dump().c_str());
-  }
+  auto print_difference = [](const char* what, const json& d) {
+    if (d.is_null()) return;
+    std::printf("\n%s (line %d): %s vs %s\n  a: %s\n  b: %s\n", what, d["line"].get<int>(),
+                d["op_a"].get<std::string>().c_str(), d["op_b"].get<std::string>().c_str(),
+                d["a"].get<std::string>().c_str(), d["b"].get<std::string>().c_str());
+    if (!d["site_a"].is_null() || !d["site_b"].is_null())
+      std::printf("  call sites: %s vs %s\n", d["site_a"].dump().c_str(), d["site_b"].dump().c_str());
+  };
+  if (first_ir.is_null()) std::printf("\nIR: identical\n");
+  print_difference("first IR line that differs", first_ir);
+  if (first_op != first_ir) print_difference("first op that differs", first_op);
   return 0;
 }
 
