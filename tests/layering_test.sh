@@ -21,6 +21,7 @@ forbid lowering "llvm/" "LLVM outside lowering/cpu/" "^lowering/cpu/"
 forbid bridge "llvm/|cache/|lowering/|executor/|runtime/|tracer/" "LLVM or any layer but graph_ir"
 forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/" "LLVM, the cache or the layers above it"
 forbid runtime "llvm/|tracer/|lowering/cpu/" "LLVM or the tracer"
+forbid tools/lazyjit_cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or layers above cache/ (it must start fast)"
 forbid tracer "llvm/|executor/|lowering/|cache/" "executor/, lowering/ or cache/ (use runtime/runtime.h)"
 # The cache stores what it is given: nothing downcasts an entry into a program.
 if grep -rnE "static_cast<(const )?(lowering::)?Program" --include='*.cpp' --include='*.h' \

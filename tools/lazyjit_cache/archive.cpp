@@ -1,0 +1,225 @@
+// export and import: a cache in one file, to warm another machine.
+//
+// The archive is our own format rather than tar: the entries already carry
+// their checksums and signatures, so a few length-prefixed records suffice,
+// and no archive library joins the tool's dependencies. Little-endian:
+//   "LJCARCH1"
+//   u32 N
+//   N times: u32 key length, key, u64 file length, the entry's .ljc bytes
+//   u64 XXH64 (seed 0) of every byte before it
+// .stats files are not carried: hits on one machine say nothing of another.
+//
+// Import checks the archive's checksum, then every entry with
+// cache::entry_file::decode (and the secret, if given), and publishes it with
+// cache::DiskStore::put (tmp file, fsync, rename), re-signing it with the
+// importer's secret. Which entries count as foreign: see foreign_reason().
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <variant>
+
+#include "cache/disk_store.h"
+#include "cache/entry_file.h"
+#include "tools/lazyjit_cache/cache_index.h"
+#include "tools/lazyjit_cache/commands.h"
+#include "tools/lazyjit_cache/progress.h"
+#include "tools/lazyjit_cache/text_format.h"
+
+namespace lazyjit::cache_tool {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kArchiveMagic[8] = {'L', 'J', 'C', 'A', 'R', 'C', 'H', '1'};
+
+void put_le(std::string& out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+struct Reader {
+  std::string_view bytes;
+  size_t pos = 0;
+  uint64_t le(int n) {
+    if (bytes.size() - pos < static_cast<size_t>(n)) throw ToolError("lazyjit-cache: archive truncated", 1);
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[pos + i]);
+    pos += n;
+    return v;
+  }
+  std::string_view take(uint64_t n) {
+    if (bytes.size() - pos < n) throw ToolError("lazyjit-cache: archive truncated", 1);
+    std::string_view s = bytes.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+// LLVM's x86 feature names where /proc/cpuinfo spells them differently;
+// features in neither list (LLVM-internal ones like "evex512") are not checked.
+const std::pair<const char*, const char*> kRenamed[] = {
+    {"sse3", "pni"}, {"sse4.1", "sse4_1"}, {"sse4.2", "sse4_2"}, {"pclmul", "pclmulqdq"}, {"lzcnt", "abm"},
+    {"rdrnd", "rdrand"}, {"64bit", "lm"}, {"sahf", "lahf_lm"}, {"crc32", "sse4_2"}, {"bmi", "bmi1"}, {"sha", "sha_ni"},
+    {"avx512bf16", "avx512_bf16"}, {"avx512vbmi2", "avx512_vbmi2"}, {"avx512vnni", "avx512_vnni"},
+    {"avx512bitalg", "avx512_bitalg"}, {"avx512vpopcntdq", "avx512_vpopcntdq"}, {"avx512fp16", "avx512_fp16"},
+    {"avxvnni", "avx_vnni"}};
+const char* const kSameName[] = {"sse", "sse2", "ssse3", "avx", "avx2", "fma", "f16c", "bmi2", "popcnt", "movbe",
+                                 "aes", "adx", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw", "avx512cd",
+                                 "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "xsave", "cx16", "cx8", "mmx",
+                                 "fxsr", "cmov"};
+
+std::set<std::string> host_cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::set<std::string> flags;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::stringstream ss(line.substr(line.find(':') + 1));
+    for (std::string f; ss >> f;) flags.insert(f);
+    break;
+  }
+  return flags;
+}
+
+// Empty when the entry may be imported. The tool links no LLVM, so it cannot
+// compute this machine's code fingerprint; unless given one exactly
+// (--expect-fingerprint), it refuses entries whose code needs an x86 feature
+// this CPU lacks (the one mismatch that could matter: SIGILL). Entries for
+// another CPU name, LLVM, lazyjit or libtorch version pass this check; the
+// runtime compares the full fingerprint on every load and treats a mismatch
+// as a miss (and quarantines the entry), so they never run.
+std::string foreign_reason(const json& m, const ImportOptions& o, const std::set<std::string>& host) {
+  std::string fp = m.value("code_fingerprint", std::string());
+  if (!o.expect_fingerprint.empty())
+    return fp == o.expect_fingerprint ? "" : "code_fingerprint differs from --expect-fingerprint";
+  std::string features;
+  if (m.contains("target") && m["target"].is_object()) features = m["target"].value("features", "");
+  else if (size_t at = fp.find(";features "); at != std::string::npos)
+    features = fp.substr(at + 10, fp.find(';', at + 1) - at - 10);
+  if (host.empty()) return "";  // not Linux/x86: nothing to compare against
+  std::stringstream ss(features);
+  std::string missing;
+  for (std::string f; std::getline(ss, f, ',');) {
+    if (f.size() < 2 || f[0] != '+') continue;
+    f = f.substr(1);
+    std::string flag;
+    for (auto& [llvm, cpuinfo] : kRenamed)
+      if (f == llvm) flag = cpuinfo;
+    for (const char* same : kSameName)
+      if (f == same) flag = same;
+    if (!flag.empty() && !host.count(flag)) missing += (missing.empty() ? "" : ",") + f;
+  }
+  return missing.empty() ? "" : "needs CPU features this machine lacks: " + missing;
+}
+
+}  // namespace
+
+int cmd_export(const Common& c, const std::string& file) {
+  CacheDir cache = open_cache_dir(c.dir);
+  std::vector<Entry> all = scan_entries(cache);
+  std::string out(kArchiveMagic, 8);
+  put_le(out, 0, 4);  // N, patched below: damaged entries are left out
+  uint32_t n = 0, skipped = 0;
+  Progress progress("export", all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    progress.update(i + 1);
+    std::string bytes;
+    try {
+      bytes = read_whole_file(all[i].path);
+    } catch (const ToolError&) {
+      continue;  // removed since the scan
+    }
+    auto decoded = cache::entry_file::decode(bytes, "");
+    if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
+      std::fprintf(stderr, "lazyjit-cache: skipping damaged %s: %s\n", all[i].key.c_str(), err->message.c_str());
+      ++skipped;
+      continue;
+    }
+    put_le(out, all[i].key.size(), 4);
+    out += all[i].key;
+    put_le(out, bytes.size(), 8);
+    out += bytes;
+    ++n;
+  }
+  progress.done();
+  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  put_le(out, cache::entry_file::xxh64(out), 8);
+  std::string tmp = file + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), out.size());
+    if (!f.flush()) throw ToolError("lazyjit-cache: cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) throw ToolError("lazyjit-cache: cannot write " + file);
+  std::printf("exported %u entries (%s) to %s%s\n", n, human_bytes(out.size()).c_str(), file.c_str(),
+              skipped ? (", skipped " + std::to_string(skipped) + " damaged").c_str() : "");
+  return 0;
+}
+
+int cmd_import(const Common& c, const ImportOptions& o) {
+  std::string bytes = read_whole_file(o.file);
+  if (bytes.size() < 20 || bytes.compare(0, 8, kArchiveMagic, 8) != 0)
+    throw ToolError("lazyjit-cache: " + o.file + " is not a lazyjit-cache archive");
+  Reader sum{std::string_view(bytes).substr(bytes.size() - 8)};
+  if (sum.le(8) != cache::entry_file::xxh64(std::string_view(bytes).substr(0, bytes.size() - 8)))
+    throw ToolError("lazyjit-cache: " + o.file + " is damaged (archive checksum mismatch)", 1);
+  Reader r{std::string_view(bytes).substr(0, bytes.size() - 8), 8};
+  uint64_t n = r.le(4);
+
+  CacheDir cache = open_cache_dir(c.dir, /*may_be_missing=*/true);
+  std::string warning;
+  auto store = cache::DiskStore::open(cache::DiskStoreOptions{cache.dir, 2ull << 30, o.secret}, &warning);
+  if (!store) throw ToolError("lazyjit-cache: cannot open " + cache.dir + ": " + warning);
+  if (store->read_only()) throw ToolError("lazyjit-cache: " + cache.dir + " is read-only");
+  std::string put_error;
+  store->on_error = [&](cache::DiskError, const std::string& m) { put_error = m; };
+
+  std::set<std::string> host = host_cpu_flags();
+  json imported = json::array(), refused = json::array();
+  Progress progress("import", n);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string key(r.take(r.le(4)));
+    std::string_view file = r.take(r.le(8));
+    progress.update(i + 1);
+    auto refuse = [&](const std::string& why) { refused.push_back({{"key", key}, {"reason", why}}); };
+    auto decoded = cache::entry_file::decode(file, o.secret);
+    if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
+      refuse(std::string(cache::disk_error_name(err->kind)) + ": " + err->message);
+      continue;
+    }
+    const auto& d = std::get<cache::entry_file::Decoded>(decoded);
+    json m = json::parse(d.manifest, nullptr, false);
+    std::string why = o.allow_foreign ? "" : foreign_reason(m, o, host);
+    if (!why.empty()) {
+      refuse("foreign: " + why);
+      continue;
+    }
+    try {
+      put_error.clear();
+      if (!store->put(key, std::string(d.manifest), std::string(d.payload))) {
+        refuse("not written: " + put_error);
+        continue;
+      }
+    } catch (const std::invalid_argument& e) {  // a bad key name
+      refuse(e.what());
+      continue;
+    }
+    imported.push_back(key);
+  }
+  progress.done();
+  if (c.json) {
+    json out = {{"schema", "lazyjit-cache/import/1"}, {"dir", cache.dir}, {"imported", imported}, {"refused", refused}};
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    for (const auto& x : refused)
+      std::printf("refused %s: %s\n", x["key"].get<std::string>().c_str(), x["reason"].get<std::string>().c_str());
+    std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), cache.dir.c_str(), refused.size());
+  }
+  return refused.empty() ? 0 : 1;
+}
+
+}  // namespace lazyjit::cache_tool

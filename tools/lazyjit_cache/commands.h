@@ -1,0 +1,63 @@
+// The commands of lazyjit-cache, one function each, called by main.cpp after
+// CLI11 has parsed the flags. Each returns the process exit code (0 fine; 1
+// verify found bad entries or import refused some; 2 usage or directory
+// errors, usually thrown as ToolError) and writes its result to stdout,
+// progress to stderr. The --json schemas are documented in docs/lazyjit-cache.md.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace lazyjit::cache_tool {
+
+struct Common {
+  std::string dir;  // --dir; empty: the runtime's default
+  bool json = false;
+};
+
+struct LsOptions {
+  std::string sort = "created";  // any column name: key, created, last_used, hits, compile_ms, size, ops, site
+  std::string filter;            // substring of key or site
+  int limit = 0;                 // 0: all
+  bool reverse = false;
+};
+int cmd_ls(const Common& c, const LsOptions& o);
+
+struct ShowOptions {
+  std::string key;
+  bool llvm = false;  // the LLVM IR, from $LAZYJIT_DUMP/<key>.ll or --dump-dir: entries do not hold it
+  bool asm_ = false;  // disassemble the entry's object code
+  std::string dump_dir;
+};
+int cmd_show(const Common& c, const ShowOptions& o);
+
+int cmd_stats(const Common& c, int top);
+
+int cmd_explain(const Common& c, const std::string& key1, const std::string& key2);
+
+struct VerifyOptions {
+  std::string secret;  // --secret, else $LAZYJIT_CACHE_SECRET
+  bool quarantine = false;
+};
+int cmd_verify(const Common& c, const VerifyOptions& o);
+
+struct PruneOptions {
+  std::string max_size;    // keep the most recently used entries within this many bytes
+  std::string older_than;  // remove entries not used for this long
+  bool dry_run = false;
+};
+int cmd_prune(const Common& c, const PruneOptions& o);
+int cmd_rm(const Common& c, const std::string& key);
+int cmd_clear(const Common& c, bool yes);
+
+int cmd_export(const Common& c, const std::string& file);
+struct ImportOptions {
+  std::string file;
+  std::string secret;                // entries are checked, and re-signed, with it
+  std::string expect_fingerprint;    // exact code_fingerprint to accept
+  bool allow_foreign = false;
+};
+int cmd_import(const Common& c, const ImportOptions& o);
+
+int cmd_report(const Common& c, const std::string& html_file);
+
+}  // namespace lazyjit::cache_tool

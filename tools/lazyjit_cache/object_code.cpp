@@ -1,0 +1,85 @@
+#include "tools/lazyjit_cache/object_code.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <variant>
+
+#include "cache/entry_file.h"
+
+namespace lazyjit::cache_tool {
+
+namespace {
+
+std::string run_capture(const std::string& command, int* status) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+}  // namespace
+
+ObjectCode object_code(const std::string& file, const nlohmann::json& manifest) {
+  ObjectCode out;
+  auto decoded = cache::entry_file::decode(file, "");
+  if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
+    out.error = "entry is damaged: " + err->message;
+    return out;
+  }
+  std::string_view payload = std::get<cache::entry_file::Decoded>(decoded).payload;
+  uint64_t n = manifest.value("object_bytes", uint64_t{0});
+  if (payload.size() < 8 + 4 + n) {
+    out.error = "payload shorter than its object code";
+    return out;
+  }
+  size_t start = payload.size() - 8 - n;
+  uint32_t prefix = 0;
+  for (int i = 3; i >= 0; --i) prefix = (prefix << 8) | static_cast<unsigned char>(payload[start - 4 + i]);
+  if (prefix != n) {
+    out.error = "payload does not end with an object of object_bytes=" + std::to_string(n) + " bytes";
+    return out;
+  }
+  out.bytes.assign(payload.substr(start, n));
+  return out;
+}
+
+std::string disassemble(const std::string& object, std::string* note) {
+  int status = 0;
+  std::string tool = run_capture("command -v llvm-objdump-19 || command -v llvm-objdump || command -v objdump", &status);
+  while (!tool.empty() && (tool.back() == '\n' || tool.back() == '\r')) tool.pop_back();
+  if (size_t nl = tool.find('\n'); nl != std::string::npos) tool.resize(nl);
+  if (tool.empty()) {
+    *note = "no disassembler found (install llvm-19 for llvm-objdump-19); object code is " +
+            std::to_string(object.size()) + " bytes";
+    return "";
+  }
+  char path[] = "/tmp/lazyjit-cache-obj.XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0 || ::write(fd, object.data(), object.size()) != (ssize_t)object.size()) {
+    if (fd >= 0) ::close(fd), ::unlink(path);
+    *note = "cannot write a temporary file for the disassembler";
+    return "";
+  }
+  ::close(fd);
+  std::string text = run_capture(tool + " -d --no-show-raw-insn '" + path + "' 2>&1", &status);
+  ::unlink(path);
+  if (status != 0) {
+    *note = tool + " failed: " + text;
+    return "";
+  }
+  // Drop objdump's "file format" preamble naming our temporary file.
+  if (size_t at = text.find("Disassembly of section"); at != std::string::npos) text.erase(0, at);
+  return text;
+}
+
+}  // namespace lazyjit::cache_tool
