@@ -1,6 +1,7 @@
 """`pip install --no-build-isolation .` builds the C++ core and the extension with
 CMake against the torch installed in the running Python, then packages them."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,14 +19,20 @@ class BuildWithCMake(build_py):
                                    "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                                    f"-DLAZYJIT_PYTHON={sys.executable}"])
         subprocess.check_call(["ninja", "-C", build, f"-j{os.environ.get('LAZYJIT_JOBS', '2')}",
-                               "lazyjit_python"])
+                               "lazyjit_python", "lazyjit-cache"])
+        # The inspection tool ships inside the package; `lazyjit-cache` (a console
+        # script, python/lazyjit_cache_cli.py) runs it.
+        bindir = os.path.join(ROOT, "python", "lazyjit", "bin")
+        os.makedirs(bindir, exist_ok=True)
+        shutil.copy2(os.path.join(build, "lazyjit-cache"), os.path.join(bindir, "lazyjit-cache"))
         super().run()
 
 
 setup(
     packages=["lazyjit"],
+    py_modules=["lazyjit_cache_cli"],
     package_dir={"": "python"},
-    package_data={"lazyjit": ["_C*.so", "lib/*.so"]},
+    package_data={"lazyjit": ["_C*.so", "lib/*.so", "bin/lazyjit-cache"]},
     cmdclass={"build_py": BuildWithCMake},
     zip_safe=False,
 )

@@ -19,3 +19,11 @@ def test_pip_install_builds_an_importable_package(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], check=True, env=env, cwd=str(tmp_path),
                          capture_output=True, text=True).stdout
     assert out.strip().startswith(str(target)), out
+    # The inspection tool comes with the package, as a console script that runs
+    # the bundled binary without importing torch.
+    tool = target / "bin" / "lazyjit-cache"
+    assert tool.exists(), sorted(os.listdir(target / "bin")) if (target / "bin").exists() else "no bin/"
+    empty = tmp_path / "empty-cache"
+    res = subprocess.run([sys.executable, str(tool), "ls", "--dir", str(empty)], env=env, cwd=str(tmp_path),
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and str(empty) in res.stderr, (res.returncode, res.stdout, res.stderr)
