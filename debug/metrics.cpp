@@ -56,6 +56,12 @@ void Metrics::disk_error(const std::string& kind) {
   ++maps_.disk_errors[kind];
 }
 
+void Metrics::recompile(RecompileRecord r) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (maps_.recompiles.size() >= kMaxRecompiles) maps_.recompiles.erase(maps_.recompiles.begin());
+  maps_.recompiles.push_back(std::move(r));
+}
+
 void Metrics::time(const std::string& what, double ms) {
   std::lock_guard<std::mutex> g(mu_);
   Timing& t = maps_.timings[what];
@@ -92,6 +98,15 @@ std::string Metrics::report() const {
   section("syncs (reason @ call site):", s.syncs);
   section("compiles (why the cache missed):", s.cache_misses);
   section("on-disk cache faults (each one a miss, never run):", s.disk_errors);
+  if (!s.recompiles.empty()) {
+    os << "recompiles by call site (what differed from the nearest earlier program there):\n";
+    std::map<std::string, std::vector<const RecompileRecord*>> by_site;
+    for (const RecompileRecord& r : s.recompiles) by_site[r.site.empty() ? "(unknown site)" : r.site].push_back(&r);
+    for (const auto& [site, rs] : by_site) {
+      os << "  " << site << ": " << rs.size() << " compile" << (rs.size() == 1 ? "" : "s") << "\n";
+      for (const RecompileRecord* r : rs) os << "    " << r->kind << (r->detail.empty() ? "" : ": " + r->detail) << "\n";
+    }
+  }
   if (!s.timings.empty()) {
     os << "timings:\n";
     for (const auto& [k, t] : s.timings) {

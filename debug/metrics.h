@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace lazyjit::debug {
 
@@ -33,6 +34,11 @@ struct Timing {
   double total_ms = 0, max_ms = 0;
 };
 
+// Why one program was compiled (runtime/recompile_explainer.h).
+struct RecompileRecord {
+  std::string site, kind, detail;
+};
+
 struct MetricsSnapshot {
   std::map<std::string, int64_t> counters;
   std::map<std::string, int64_t> fallbacks;     // op name -> runs by its eager CPU kernel
@@ -41,6 +47,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
   std::map<std::string, int64_t> disk_errors;   // "kind: what" -> count (corrupt, foreign, ...)
   std::map<std::string, Timing> timings;        // "compile", "execute", "trace"...
+  std::vector<RecompileRecord> recompiles;      // in order, the most recent kMaxRecompiles
 };
 
 class Metrics {
@@ -53,6 +60,8 @@ class Metrics {
   void sync(const std::string& reason, const std::string& site);
   void cache_miss(const std::string& why);
   void disk_error(const std::string& kind);
+  void recompile(RecompileRecord r);
+  static constexpr size_t kMaxRecompiles = 1000;
   void time(const std::string& what, double ms);
   MetricsSnapshot snapshot() const;
   void reset();

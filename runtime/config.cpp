@@ -57,7 +57,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 }
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
-                              "LAZYJIT_NUM_THREADS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
@@ -73,6 +73,10 @@ Config Config::from_env() {
   if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
   else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
   c.dump_dir = env("LAZYJIT_DUMP");
+  for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
+    if (what == "recompiles") c.log_recompiles = true;
+    else bad("LAZYJIT_LOG", what, "a log name (recompiles)", "no such log");
+  }
   for (const std::string& p : split_commas(env("LAZYJIT_DISABLE_PASSES"))) {
     bool known = false;
     for (const char* k : kPasses) known |= p == k;

@@ -16,6 +16,7 @@ struct Config {
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
+  bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
   // The on-disk compile cache (runtime/disk_tier.h).
   bool disk_cache = true;                    // LAZYJIT_CACHE=off turns it off
   std::string cache_dir;                     // LAZYJIT_CACHE_DIR, else $XDG_CACHE_HOME/lazyjit, else ~/.cache/lazyjit

@@ -14,6 +14,9 @@
 // this and writes the results back into its storages after it.
 #include <ATen/Parallel.h>
 
+#include <cstdio>
+
+#include "debug/metrics.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
@@ -49,7 +52,10 @@ std::vector<at::Tensor> Runtime::run(ir::Graph graph, const Bindings& bindings, 
 
 std::shared_ptr<const lowering::Program> Runtime::load_or_compile(ir::Graph graph, const cache::CacheKey& key,
                                                                   const std::string& site) {
-  auto compile_it = [&] { return compile(std::move(graph), key.str()); };
+  auto compile_it = [&] {
+    explain_compile(graph, site);  // what differs from the nearest program compiled at this site
+    return compile(std::move(graph), key.str());
+  };
   return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
 }
 
@@ -67,6 +73,14 @@ std::string Runtime::to_bytes(const lowering::Program& program) const {
 
 std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& bytes) const {
   return lowering::program_from_bytes(bytes, *target_);
+}
+
+void Runtime::explain_compile(const ir::Graph& graph, const std::string& site) {
+  Recompile r = explainer_.explain(graph, site);
+  if (config_.log_recompiles)
+    std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
+                 r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
+  debug::Metrics::get().recompile({r.site, r.kind, r.detail});
 }
 
 int Runtime::threads() const { return config_.num_threads ? config_.num_threads : at::get_num_threads(); }

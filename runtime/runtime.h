@@ -16,6 +16,7 @@
 #include "executor/executable.h"
 #include "graph_ir/graph.h"
 #include "runtime/config.h"
+#include "runtime/recompile_explainer.h"
 
 namespace lazyjit::lowering {
 class Target;
@@ -53,6 +54,8 @@ class Runtime {
 
  private:
   int threads() const;
+  // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled.
+  void explain_compile(const ir::Graph& graph, const std::string& site);
   std::shared_ptr<const lowering::Program> load_or_compile(ir::Graph graph, const cache::CacheKey& key,
                                                            const std::string& site);
 
@@ -61,6 +64,7 @@ class Runtime {
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
   uint64_t code_hash_ = 0;        // its hash: the key's target part
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
+  RecompileExplainer explainer_;
   cache::CompileCache<executor::Executable> cache_;
 };
 

@@ -49,6 +49,15 @@ def metrics_report() -> str:
     return _C.metrics_report()
 
 
+def explain_recompiles() -> list:
+    """Why each program was compiled, oldest first: dicts with "site" (the sync's
+    file:line), "kind" ("first at this site", "new shapes", "new graph") and
+    "detail" (what differed from the nearest program compiled there, e.g.
+    "input 0 dim 0: 7 → 8 (sizes seen: 1, 7, 8)"). LAZYJIT_LOG=recompiles prints
+    each as it happens; metrics_report() groups them by call site."""
+    return _C.explain_recompiles()
+
+
 def clear_cache() -> None:
     _C.clear_cache()
 

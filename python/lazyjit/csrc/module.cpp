@@ -92,5 +92,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("metrics", [] { return to_dict(lazyjit::metrics()); });
   m.def("reset_metrics", &lazyjit::reset_metrics);
   m.def("metrics_report", &lazyjit::metrics_report);
+  // Why each program was compiled: what differed from the nearest program
+  // compiled before at the same sync call site (LAZYJIT_LOG=recompiles prints them).
+  m.def("explain_recompiles", [] {
+    py::list out;
+    for (const auto& r : lazyjit::metrics().recompiles) {
+      py::dict d;
+      d["site"] = r.site;
+      d["kind"] = r.kind;
+      d["detail"] = r.detail;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("clear_cache", &lazyjit::clear_cache);
 }

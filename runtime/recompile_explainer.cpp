@@ -1,0 +1,124 @@
+#include "runtime/recompile_explainer.h"
+
+#include <sstream>
+
+namespace lazyjit::runtime {
+
+namespace {
+
+std::string attr_text(const ir::AttrValue& a) {
+  std::ostringstream os;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) os << "None";
+        else if constexpr (std::is_same_v<T, bool>) os << (x ? "true" : "false");
+        else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) os << x;
+        else if constexpr (std::is_same_v<T, std::string>) os << x;
+        else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+          os << "[";
+          for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << x[i];
+          os << "]";
+        } else if constexpr (std::is_same_v<T, ir::OperandRef>) os << "$" << x.index;
+        else os << "list";
+      },
+      a);
+  return os.str();
+}
+
+// "aten::slice.Tensor" for library nodes, the IR op name otherwise.
+std::string op_text(const ir::Node& n) {
+  if (n.kind == ir::OpKind::Aten && !n.attrs.empty())
+    if (auto* s = std::get_if<std::string>(&n.attrs[0].value)) return *s;
+  return std::string(ir::op_name(n.kind));
+}
+
+// The first difference between two nodes at the same position, or "".
+std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorType>& ta, const ir::Node& b,
+                      const ir::Graph& gb) {
+  std::string op = "op #" + std::to_string(i) + " " + op_text(b);
+  if (a.kind != b.kind || op_text(a) != op_text(b)) return "op #" + std::to_string(i) + ": " + op_text(a) + " → " + op_text(b);
+  if (a.operands != b.operands) return op + ": different operands";
+  // Views (slices, narrows, reshapes: the tracer records them as as_strided)
+  // name their attributes.
+  bool view = b.kind == ir::OpKind::AsStrided || b.kind == ir::OpKind::AsStridedScatter;
+  static const char* const kViewAttrs[] = {"sizes", "strides", "offset"};
+  for (size_t k = 0; k < std::min(a.attrs.size(), b.attrs.size()); ++k)
+    if (!(a.attrs[k] == b.attrs[k]))
+      return op + (view ? " (a view): " : ": attr ") + (view && k < 3 ? kViewAttrs[k] : std::to_string(k)) + " " +
+             attr_text(a.attrs[k].value) + " → " + attr_text(b.attrs[k].value);
+  if (a.attrs.size() != b.attrs.size()) return op + ": different attributes";
+  for (size_t k = 0; k < std::min(a.outputs.size(), b.outputs.size()); ++k) {
+    const ir::TensorType &x = ta.at(a.outputs[k]), &y = gb.value(b.outputs[k]).type;
+    if (!(x == y)) return op + ": output " + x.str() + " → " + y.str();
+  }
+  return "";
+}
+
+}  // namespace
+
+Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& site) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Recompile r{site, "", ""};
+  std::vector<Seen>& seen = seen_[site];
+  auto& sizes = sizes_[site];
+  std::vector<ir::TensorType> inputs;
+  for (ir::ValueId v : g.inputs()) inputs.push_back(g.value(v).type);
+  ir::GraphHashes h = g.hashes();
+  // The nearest graph: the latest with the same structure, else the latest.
+  const Seen* near = nullptr;
+  for (auto it = seen.rbegin(); it != seen.rend() && !near; ++it)
+    if (it->structure == h.structure) near = &*it;
+  bool same_structure = near != nullptr;
+  if (!near && !seen.empty()) near = &seen.back();
+  std::vector<std::string> lines;
+  if (!near) {
+    r.kind = "first at this site";
+  } else {
+    r.kind = same_structure ? "new shapes" : "new graph";
+    for (size_t i = 0; i < std::min(inputs.size(), near->inputs.size()) && lines.size() < 3; ++i) {
+      const auto &a = near->inputs[i].sizes, &b = inputs[i].sizes;
+      if (a.size() != b.size()) {
+        lines.push_back("input " + std::to_string(i) + ": rank " + std::to_string(a.size()) + " → " + std::to_string(b.size()));
+        continue;
+      }
+      for (size_t d = 0; d < a.size(); ++d)
+        if (a[d] != b[d]) {
+          std::string seen_sizes;
+          auto& s = sizes[{i, d}];
+          s.insert(b[d]);
+          for (int64_t x : s) seen_sizes += (seen_sizes.empty() ? "" : ", ") + std::to_string(x);
+          lines.push_back("input " + std::to_string(i) + " dim " + std::to_string(d) + ": " + std::to_string(a[d]) +
+                          " → " + std::to_string(b[d]) + " (sizes seen: " + seen_sizes + ")");
+        }
+      if (near->inputs[i].dtype != inputs[i].dtype)
+        lines.push_back("input " + std::to_string(i) + ": " + near->inputs[i].str() + " → " + inputs[i].str());
+    }
+    if (inputs.size() != near->inputs.size())
+      lines.push_back(std::to_string(near->inputs.size()) + " → " + std::to_string(inputs.size()) + " inputs");
+    // The first op that differs. On a known structure only an attribute
+    // change says more (a slice bound); output sizes follow from the inputs.
+    size_t n = std::min(near->nodes.size(), g.nodes().size());
+    for (size_t i = 0; i < n; ++i) {
+      const ir::Node& b = g.nodes()[i];
+      if (b.kind == ir::OpKind::Input || b.kind == ir::OpKind::Scalar) continue;
+      std::string d = node_diff(i, near->nodes[i], near->types, b, g);
+      if (d.empty() || (same_structure && d.find(": output ") != std::string::npos)) continue;
+      lines.push_back(same_structure ? d : d + " (first op that differs)");
+      break;
+    }
+    if (near->nodes.size() != g.nodes().size())
+      lines.push_back(std::to_string(near->nodes.size()) + " → " + std::to_string(g.nodes().size()) + " nodes");
+    if (lines.empty()) lines.push_back("same graph and shapes as an earlier program (it was evicted or compiled by another thread)");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (size_t d = 0; d < inputs[i].sizes.size(); ++d) sizes[{i, d}].insert(inputs[i].sizes[d]);
+  for (const std::string& l : lines) r.detail += (r.detail.empty() ? "" : "; ") + l;
+  Seen s{h.structure, std::move(inputs), g.nodes(), {}};
+  for (const ir::Value& v : g.values()) s.types.push_back(v.type);
+  seen.push_back(std::move(s));
+  if (seen.size() > kKeepPerSite) seen.erase(seen.begin());
+  return r;
+}
+
+}  // namespace lazyjit::runtime

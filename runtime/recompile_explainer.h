@@ -1,0 +1,45 @@
+// Why a graph had to be compiled, in the user's terms: what differs from the
+// nearest graph compiled before at the same sync call site.
+//
+//   input 0 dim 0: 7 → 8 (sizes seen: 1, 7, 8)
+//   op #14 aten::slice.Tensor: attr 4: 17 → 18
+//   op #3: gelu → silu (first op that differs; 40 → 41 ops)
+//
+// Needs no libtorch or LLVM: it reads graphs. One per runtime; thread-safe.
+#pragma once
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph_ir/graph.h"
+
+namespace lazyjit::runtime {
+
+struct Recompile {
+  std::string site;    // the sync's call site ("" when unknown)
+  std::string kind;    // "first at this site", "new shapes", "new graph"
+  std::string detail;  // what differs, one line per difference (at most a few)
+};
+
+class RecompileExplainer {
+ public:
+  // Explains compiling `g` at `site`, then remembers `g` for later misses there.
+  Recompile explain(const ir::Graph& g, const std::string& site);
+
+ private:
+  struct Seen {
+    ir::Hash128 structure;
+    std::vector<ir::TensorType> inputs;
+    std::vector<ir::Node> nodes;
+    std::vector<ir::TensorType> types;  // per value
+  };
+  static constexpr size_t kKeepPerSite = 8;
+  std::mutex mu_;
+  std::map<std::string, std::vector<Seen>> seen_;  // per site, most recent last
+  // Per site, input and dim: the sizes compiled for so far.
+  std::map<std::string, std::map<std::pair<size_t, size_t>, std::set<int64_t>>> sizes_;
+};
+
+}  // namespace lazyjit::runtime

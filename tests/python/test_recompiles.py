@@ -1,0 +1,58 @@
+"""Every compile is explained in the user's terms: what differs from the nearest
+program compiled before at the same sync call site (issue 9, item 4)."""
+import torch
+
+from conftest import run_python
+
+
+def test_new_batch_size_names_the_dim_and_the_sizes_seen(fresh):
+    lazyjit = fresh
+    ref = torch.nn.Linear(16, 8)
+    lin = torch.nn.Linear(16, 8)
+    lin.load_state_dict(ref.state_dict())
+    lin = lin.to("lazyjit")
+    for batch in (7, 8, 1, 8):
+        x = torch.randn(batch, 16)
+        got = torch.nn.functional.gelu(lin(x.to("lazyjit"))).cpu()
+        with torch.no_grad():
+            torch.testing.assert_close(got, torch.nn.functional.gelu(ref(x)))
+    rs = lazyjit.explain_recompiles()
+    assert [r["kind"] for r in rs] == ["first at this site", "new shapes", "new shapes"], rs
+    assert len({r["site"] for r in rs}) == 1 and "test_recompiles.py" in rs[0]["site"], rs
+    assert "input 1 dim 0: 7 → 8 (sizes seen: 7, 8)" in rs[1]["detail"], rs[1]
+    assert "dim 0: 8 → 1 (sizes seen: 1, 7, 8)" in rs[2]["detail"], rs[2]
+    report = lazyjit.metrics_report()
+    assert "recompiles by call site" in report and "3 compiles" in report, report
+
+
+def test_changed_graph_names_the_first_op_that_differs(fresh):
+    lazyjit = fresh
+    x = torch.randn(4, 8)
+    outs = []
+    for act in (torch.tanh, torch.sigmoid):
+        outs.append((act(x.to("lazyjit")) * 2).cpu())  # one call site, two graphs
+    torch.testing.assert_close(outs[1], torch.sigmoid(x) * 2)
+    rs = lazyjit.explain_recompiles()
+    assert rs[-1]["kind"] == "new graph", rs
+    assert "tanh → sigmoid (first op that differs)" in rs[-1]["detail"], rs[-1]
+
+
+def test_slice_bound_change_is_named(fresh):
+    lazyjit = fresh
+    x = torch.randn(32, 8)
+    for end in (17, 18):
+        got = (x.to("lazyjit")[:end] * 3).cpu()
+        torch.testing.assert_close(got, x[:end] * 3)
+    rs = lazyjit.explain_recompiles()
+    assert rs[-1]["kind"] == "new shapes", rs
+    assert "as_strided (a view): sizes [17, 8] → [18, 8]" in rs[-1]["detail"], rs[-1]
+
+
+def test_log_recompiles_prints_each_compile():
+    code = ("import torch, lazyjit\n"
+            "for n in (3, 4):\n"
+            "    (torch.ones(n).to('lazyjit') * 2).cpu()\n")
+    p = run_python(code, {"LAZYJIT_LOG": "recompiles"})
+    lines = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: compiling at")]
+    assert len(lines) == 2, p.stderr
+    assert "first at this site" in lines[0] and "input 0 dim 0: 3 → 4" in lines[1], lines
