@@ -57,7 +57,8 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 }
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
-                              "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
+                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
@@ -95,6 +96,12 @@ Config Config::from_env() {
     if (parse_int(s, 1, cap, &v)) c.num_threads = static_cast<int>(v);
     else bad("LAZYJIT_NUM_THREADS", s, "an integer from 1 to " + std::to_string(cap), "torch.get_num_threads()");
   }
+  if (std::string s = env("LAZYJIT_RECOMPILE_LIMIT"); !s.empty()) {
+    if (parse_int(s, 1, 1ll << 30, &v)) c.recompile_limit = static_cast<int>(v);
+    else bad("LAZYJIT_RECOMPILE_LIMIT", s, "a positive integer", "8");
+  }
+  if (std::string s = env("LAZYJIT_ON_RECOMPILE_LIMIT"); s == "error") c.recompile_limit_error = true;
+  else if (!s.empty() && s != "warn") bad("LAZYJIT_ON_RECOMPILE_LIMIT", s, "warn or error", "warn");
   if (std::string s = env("LAZYJIT_CACHE"); s == "off" || s == "0" || s == "false") c.disk_cache = false;
   else if (!s.empty() && s != "on" && s != "1" && s != "true") bad("LAZYJIT_CACHE", s, "on or off", "on");
   c.cache_dir = env("LAZYJIT_CACHE_DIR");

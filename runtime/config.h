@@ -17,6 +17,8 @@ struct Config {
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
   bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
+  int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...
+  bool recompile_limit_error = false;        // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site) or error
   // The on-disk compile cache (runtime/disk_tier.h).
   bool disk_cache = true;                    // LAZYJIT_CACHE=off turns it off
   std::string cache_dir;                     // LAZYJIT_CACHE_DIR, else $XDG_CACHE_HOME/lazyjit, else ~/.cache/lazyjit

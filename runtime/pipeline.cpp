@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <stdexcept>
 
 #include "debug/metrics.h"
 #include "graph_ir/hash.h"
@@ -81,6 +82,13 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site) {
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
   debug::Metrics::get().recompile({r.site, r.kind, r.detail});
+  if (r.count <= config_.recompile_limit) return;
+  std::string what = std::to_string(r.count) + " compiles at " + (site.empty() ? "(unknown site)" : site) +
+                     " (LAZYJIT_RECOMPILE_LIMIT=" + std::to_string(config_.recompile_limit) + "), this one because: " +
+                     r.kind + (r.detail.empty() ? "" : ": " + r.detail) +
+                     ". lazyjit.explain_recompiles() lists them all.";
+  if (config_.recompile_limit_error) throw std::runtime_error("lazyjit: recompile limit reached: " + what);
+  if (r.count == config_.recompile_limit + 1) std::fprintf(stderr, "lazyjit: warning: %s\n", what.c_str());
 }
 
 int Runtime::threads() const { return config_.num_threads ? config_.num_threads : at::get_num_threads(); }

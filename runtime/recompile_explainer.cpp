@@ -59,7 +59,7 @@ std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorT
 
 Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& site) {
   std::lock_guard<std::mutex> lock(mu_);
-  Recompile r{site, "", ""};
+  Recompile r{site, "", "", ++count_[site]};
   std::vector<Seen>& seen = seen_[site];
   auto& sizes = sizes_[site];
   std::vector<ir::TensorType> inputs;

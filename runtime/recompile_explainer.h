@@ -21,6 +21,7 @@ struct Recompile {
   std::string site;    // the sync's call site ("" when unknown)
   std::string kind;    // "first at this site", "new shapes", "new graph"
   std::string detail;  // what differs, one line per difference (at most a few)
+  int64_t count = 0;   // compiles at this site so far, this one included
 };
 
 class RecompileExplainer {
@@ -38,6 +39,7 @@ class RecompileExplainer {
   static constexpr size_t kKeepPerSite = 8;
   std::mutex mu_;
   std::map<std::string, std::vector<Seen>> seen_;  // per site, most recent last
+  std::map<std::string, int64_t> count_;           // per site: compiles
   // Per site, input and dim: the sizes compiled for so far.
   std::map<std::string, std::map<std::pair<size_t, size_t>, std::set<int64_t>>> sizes_;
 };

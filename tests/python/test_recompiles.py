@@ -56,3 +56,28 @@ def test_log_recompiles_prints_each_compile():
     lines = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: compiling at")]
     assert len(lines) == 2, p.stderr
     assert "first at this site" in lines[0] and "input 0 dim 0: 3 → 4" in lines[1], lines
+
+
+BUDGET = ("import torch, lazyjit\n"
+          "for n in range(1, 7):\n"
+          "    out = (torch.ones(n).to('lazyjit') * 2).cpu()\n"
+          "    assert out.tolist() == [2.0] * n\n"
+          "print('done', len(lazyjit.explain_recompiles()))\n")
+
+
+def test_recompile_limit_warns_once_per_site():
+    p = run_python(BUDGET, {"LAZYJIT_RECOMPILE_LIMIT": "3"})
+    warnings = [l for l in p.stderr.splitlines() if "recompile" in l or "compiles at" in l]
+    assert len(warnings) == 1 and "4 compiles at <string>:3" in warnings[0], p.stderr
+    assert "input 0 dim 0: 3 → 4" in warnings[0], warnings
+    assert p.stdout.strip() == "done 6"
+
+
+def test_recompile_limit_error_raises_with_the_explanation():
+    import subprocess, sys
+    from conftest import PYTHON_DIR, ROOT
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+           "LAZYJIT_RECOMPILE_LIMIT": "3", "LAZYJIT_ON_RECOMPILE_LIMIT": "error"}
+    p = subprocess.run([sys.executable, "-c", BUDGET], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "recompile limit reached: 4 compiles at <string>:3" in p.stderr and "3 → 4" in p.stderr, p.stderr
