@@ -12,7 +12,7 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
   executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/buffer_pool.cpp
-  runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/recompile_explainer.cpp
+  runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/recompile_explainer.cpp runtime/traced_node.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp
   tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/aten_to_ir.cpp tracer/aten_node.cpp
   tracer/step_mode.cpp tracer/device_ops.cpp tracer/api.cpp)
@@ -30,7 +30,7 @@ set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/
 # tier has tests of its own).
 gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off")
 
-add_executable(executor_tests tests/executor/program_bytes_test.cpp)
+add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST)

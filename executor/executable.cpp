@@ -51,37 +51,83 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
   }
 }
 
-std::vector<at::Tensor> Executable::run(const Bindings& b, int threads) const {
+void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const {
+  const lowering::Program& p = *program_;
+  const Step& s = p.plan.steps[si];
+  switch (s.kind) {
+    case Step::Kind::Kernel:
+      launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], p.graph, env, b.scalars, threads);
+      break;
+    case Step::Kind::Aten:
+      aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);
+      break;
+    case Step::Kind::AsStrided:
+    case Step::Kind::AsStridedScatter:
+      run_view(p.graph, p.graph.nodes()[s.node], env);
+      break;
+  }
+}
+
+int32_t Executable::failed_operand(size_t si, const std::vector<int32_t>& failed_by) const {
+  const lowering::Program& p = *program_;
+  const Step& s = p.plan.steps[si];
+  if (s.kind == Step::Kind::Kernel) {
+    for (const lowering::Access& a : p.plan.kernels[s.kernel].loads)
+      if (a.scalar_index < 0 && failed_by[a.value] >= 0) return failed_by[a.value];
+    return -1;
+  }
+  for (ir::ValueId v : p.graph.nodes()[s.node].operands)
+    if (failed_by[v] >= 0) return failed_by[v];
+  return -1;
+}
+
+void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& failed_by) const {
+  const lowering::Program& p = *program_;
+  const Step& s = p.plan.steps[si];
+  const auto& made = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].stores : p.graph.nodes()[s.node].outputs;
+  for (ir::ValueId v : made) failed_by[v] = failure;
+}
+
+RunResult Executable::run(const Bindings& b, int threads) const {
   auto t0 = std::chrono::steady_clock::now();
   const lowering::Program& p = *program_;
   const ir::Graph& g = p.graph;
   std::vector<at::Tensor> env(g.values().size());
   for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = b.inputs.at(i);
+  RunResult r;
+  // Per value, the failure it depends on (-1: none); empty until a step throws,
+  // so a run without failures only tests that it is empty.
+  std::vector<int32_t> failed_by;
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-    const Step& s = p.plan.steps[si];
-    switch (s.kind) {
-      case Step::Kind::Kernel:
-        launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], g, env, b.scalars, threads);
-        break;
-      case Step::Kind::Aten:
-        aten_[si]->run(g, g.nodes()[s.node], env, b.scalars);
-        break;
-      case Step::Kind::AsStrided:
-      case Step::Kind::AsStridedScatter:
-        run_view(g, g.nodes()[s.node], env);
-        break;
+    int32_t skip = failed_by.empty() ? -1 : failed_operand(si, failed_by);
+    if (skip >= 0) {
+      mark_results(si, skip, failed_by);
+    } else {
+      try {
+        run_step(si, env, b, threads);
+      } catch (...) {
+        const Step& s = p.plan.steps[si];
+        uint32_t node = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].nodes.front() : s.node;
+        if (failed_by.empty()) failed_by.assign(g.values().size(), -1);
+        r.failures.push_back({node, std::current_exception()});
+        mark_results(si, static_cast<int32_t>(r.failures.size() - 1), failed_by);
+      }
     }
     // The buffer plan: results no later step reads go back to the pool now.
     if (si < p.plan.frees.size())
       for (ir::ValueId v : p.plan.frees[si]) env[v].reset();
   }
-  std::vector<at::Tensor> outs;
-  outs.reserve(g.outputs().size());
-  for (ir::ValueId v : g.outputs()) outs.push_back(with_layout(env[v], g.value(v).type));
+  r.outputs.reserve(g.outputs().size());
+  for (ir::ValueId v : g.outputs())
+    r.outputs.push_back(env[v].defined() ? with_layout(env[v], g.value(v).type) : at::Tensor());
+  if (!r.failures.empty()) {
+    r.lost_by.reserve(g.outputs().size());
+    for (ir::ValueId v : g.outputs()) r.lost_by.push_back(failed_by[v]);
+  }
   debug::Metrics::get().add(debug::Counter::GraphsExecuted);
   debug::Metrics::get().time(
       "execute", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return outs;
+  return r;
 }
 
 }  // namespace lazyjit::executor

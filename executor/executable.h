@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -17,18 +18,40 @@ struct Bindings {
   std::vector<int64_t> scalars;     // by argument index: a double's bits or an int64 (bridge/aten_ir.h)
 };
 
+// A step that threw while a program ran. Only ATen library steps and view steps
+// can: a fused kernel has no data-dependent checks.
+struct StepFailure {
+  uint32_t node;             // the step's node in program().graph (a kernel: its first node)
+  std::exception_ptr error;  // what it threw, as thrown (an ATen kernel's c10::Error keeps its type)
+};
+
+// What a run computed. When a step throws, the steps that do not read its
+// results (through the graph) still run, so every output that does not depend on
+// a failed step is computed.
+struct RunResult {
+  std::vector<at::Tensor> outputs;    // per graph output; undefined when lost
+  std::vector<StepFailure> failures;  // in step order; empty when every step ran
+  std::vector<int32_t> lost_by;       // per output: the failure it depends on, or -1; empty when none failed
+};
+
 class Executable {
  public:
   // Throws when an ATen step names an operator that does not exist.
   explicit Executable(std::shared_ptr<const lowering::Program> program);
 
-  // Returns one CPU tensor per graph output, dense with the declared strides.
-  // Kernels split over `threads` oneTBB workers.
-  std::vector<at::Tensor> run(const Bindings& bindings, int threads) const;
+  // One CPU tensor per graph output, dense with the declared strides, and the
+  // steps that failed. Kernels split over `threads` oneTBB workers.
+  RunResult run(const Bindings& bindings, int threads) const;
 
   const lowering::Program& program() const { return *program_; }
 
  private:
+  void run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const;
+  // After a step threw: whether step `si` reads a value a failed step made (the
+  // failure's index, or -1), and marking the values a skipped or failed step makes.
+  int32_t failed_operand(size_t si, const std::vector<int32_t>& failed_by) const;
+  void mark_results(size_t si, int32_t failure, std::vector<int32_t>& failed_by) const;
+
   std::shared_ptr<const lowering::Program> program_;
   std::vector<std::unique_ptr<AtenCall>> aten_;  // per step; null for other kinds
 };

@@ -18,13 +18,30 @@
 #include <stdexcept>
 
 #include "debug/metrics.h"
+#include "graph_ir/graph_io.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
 #include "runtime/disk_tier.h"
 #include "runtime/runtime.h"
+#include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
+
+namespace {
+
+// Through the byte format, which replays the graph (Graph holds hash states it
+// cannot copy). A malformed graph fails as lowering's verify would fail it.
+ir::Graph copy_graph(const ir::Graph& g) {
+  if (std::string problem = g.verify(); !problem.empty())
+    throw std::runtime_error("lazyjit: malformed graph: " + problem + "\n" + g.str());
+  ir::ByteWriter w;
+  ir::write_graph(w, g);
+  ir::ByteReader r(w.bytes());
+  return ir::read_graph(r);
+}
+
+}  // namespace
 
 Runtime& Runtime::get() {
   static Runtime* rt = new Runtime(process_config());  // outlives static tensors
@@ -43,19 +60,29 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
 
 Runtime::~Runtime() = default;
 
-std::vector<at::Tensor> Runtime::run(ir::Graph graph, const Bindings& bindings, const std::string& site) {
+RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site) {
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
   auto lookup = cache_.get_or_compile(key, [&] {
-    return std::make_shared<const executor::Executable>(load_or_compile(std::move(graph), key, site));
+    return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site));
   });
-  return lookup.entry->run(bindings, threads());
+  RunResult r = lookup.entry->run(bindings, threads());
+  // A failed step names a node of the program's graph (after the graph
+  // passes); the caller knows its own. A program is kept when a run fails: its
+  // data was bad, not its code.
+  for (executor::StepFailure& f : r.failures) {
+    int64_t n = traced_node(graph, lookup.entry->program().graph, f.node);
+    f.node = n < 0 ? kNoNode : static_cast<uint32_t>(n);
+  }
+  return r;
 }
 
-std::shared_ptr<const lowering::Program> Runtime::load_or_compile(ir::Graph graph, const cache::CacheKey& key,
+std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                                   const std::string& site) {
+  // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
+  // step that fails when the program runs.
   auto compile_it = [&] {
     explain_compile(graph, site);  // what differs from the nearest program compiled at this site
-    return compile(std::move(graph), key.str());
+    return compile(copy_graph(graph), key.str());
   };
   return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
 }

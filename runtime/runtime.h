@@ -26,6 +26,7 @@ namespace lazyjit::runtime {
 
 class DiskTier;
 using executor::Bindings;
+using executor::RunResult;
 
 class Runtime {
  public:
@@ -39,8 +40,11 @@ class Runtime {
   // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a miss
   // of every cache tier. `site` is the sync's call site (kept with what it
   // compiles). Returns one CPU tensor per graph output, dense with its declared
-  // layout. Throws on a malformed graph, a failed compile or a failed step.
-  std::vector<at::Tensor> run(ir::Graph graph, const Bindings& bindings, const std::string& site = {});
+  // layout, except those that depend on a step that threw; each failure's
+  // `node` is the node of `graph` the failed step runs (kNoNode when none can be
+  // told). Throws on a malformed graph or a failed compile.
+  RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {});
+  static constexpr uint32_t kNoNode = ~uint32_t{0};
 
   // A compiled program as bytes, and back (links its object code: no codegen).
   std::string to_bytes(const lowering::Program& program) const;
@@ -56,7 +60,7 @@ class Runtime {
   int threads() const;
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled.
   void explain_compile(const ir::Graph& graph, const std::string& site);
-  std::shared_ptr<const lowering::Program> load_or_compile(ir::Graph graph, const cache::CacheKey& key,
+  std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                            const std::string& site);
 
   Config config_;

@@ -107,7 +107,16 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
       if (m.defined()) types.push_back(dense_type(m));
     });
   }
+  // What can fail when the graph runs is an op checking its data; in practice
+  // indices (index_select, gather, embedding, nll_loss's targets): those get
+  // the user's call site, which costs a walk of the Python stack.
+  bool fallible = false;
+  for (const IValue& v : args)
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      fallible |= t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false);
+    });
   std::vector<ValueId> outs = ctx.graph().add_node(OpKind::Aten, std::move(operands), std::move(attrs), types);
+  if (fallible) ctx.note_fallible_node(static_cast<uint32_t>(ctx.graph().nodes().size() - 1));
   size_t k = 0;
   for (size_t i : mutated) {
     const at::Tensor& t = args[i].toTensor();

@@ -177,9 +177,20 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
   return graph_->add_scalar(dt, cpu.unsafeGetTensorImpl()->is_wrapped_number());
 }
 
+void TraceContext::note_fallible_node(uint32_t node) {
+  origins_.push_back({node, std::this_thread::get_id(), call_site()});
+}
+
+const TraceContext::NodeOrigin* TraceContext::origin(uint32_t node) const {
+  auto it = std::lower_bound(origins_.begin(), origins_.end(), node,
+                             [](const NodeOrigin& o, uint32_t n) { return o.node < n; });
+  return it != origins_.end() && it->node == node ? &*it : nullptr;
+}
+
 void TraceContext::reset() {
   graph_ = std::make_unique<ir::Graph>();
   ++epoch_;
+  origins_.clear();
   inputs_.clear();
   input_owner_.clear();
   scalars_.clear();
@@ -188,6 +199,7 @@ void TraceContext::reset() {
 
 void TraceContext::sync(const std::string& reason, const std::string& site) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  raise_deferred();
   if (graph_->nodes().empty()) return;
   // Live storages whose elements the graph changed, ordered by the value each
   // holds: value numbers follow the trace, so the same program gets the same
@@ -210,12 +222,12 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
     return;
   }
   debug::Metrics::get().sync(reason, site);
-  std::vector<at::Tensor> outs;
+  runtime::RunResult r;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
-    outs = runtime::Runtime::get().run(std::move(*graph_), b, site);
+    r = runtime::Runtime::get().run(*graph_, b, site);
   } catch (const std::exception& e) {
-    // Nothing half-done survives: the graph is dropped and every storage it
+    // The program could not be made: the graph is dropped and every storage it
     // was to compute remembers why, so later reads raise instead of lying.
     auto why = std::make_shared<const std::string>(e.what());
     for (auto [s, i] : results) {
@@ -231,16 +243,77 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   std::unordered_set<const void*> taken;
   for (const at::Tensor& in : b.inputs) taken.insert(in.storage().data());
   for (auto [s, i] : results) {
-    at::Tensor t = outs[i];
+    at::Tensor t = r.outputs[i];
+    if (!t.defined()) continue;  // depends on a failed step
     if (!taken.insert(t.storage().data()).second) t = t.clone(at::MemoryFormat::Preserve);
     s->data = t.as_strided({t.numel()}, {1}, t.storage_offset());
     s->epoch = 0;
   }
+  if (!r.failures.empty()) return fail_steps(r, results, site);
   reset();
+}
+
+void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
+                              const std::string& site) {
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<std::shared_ptr<const std::string>> why;
+  std::vector<std::thread::id> owner;
+  for (const executor::StepFailure& f : r.failures) {
+    std::string op = "a step of the program";
+    if (f.node != runtime::Runtime::kNoNode) {
+      const ir::Node& n = graph_->nodes()[f.node];
+      op = n.kind == OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : "lazyjit::" + std::string(ir::op_name(n.kind));
+    }
+    const NodeOrigin* o = f.node == runtime::Runtime::kNoNode ? nullptr : origin(f.node);
+    std::string recorded = o && !o->site.empty() ? ", recorded at " + o->site + "," : "";
+    std::string message;
+    try {
+      std::rethrow_exception(f.error);
+    } catch (c10::Error& e) {
+      message = e.msg();
+      // Eager's error, with its type and message; the context says which op it
+      // was, since it surfaces at a sync rather than at the op.
+      e.add_context("lazyjit: raised by " + op + recorded + " when the sync" +
+                    (site.empty() ? "" : " at " + site) +
+                    " ran it; the values computed from its result are lost, all others were kept");
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    why.push_back(std::make_shared<const std::string>(op + recorded + " failed: " + message));
+    // An op recorded where no user code runs (autograd's device thread) is
+    // raised here, to the thread that is waiting on the sync.
+    owner.push_back(o && !o->site.empty() ? o->thread : me);
+  }
+  for (auto [s, i] : results) {
+    int32_t k = r.lost_by[i];
+    if (k < 0) continue;
+    s->lost = why[k];
+    s->epoch = 0;
+    s->data = at::Tensor();
+  }
+  reset();
+  // Eager raises in the thread that called the op: another thread's failure
+  // waits for that thread's next sync (the first one each thread caused).
+  std::exception_ptr mine;
+  for (size_t k = 0; k < r.failures.size(); ++k) {
+    if (owner[k] != me) deferred_.emplace(owner[k], r.failures[k].error);
+    else if (!mine) mine = r.failures[k].error;
+  }
+  if (mine) std::rethrow_exception(mine);
+}
+
+void TraceContext::raise_deferred() {
+  if (deferred_.empty()) return;
+  auto it = deferred_.find(std::this_thread::get_id());
+  if (it == deferred_.end()) return;
+  std::exception_ptr e = it->second;
+  deferred_.erase(it);
+  std::rethrow_exception(e);
 }
 
 at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  raise_deferred();
   LazyStorage& s = storage_of(t);
   if (s.epoch == epoch_) sync(reason, call_site());
   check_not_lost(s);

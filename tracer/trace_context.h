@@ -7,15 +7,22 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "graph_ir/graph.h"
 #include "tracer/lazy_storage.h"
+
+namespace lazyjit::executor {
+struct RunResult;
+}
 
 namespace lazyjit::tracer {
 
@@ -41,7 +48,16 @@ class TraceContext {
   ir::ValueId input(const at::Tensor& cpu);  // a CPU tensor read by the graph
   ir::ValueId scalar_tensor(const at::Tensor& cpu0d);  // a 0-d CPU tensor operand
 
+  // Remembers where and by which thread node `node`, one that can fail on its
+  // data when the graph runs, was recorded: its failure is named and raised
+  // with them.
+  void note_fallible_node(uint32_t node);
+
   // Runs everything pending. `reason` and `site` are recorded in the metrics.
+  // When a step fails, everything that does not depend on it is kept, the
+  // storages computed from it are lost, and its error (eager's, with the op and
+  // where it was recorded) is raised in the thread that recorded the op: here,
+  // or at that thread's next sync.
   void sync(const std::string& reason, const std::string& site = {});
   bool has_pending() const { return !graph_->nodes().empty(); }
 
@@ -58,6 +74,17 @@ class TraceContext {
   void touch(LazyStorage& s);
   void untouch(LazyStorage& s);
   void reset();
+  struct NodeOrigin {
+    uint32_t node;
+    std::thread::id thread;
+    std::string site;  // the user's file:line; empty on a thread without user frames (autograd's)
+  };
+  const NodeOrigin* origin(uint32_t node) const;
+  // After a run with failed steps: loses what depends on them, resets, raises.
+  void fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
+                  const std::string& site);
+  // Raises an error of an op this thread recorded that failed in another thread's sync.
+  void raise_deferred();
 
   std::recursive_mutex mu_;
   std::unique_ptr<ir::Graph> graph_;
@@ -67,6 +94,8 @@ class TraceContext {
   std::vector<int64_t> scalars_;
   std::vector<LazyStorage*> touched_;  // storages the graph changed; see LazyStorage::touched_index
   std::function<std::string()> site_provider_;
+  std::vector<NodeOrigin> origins_;  // the graph's fallible nodes, by node
+  std::unordered_map<std::thread::id, std::exception_ptr> deferred_;
 };
 
 }  // namespace lazyjit::tracer

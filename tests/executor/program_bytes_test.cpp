@@ -84,7 +84,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   ASSERT_GE(aten, 1);
 
   executor::Executable e1(p);
-  auto out1 = e1.run(c.b, 2);
+  auto out1 = e1.run(c.b, 2).outputs;
 
   // Eager is the oracle for what it computes.
   at::Tensor mm = at::mm(c.b.inputs[0], c.b.inputs[1]);
@@ -102,7 +102,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   EXPECT_EQ(rt().to_bytes(*p2), bytes);
 
   executor::Executable e2(p2);
-  auto out2 = e2.run(c.b, 2);
+  auto out2 = e2.run(c.b, 2).outputs;
   ASSERT_EQ(out2.size(), out1.size());
   for (size_t i = 0; i < out1.size(); ++i) EXPECT_TRUE(bitwise_equal(out1[i], out2[i])) << "output " << i;
 
@@ -110,7 +110,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   // and each outlives the other's release.
   auto p3 = rt().from_bytes(bytes);
   p2.reset();
-  auto out3 = executor::Executable(p3).run(c.b, 1);
+  auto out3 = executor::Executable(p3).run(c.b, 1).outputs;
   for (size_t i = 0; i < out1.size(); ++i) EXPECT_TRUE(bitwise_equal(out1[i], out3[i])) << "output " << i;
 }
 
@@ -139,5 +139,5 @@ TEST(ProgramBytes, ProgramWithoutKernelsRoundTrips) {
   EXPECT_TRUE(p->plan.kernels.empty());
   auto p2 = rt().from_bytes(rt().to_bytes(*p));
   executor::Bindings b{{torch::randn({8, 8}), torch::randn({8, 8})}, {}};
-  EXPECT_TRUE(bitwise_equal(executor::Executable(p2).run(b, 1)[0], at::mm(b.inputs[0], b.inputs[1])));
+  EXPECT_TRUE(bitwise_equal(executor::Executable(p2).run(b, 1).outputs[0], at::mm(b.inputs[0], b.inputs[1])));
 }

@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include "tracer/lazyjit.h"
@@ -15,6 +16,9 @@ namespace {
 // file:line of the innermost Python frame outside torch and lazyjit.
 std::string python_call_site() {
   if (!Py_IsInitialized()) return {};
+  // A thread that never ran Python (autograd's device thread) has no frame to
+  // find; taking the GIL there, under the trace's lock, could only deadlock.
+  if (!PyGILState_Check() && !PyGILState_GetThisThreadState()) return {};
   py::gil_scoped_acquire gil;
   PyFrameObject* f = PyEval_GetFrame();
   if (f) Py_INCREF(f);
@@ -72,6 +76,15 @@ py::list to_py(const std::vector<c10::IValue>& vs) {
 PYBIND11_MODULE(_C, m) {
   lazyjit::init();
   lazyjit::set_call_site_provider(python_call_site);
+  // ATen's errors become Python exceptions as torch's own bindings make them
+  // (c10::IndexError -> IndexError, ...): a sync raises eager's error type.
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const c10::Error&) {
+      torch::translate_exception_to_python(p);
+    }
+  });
   m.def("sync", [] {
     py::gil_scoped_release nogil;
     lazyjit::sync();
