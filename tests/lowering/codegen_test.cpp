@@ -229,6 +229,75 @@ TEST(CpuCodegen, FloatBinaryOps) {
                    std::string(ir::op_name(c.op)) + " " + std::string(ir::dtype_name(t)));
 }
 
+// Equal bits, zero signs included (expect_close does not see them).
+void expect_bits(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
+    EXPECT_TRUE(same) << what << " [" << i << "] got " << got[i] << " want " << want[i];
+  }
+}
+
+// Fma rounds once, as ATen's vec::fmadd (add with alpha, addcmul, lerp); with
+// two roundings about a fifth of these elements would differ.
+TEST(CpuCodegen, FmaRoundsOnce) {
+  std::vector<double> x, y, z;
+  for (int i = 0; i < 203; ++i) {  // vector iterations and a remainder
+    x.push_back(std::sin(i * 0.7) * 3);
+    y.push_back(std::cos(i * 1.3) / 3);
+    z.push_back(std::sin(i * 2.1 + 0.5));
+  }
+  for (double s : {0.0, -0.0, kNaN, kInf, -kInf}) x.push_back(s), y.push_back(1.0), z.push_back(-0.0);
+  x.push_back(kInf), y.push_back(0.0), z.push_back(1.0);  // inf * 0: nan
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    std::vector<double> xr = map1(x, t, [](double v) { return v; }), yr = map1(y, t, [](double v) { return v; }),
+                        zr = map1(z, t, [](double v) { return v; });
+    std::vector<double> want, twice;
+    for (size_t i = 0; i < xr.size(); ++i) {
+      // bf16 and f16 compute in f32 (ir::opmath_dtype), then round to t.
+      double f = t == DType::Float64 ? std::fma(xr[i], yr[i], zr[i])
+                                     : std::fmaf(float(xr[i]), float(yr[i]), float(zr[i]));
+      want.push_back(round_to(t, f));
+      twice.push_back(round_to(t, t == DType::Float64 ? xr[i] * yr[i] + zr[i]
+                                                      : double(float(float(xr[i]) * float(yr[i])) + float(zr[i]))));
+    }
+    auto got = run_op(OpKind::Fma, t, {t, t, t}, t, {xr, yr, zr});
+    expect_bits(got, want, "fma " + std::string(ir::dtype_name(t)));
+    if (t == DType::Float32 || t == DType::Float64) {
+      size_t differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) differ += want[i] != twice[i];
+      EXPECT_GT(differ, 5u) << "the inputs should tell one rounding from two";
+    }
+  }
+  // Integers: a * b + c, wrapping.
+  expect_close(run_op(OpKind::Fma, DType::Int32, {DType::Int32, DType::Int32, DType::Int32}, DType::Int32,
+                      {{3, -4, 65536}, {5, 7, 65536}, {1, 2, 3}}),
+               {16, -26, 3}, DType::Int32);
+}
+
+// LLVM vectorizes llvm.fma, and the other float ops stay unfused: no
+// contraction of an fmul and an fadd (their results stay as before).
+TEST(CpuCodegen, FmaVectorizesAndNothingElseFuses) {
+  const int64_t n = 256;
+  ir::Graph g;
+  ValueId a = g.add_input(tt(DType::Float32, {n})), b = g.add_input(tt(DType::Float32, {n})),
+          c = g.add_input(tt(DType::Float32, {n}));
+  ValueId f = g.add_node1(OpKind::Fma, {a, b, c}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  ValueId m = g.add_node1(OpKind::Mul, {a, b}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  ValueId s = g.add_node1(OpKind::Add, {m, c}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  g.add_output(f);
+  g.add_output(s);
+  Plan p;
+  p.kernels.push_back(kernel({n}, {g.value(f).node, g.value(m).node, g.value(s).node},
+                             {load(a, DType::Float32, {1}), load(b, DType::Float32, {1}), load(c, DType::Float32, {1})},
+                             {f, s}));
+  auto code = target().compile(g, p);
+  const std::string& ir = code->llvm_ir();
+  EXPECT_NE(ir.find("@llvm.fma.v"), std::string::npos) << "fma not vectorized";
+  EXPECT_EQ(ir.find("fmuladd"), std::string::npos);
+  EXPECT_EQ(ir.find(" contract "), std::string::npos);
+}
+
 TEST(CpuCodegen, Predicates) {
   auto [a, b] = pairs({-2, -0.0, 0, 1, 2.5, kNaN, kInf});
   struct Case {
