@@ -85,10 +85,11 @@ Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at) {
     case OpKind::ReduceSum: {
       if (!fl) return binary_int(b, OpKind::Add, acc, x, at);
       Value* r = b.CreateFAdd(acc, x);
+      // Reassociable only: without nsz LLVM keeps the +0.0 start (its vector
+      // lanes start at -0.0), so a sum of -0.0s is +0.0, as in eager.
       if (auto* I = llvm::dyn_cast<llvm::Instruction>(r)) {
         llvm::FastMathFlags fmf;
         fmf.setAllowReassoc();
-        fmf.setNoSignedZeros();
         I->setFastMathFlags(fmf);
       }
       return r;

@@ -167,7 +167,7 @@ std::vector<UnaryCase> unary_float_cases() {
       {OpKind::Rsqrt, [](double x) { return 1 / std::sqrt(x); }, 2},
       {OpKind::Tanh, [](double x) { return std::tanh(x); }, 10},
       {OpKind::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, 10},
-      {OpKind::Relu, [](double x) { return std::isnan(x) ? x : (x > 0 ? x : 0); }, 1},
+      {OpKind::Relu, [](double x) { return x < 0 ? 0 : x; }, 1},
       {OpKind::Gelu, [](double x) { return 0.5 * x * (1 + std::erf(x * M_SQRT1_2)); }, 10},
       {OpKind::GeluTanh,
        [](double x) {
@@ -296,6 +296,19 @@ TEST(CpuCodegen, FmaVectorizesAndNothingElseFuses) {
   EXPECT_NE(ir.find("@llvm.fma.v"), std::string::npos) << "fma not vectorized";
   EXPECT_EQ(ir.find("fmuladd"), std::string::npos);
   EXPECT_EQ(ir.find(" contract "), std::string::npos);
+}
+
+// Equal operands (+0.0 and -0.0) give the first operand, like ATen's scalar
+// loops and its clamp_min/clamp_max; relu keeps -0.0; NaN propagates.
+TEST(CpuCodegen, SignedZerosInMaxMinRelu) {
+  std::vector<double> a{0.0, -0.0, kNaN, 1.0, -0.0}, b{-0.0, 0.0, 0.0, kNaN, -0.0};
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    std::string name(ir::dtype_name(t));
+    expect_bits(run_op(OpKind::Maximum, t, {t, t}, t, {a, b}), {0.0, -0.0, kNaN, kNaN, -0.0}, "max " + name);
+    expect_bits(run_op(OpKind::Minimum, t, {t, t}, t, {a, b}), {0.0, -0.0, kNaN, kNaN, -0.0}, "min " + name);
+    expect_bits(run_op(OpKind::Relu, t, {t}, t, {{-0.0, 0.0, -2.0, kNaN, 3.0}}), {-0.0, 0.0, 0.0, kNaN, 3.0},
+                "relu " + name);
+  }
 }
 
 TEST(CpuCodegen, Predicates) {
