@@ -287,7 +287,7 @@ std::string Graph::verify() const {
         if (s < 0) return bad(i, "negative size");
     }
     size_t want = (is_unary(n.kind) || is_reduction(n.kind)) ? 1 : is_binary(n.kind) ? 2
-                  : (n.kind == OpKind::Where || n.kind == OpKind::Clamp) ? 3
+                  : is_ternary(n.kind) ? 3
                   : (n.kind == OpKind::Input || n.kind == OpKind::Scalar) ? 0
                   : (n.kind == OpKind::Full || n.kind == OpKind::AsStrided) ? 1
                   : n.kind == OpKind::AsStridedScatter ? 2 : n.operands.size();

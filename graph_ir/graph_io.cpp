@@ -78,7 +78,7 @@ class NodeReader {
   void read_node() {
     node_ = g_.nodes().size();
     uint16_t kind_raw = r_.u16();
-    if (kind_raw > static_cast<uint16_t>(OpKind::Aten)) bad("op kind " + std::to_string(kind_raw));
+    if (kind_raw > static_cast<uint16_t>(kLastOpKind)) bad("op kind " + std::to_string(kind_raw));
     OpKind kind = static_cast<OpKind>(kind_raw);
     std::vector<ValueId> operands = r_.u32s();
     for (ValueId v : operands)

@@ -19,6 +19,7 @@ std::string_view op_name(OpKind k) {
     case OpKind::ReduceMax: return "reduce_max";
     case OpKind::ReduceMin: return "reduce_min";
     case OpKind::Aten: return "aten";
+    case OpKind::Fma: return "fma";
   }
   return "?";
 }
@@ -44,9 +45,10 @@ bool is_binary(OpKind k) {
 }
 
 bool is_elementwise(OpKind k) {
-  return is_unary(k) || is_binary(k) || k == OpKind::Where || k == OpKind::Clamp ||
-         k == OpKind::Full;
+  return is_unary(k) || is_binary(k) || is_ternary(k) || k == OpKind::Full;
 }
+
+bool is_ternary(OpKind k) { return k == OpKind::Where || k == OpKind::Clamp || k == OpKind::Fma; }
 
 bool is_reduction(OpKind k) {
   return k == OpKind::ReduceSum || k == OpKind::ReduceMax || k == OpKind::ReduceMin;

@@ -52,7 +52,11 @@ enum class OpKind : uint16_t {
   ReduceMin,
   Aten,              // any ATen op, run by its library kernel. attr 0: schema name;
                      // attrs 1..n: one per schema argument (see AttrValue)
+  Fma,               // operands a, b, c: a * b + c rounded once (floats), as ATen's
+                     // CPU kernels compute add/sub with alpha, addcmul and lerp
 };
+// The highest kind: new kinds go last, so stored graphs keep their numbers.
+inline constexpr OpKind kLastOpKind = OpKind::Fma;
 
 std::string_view op_name(OpKind k);
 bool is_unary(OpKind k);
@@ -63,5 +67,7 @@ bool is_elementwise(OpKind k);
 bool is_reduction(OpKind k);
 // Comparison and logical ops: bool output, computed in the promoted input dtype.
 bool is_predicate(OpKind k);
+// Elementwise ops of three operands (Where, Clamp, Fma).
+bool is_ternary(OpKind k);
 
 }  // namespace lazyjit::ir

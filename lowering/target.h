@@ -29,6 +29,12 @@ class CompiledCode {
   virtual const std::string& llvm_ir() const = 0;
 };
 
+// Bumped whenever the generated code changes for the same IR and options (a
+// new rounding rule, a new reduction order): part of every fingerprint, so an
+// on-disk cache never serves code an older lazyjit generated.
+// 2: Fma, signed zeros, sums without the no-signed-zeros flag.
+inline constexpr int kCodegenRevision = 2;
+
 class Target {
  public:
   virtual ~Target() = default;

@@ -255,6 +255,18 @@ bool try_elementwise(const std::string& fname, bool inplace, const Stack& args,
   // add/sub with alpha: x + alpha * y; alpha == 1 is specialised away.
   if ((kind == OpKind::Add || kind == OpKind::Sub) && args.size() > 2 && args[2].isScalar() &&
       !args[2].toScalar().equal(1)) {
+    if (ir::is_floating(compute)) {
+      // ATen's CPU kernel: fma(y, alpha, x), sub as add with -alpha, alpha first
+      // rounded to the kernel's dtype (the promoted operand dtype: bf16 and f16 too).
+      c10::Scalar alpha = kind == OpKind::Sub ? -args[2].toScalar() : args[2].toScalar();
+      at::ScalarType kernel_dt = inplace ? at::result_type(metas[0], metas[1]) : mo.scalar_type();
+      if (kernel_dt == at::kBFloat16) alpha = static_cast<double>(static_cast<float>(alpha.to<at::BFloat16>()));
+      if (kernel_dt == at::kHalf) alpha = static_cast<double>(static_cast<float>(alpha.to<at::Half>()));
+      ValueId v = g.add_node1(OpKind::Fma, {ops[1], ctx.scalar(alpha), ops[0]}, std::move(attrs), std::move(ot));
+      if (inplace) ctx.write(in_order(args[0].toTensor()), v);
+      out->push_back(inplace ? args[0] : IValue(ctx.new_tensor(v, mo)));
+      return true;
+    }
     ValueId alpha = ctx.scalar(args[2].toScalar());
     ir::TensorType mt = g.value(ops[1]).type;
     mt.dtype = compute;
@@ -367,10 +379,11 @@ bool try_elementwise_out(const std::string& fname, const Stack& args, const std:
 // addcmul, addcdiv and lerp (what AdamW's foreach updates call per tensor) as
 // elementwise nodes, so an optimizer step fuses into a few kernels instead of
 // one library call per op (each cloning the tensor it updates). Floating
-// tensors of one dtype only; anything else stays a library step.
-//   addcmul: self + value * t1 * t2      addcdiv: self + value * t1 / t2
-//   lerp:    |w| < 0.5 ? self + w * (end - self) : end + (w - 1) * (end - self)
-// as ATen's CPU kernels compute them (they use one FMA where this rounds twice).
+// tensors of one dtype only; anything else stays a library step. Rounded as
+// ATen's CPU kernels round them (fma: one rounding; the compiler contracts
+// addcmul's `self + value * t1 * t2` into one, lerp calls vec::fmadd):
+//   addcmul: fma(value * t1, t2, self)   addcdiv: self + value * t1 / t2
+//   lerp:    |w| < 0.5 ? fma(w, end - self, self) : fma(w - 1, end - self, end)
 bool try_pointwise_composite(const std::string& fname, bool inplace, const Stack& args,
                              const at::Tensor& mo, Stack* out) {
   enum class Op { Addcmul, Addcdiv, Lerp } op;
@@ -418,11 +431,11 @@ bool try_pointwise_composite(const std::string& fname, bool inplace, const Stack
     ValueId one = ctx.scalar(c10::Scalar(1.0));
     ValueId coeff = node(OpKind::Where, {small, c, node(OpKind::Sub, {c, one})});
     ValueId base = node(OpKind::Where, {small, a, b});
-    r = node(OpKind::Add, {base, node(OpKind::Mul, {coeff, d})});
+    r = node(OpKind::Fma, {coeff, d, base});
   } else {
     bool has_value = args.size() > 3 && !(args[3].toScalar().equal(1));
     ValueId t1 = has_value ? node(OpKind::Mul, {ctx.scalar(args[3].toScalar()), b}) : b;
-    r = node(OpKind::Add, {a, node(op == Op::Addcmul ? OpKind::Mul : OpKind::Div, {t1, c})});
+    r = op == Op::Addcmul ? node(OpKind::Fma, {t1, c, a}) : node(OpKind::Add, {a, node(OpKind::Div, {t1, c})});
   }
   if (ct != dt) r = g.add_node1(OpKind::Cast, {r}, attrs, contiguous_type(mo));
   if (inplace) {

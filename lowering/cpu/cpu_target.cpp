@@ -61,7 +61,8 @@ class CpuTarget : public Target {
 
   std::string fingerprint() const override {
     std::string fp = std::string("llvm ") + LLVM_VERSION_STRING + ";cpu " + cpu::host_cpu_name() +
-                     ";features " + cpu::host_cpu_features() + ";" + opts_.str();
+                     ";features " + cpu::host_cpu_features() + ";rev " + std::to_string(kCodegenRevision) + ";" +
+                     opts_.str();
     // Whether libmvec is found changes the code; knowing needs the JIT.
     if (opts_.vectorize_math) fp += jit().has_libmvec() ? ",libmvec" : ",no-libmvec";
     return fp;

@@ -116,8 +116,9 @@ Value* unary_float(const MathContext& c, OpKind k, Value* x) {
     case OpKind::Tanh: return tanh(c, x);
     case OpKind::Sigmoid:
       return c.b.CreateFDiv(one, c.b.CreateFAdd(one, math(c, "exp", llvm::Intrinsic::exp, c.b.CreateFNeg(x))));
-    // ugt: NaN or positive keeps x, so NaN propagates.
-    case OpKind::Relu: return c.b.CreateSelect(c.b.CreateFCmpUGT(x, fconst(x, 0.0)), x, fconst(x, 0.0));
+    // clamp_min(x, 0) as ATen computes it: only x < 0 becomes +0, so NaN and
+    // -0.0 keep x (relu(-0.) is -0. in eager).
+    case OpKind::Relu: return c.b.CreateSelect(c.b.CreateFCmpOLT(x, fconst(x, 0.0)), fconst(x, 0.0), x);
     case OpKind::Gelu: {
       Value* e = libm(c, "erf", c.b.CreateFMul(x, fconst(x, M_SQRT1_2)));
       return c.b.CreateFMul(c.b.CreateFMul(fconst(x, 0.5), x), c.b.CreateFAdd(one, e));
@@ -187,13 +188,15 @@ Value* binary_float(Builder& b, OpKind k, Value* a, Value* y) {
       return b.CreateSelect(sign_fix(b, mod, y), b.CreateFAdd(mod, y), mod);
     }
     case OpKind::Pow: return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, y);
-    // uno: either is NaN, and a + y is then NaN.
+    // uno: either is NaN, and a + y is then NaN. Equal operands (+0.0 and
+    // -0.0) give the first, as std::max/min in ATen's scalar loops and its
+    // clamp_min/clamp_max at every position (see docs/design.md on zeros).
     case OpKind::Maximum:
       return b.CreateSelect(b.CreateFCmpUNO(a, y), b.CreateFAdd(a, y),
-                            b.CreateSelect(b.CreateFCmpOGT(a, y), a, y));
+                            b.CreateSelect(b.CreateFCmpOLT(a, y), y, a));
     case OpKind::Minimum:
       return b.CreateSelect(b.CreateFCmpUNO(a, y), b.CreateFAdd(a, y),
-                            b.CreateSelect(b.CreateFCmpOLT(a, y), a, y));
+                            b.CreateSelect(b.CreateFCmpOGT(a, y), y, a));
     case OpKind::Eq: return b.CreateFCmpOEQ(a, y);
     case OpKind::Ne: return b.CreateFCmpUNE(a, y);
     case OpKind::Lt: return b.CreateFCmpOLT(a, y);

@@ -37,6 +37,11 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
     case OpKind::Full: return {arg(0, ct), ct};
     case OpKind::Where: return {b.CreateSelect(arg(0, DType::Bool), arg(1, ct), arg(2, ct)), ct};
     case OpKind::Clamp: return {clamp(c, n, in, arg(0, ct), ct), ct};
+    case OpKind::Fma: {
+      Value *x = arg(0, ct), *y = arg(1, ct), *z = arg(2, ct);
+      if (ir::is_floating(ct)) return {b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z}), ct};
+      return {binary_int(b, OpKind::Add, binary_int(b, OpKind::Mul, x, y, ct), z, ct), ct};
+    }
     case OpKind::LogicalNot: return {b.CreateNot(arg(0, DType::Bool)), DType::Bool};
     case OpKind::LogicalAnd: return {b.CreateAnd(arg(0, DType::Bool), arg(1, DType::Bool)), DType::Bool};
     case OpKind::LogicalOr: return {b.CreateOr(arg(0, DType::Bool), arg(1, DType::Bool)), DType::Bool};
@@ -80,10 +85,11 @@ Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at) {
     case OpKind::ReduceSum: {
       if (!fl) return binary_int(b, OpKind::Add, acc, x, at);
       Value* r = b.CreateFAdd(acc, x);
+      // Reassociable only: without nsz LLVM keeps the +0.0 start (its vector
+      // lanes start at -0.0), so a sum of -0.0s is +0.0, as in eager.
       if (auto* I = llvm::dyn_cast<llvm::Instruction>(r)) {
         llvm::FastMathFlags fmf;
         fmf.setAllowReassoc();
-        fmf.setNoSignedZeros();
         I->setFastMathFlags(fmf);
       }
       return r;

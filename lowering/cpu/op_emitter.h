@@ -26,7 +26,8 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
 Value* reduction_identity(Builder& b, OpKind k, DType at);
 
 // acc (op) x for reduction `k` in dtype `at`. Only the float sum is
-// reassociable (so that it vectorizes); max/min use llvm.maximum/minimum, which
+// reassociable (so that it vectorizes; signed zeros are kept, so a sum of
+// -0.0s is +0.0 as in eager); max/min use llvm.maximum/minimum, which
 // propagate NaN.
 Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at);
 

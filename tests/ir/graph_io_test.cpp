@@ -129,7 +129,7 @@ Graph every_kind_graph(int* kinds_seen) {
   ValueId s = g.add_scalar(DType::Float64, true);
   *kinds_seen = 2;
   std::vector<ValueId> outs;
-  for (int k = static_cast<int>(OpKind::Input); k <= static_cast<int>(OpKind::Aten); ++k) {
+  for (int k = static_cast<int>(OpKind::Input); k <= static_cast<int>(kLastOpKind); ++k) {
     OpKind kind = static_cast<OpKind>(k);
     ValueId out = 0;
     if (kind == OpKind::Input || kind == OpKind::Scalar) continue;
@@ -137,6 +137,7 @@ Graph every_kind_graph(int* kinds_seen) {
     else if (is_binary(kind)) out = g.add_node1(kind, {x, y}, {c}, t);
     else if (kind == OpKind::Where) out = g.add_node1(kind, {x, y, x}, {c}, t);
     else if (kind == OpKind::Clamp) out = g.add_node1(kind, {x, y, s}, {c, {int64_t{3}}}, t);
+    else if (kind == OpKind::Fma) out = g.add_node1(kind, {x, s, y}, {c}, t);
     else if (kind == OpKind::Full) out = g.add_node1(kind, {s}, {c}, t);
     else if (kind == OpKind::AsStrided)
       out = g.add_node1(kind, {x}, {shape_list({3, 2}), shape_list({1, 3}), shape(0)}, f32({3, 2}));
@@ -177,7 +178,7 @@ TEST(GraphIO, RoundTripKeepsEveryAttrAlternative) {
 TEST(GraphIO, RoundTripCoversEveryOpKind) {
   int kinds = 0;
   Graph g = every_kind_graph(&kinds);
-  EXPECT_EQ(kinds, static_cast<int>(OpKind::Aten) + 1);
+  EXPECT_EQ(kinds, static_cast<int>(kLastOpKind) + 1);
   ASSERT_EQ(g.verify(), "");
   round_trip(g);
 }

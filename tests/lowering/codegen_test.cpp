@@ -167,7 +167,7 @@ std::vector<UnaryCase> unary_float_cases() {
       {OpKind::Rsqrt, [](double x) { return 1 / std::sqrt(x); }, 2},
       {OpKind::Tanh, [](double x) { return std::tanh(x); }, 10},
       {OpKind::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, 10},
-      {OpKind::Relu, [](double x) { return std::isnan(x) ? x : (x > 0 ? x : 0); }, 1},
+      {OpKind::Relu, [](double x) { return x < 0 ? 0 : x; }, 1},
       {OpKind::Gelu, [](double x) { return 0.5 * x * (1 + std::erf(x * M_SQRT1_2)); }, 10},
       {OpKind::GeluTanh,
        [](double x) {
@@ -227,6 +227,88 @@ TEST(CpuCodegen, FloatBinaryOps) {
     for (const Case& c : cases)
       expect_close(run_op(c.op, t, {t, t}, t, {a, b}), map2(a, b, t, c.ref), t, 4,
                    std::string(ir::op_name(c.op)) + " " + std::string(ir::dtype_name(t)));
+}
+
+// Equal bits, zero signs included (expect_close does not see them).
+void expect_bits(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
+    EXPECT_TRUE(same) << what << " [" << i << "] got " << got[i] << " want " << want[i];
+  }
+}
+
+// Fma rounds once, as ATen's vec::fmadd (add with alpha, addcmul, lerp); with
+// two roundings about a fifth of these elements would differ.
+TEST(CpuCodegen, FmaRoundsOnce) {
+  std::vector<double> x, y, z;
+  for (int i = 0; i < 203; ++i) {  // vector iterations and a remainder
+    x.push_back(std::sin(i * 0.7) * 3);
+    y.push_back(std::cos(i * 1.3) / 3);
+    z.push_back(std::sin(i * 2.1 + 0.5));
+  }
+  for (double s : {0.0, -0.0, kNaN, kInf, -kInf}) x.push_back(s), y.push_back(1.0), z.push_back(-0.0);
+  x.push_back(kInf), y.push_back(0.0), z.push_back(1.0);  // inf * 0: nan
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16}) {
+    std::vector<double> xr = map1(x, t, [](double v) { return v; }), yr = map1(y, t, [](double v) { return v; }),
+                        zr = map1(z, t, [](double v) { return v; });
+    std::vector<double> want, twice;
+    for (size_t i = 0; i < xr.size(); ++i) {
+      // bf16 and f16 compute in f32 (ir::opmath_dtype), then round to t.
+      double f = t == DType::Float64 ? std::fma(xr[i], yr[i], zr[i])
+                                     : std::fmaf(float(xr[i]), float(yr[i]), float(zr[i]));
+      want.push_back(round_to(t, f));
+      twice.push_back(round_to(t, t == DType::Float64 ? xr[i] * yr[i] + zr[i]
+                                                      : double(float(float(xr[i]) * float(yr[i])) + float(zr[i]))));
+    }
+    auto got = run_op(OpKind::Fma, t, {t, t, t}, t, {xr, yr, zr});
+    expect_bits(got, want, "fma " + std::string(ir::dtype_name(t)));
+    if (t == DType::Float32 || t == DType::Float64) {
+      size_t differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) differ += want[i] != twice[i];
+      EXPECT_GT(differ, 5u) << "the inputs should tell one rounding from two";
+    }
+  }
+  // Integers: a * b + c, wrapping.
+  expect_close(run_op(OpKind::Fma, DType::Int32, {DType::Int32, DType::Int32, DType::Int32}, DType::Int32,
+                      {{3, -4, 65536}, {5, 7, 65536}, {1, 2, 3}}),
+               {16, -26, 3}, DType::Int32);
+}
+
+// LLVM vectorizes llvm.fma, and the other float ops stay unfused: no
+// contraction of an fmul and an fadd (their results stay as before).
+TEST(CpuCodegen, FmaVectorizesAndNothingElseFuses) {
+  const int64_t n = 256;
+  ir::Graph g;
+  ValueId a = g.add_input(tt(DType::Float32, {n})), b = g.add_input(tt(DType::Float32, {n})),
+          c = g.add_input(tt(DType::Float32, {n}));
+  ValueId f = g.add_node1(OpKind::Fma, {a, b, c}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  ValueId m = g.add_node1(OpKind::Mul, {a, b}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  ValueId s = g.add_node1(OpKind::Add, {m, c}, {dt(DType::Float32)}, tt(DType::Float32, {n}));
+  g.add_output(f);
+  g.add_output(s);
+  Plan p;
+  p.kernels.push_back(kernel({n}, {g.value(f).node, g.value(m).node, g.value(s).node},
+                             {load(a, DType::Float32, {1}), load(b, DType::Float32, {1}), load(c, DType::Float32, {1})},
+                             {f, s}));
+  auto code = target().compile(g, p);
+  const std::string& ir = code->llvm_ir();
+  EXPECT_NE(ir.find("@llvm.fma.v"), std::string::npos) << "fma not vectorized";
+  EXPECT_EQ(ir.find("fmuladd"), std::string::npos);
+  EXPECT_EQ(ir.find(" contract "), std::string::npos);
+}
+
+// Equal operands (+0.0 and -0.0) give the first operand, like ATen's scalar
+// loops and its clamp_min/clamp_max; relu keeps -0.0; NaN propagates.
+TEST(CpuCodegen, SignedZerosInMaxMinRelu) {
+  std::vector<double> a{0.0, -0.0, kNaN, 1.0, -0.0}, b{-0.0, 0.0, 0.0, kNaN, -0.0};
+  for (DType t : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    std::string name(ir::dtype_name(t));
+    expect_bits(run_op(OpKind::Maximum, t, {t, t}, t, {a, b}), {0.0, -0.0, kNaN, kNaN, -0.0}, "max " + name);
+    expect_bits(run_op(OpKind::Minimum, t, {t, t}, t, {a, b}), {0.0, -0.0, kNaN, kNaN, -0.0}, "min " + name);
+    expect_bits(run_op(OpKind::Relu, t, {t}, t, {{-0.0, 0.0, -2.0, kNaN, 3.0}}), {-0.0, 0.0, 0.0, kNaN, 3.0},
+                "relu " + name);
+  }
 }
 
 TEST(CpuCodegen, Predicates) {
