@@ -103,6 +103,11 @@ void write_schedule(ByteWriter& w, const RowSchedule& s) {
     w.u8(static_cast<uint8_t>(st.kind));
     w.i32(st.node);
     write_cols(w, st.cols);
+    w.boolean(st.blocks.has_value());
+    if (st.blocks) {
+      w.i32(st.blocks->dim);
+      w.i64(st.blocks->chunk);
+    }
     w.i32s(st.stores);
   }
   w.i32s(s.scratch);
@@ -110,7 +115,7 @@ void write_schedule(ByteWriter& w, const RowSchedule& s) {
 
 RowSchedule read_schedule(const Reading& in, const FusedKernel& k) {
   RowSchedule s;
-  s.steps.resize(in.r.count(6, "row step"));
+  s.steps.resize(in.r.count(7, "row step"));
   for (RowStep& st : s.steps) {
     uint8_t kind = in.r.u8();
     if (kind > static_cast<uint8_t>(RowStep::Kind::StoreCols)) in.bad("row step kind " + std::to_string(kind));
@@ -118,6 +123,16 @@ RowSchedule read_schedule(const Reading& in, const FusedKernel& k) {
     st.node = in.r.i32();
     if (st.node < -1 || st.node >= static_cast<int64_t>(k.nodes.size())) in.bad("row step node " + std::to_string(st.node));
     st.cols = read_cols(in, k.nodes.size());
+    if (in.r.boolean()) {
+      SumBlocks b;
+      b.dim = in.r.i32();
+      b.chunk = in.r.i64();
+      const auto rank = static_cast<int32_t>(k.sizes.size());
+      if (st.kind != RowStep::Kind::Reduce || b.dim < rank - k.reduce_rank || b.dim >= rank ||
+          b.chunk < 1 || b.chunk >= k.sizes[b.dim])
+        in.bad("sum blocks of " + std::to_string(b.chunk) + " along dim " + std::to_string(b.dim));
+      st.blocks = b;
+    }
     st.stores = in.r.i32s();
     for (int32_t i : st.stores)
       if (i < 0 || static_cast<size_t>(i) >= k.stores.size()) in.bad("row step store " + std::to_string(i));

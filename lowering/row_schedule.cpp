@@ -2,6 +2,7 @@
 // full-space stores; scratch chosen by a first pass over those loops.
 #include "lowering/row_schedule.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -11,6 +12,8 @@
 namespace lazyjit::lowering {
 
 namespace {
+
+using ir::OpKind;
 
 [[noreturn]] void malformed(const std::string& what) {
   throw std::runtime_error("malformed row kernel: " + what);
@@ -65,6 +68,9 @@ class RowScheduler {
       if (ir::is_reduction(n.kind)) {
         st.kind = RowStep::Kind::Reduce;
         st.cols = col_loop({n.operands.at(0)});
+        DType at = accumulate_dtype(n);
+        if (st.cols && n.kind == OpKind::ReduceSum && ir::is_floating(at))
+          st.blocks = sum_blocks(at == DType::Float64 ? kSumBlockColsF64 : kSumBlockCols);
       }
       s.steps.push_back(std::move(st));
     }
@@ -109,6 +115,25 @@ class RowScheduler {
       for (ValueId o : g_.nodes().at(k_.nodes[p]).operands) work.push_back(o);
     }
     return w;
+  }
+
+  static DType accumulate_dtype(const ir::Node& n) {
+    const auto* t = n.attrs.empty() ? nullptr : std::get_if<int64_t>(&n.attrs[0].value);
+    if (!t) malformed(std::string(ir::op_name(n.kind)) + " without an accumulate dtype");
+    return ir::opmath_dtype(static_cast<DType>(*t));
+  }
+
+  // Blocks of at most `block_cols` cols: whole inner col dims, and chunks of the
+  // first one (from the inside) that would pass the limit. None for short rows.
+  std::optional<SumBlocks> sum_blocks(int64_t block_cols) const {
+    if (cols_ <= block_cols) return std::nullopt;
+    int64_t inner = 1;
+    for (size_t d = k_.sizes.size(); d-- > k_.sizes.size() - k_.reduce_rank;) {
+      if (inner * k_.sizes[d] > block_cols)
+        return SumBlocks{static_cast<int32_t>(d), std::max<int64_t>(1, block_cols / inner)};
+      inner *= k_.sizes[d];
+    }
+    malformed("cols " + std::to_string(cols_) + " but no col dim to block");
   }
 
   bool is_row_value(ValueId v) const {
@@ -197,6 +222,7 @@ std::string RowSchedule::str(const ir::Graph& g, const FusedKernel& k) const {
         cols(st.cols);
         os << " reduce";
         node(st.node);
+        if (st.blocks) os << " in blocks of " << st.blocks->chunk << " along d" << st.blocks->dim;
         break;
       case RowStep::Kind::StoreRows:
         os << "  store rows";

@@ -63,11 +63,22 @@ class LoopEmitter {
   llvm::Type* scratch_type(DType t) { return t == DType::Bool ? b_.getInt8Ty() : reg_type(b_, t); }
   // One loop over the cols: reads back `w.reload`, computes `w.compute` (keeping
   // `w.keep` in scratch), then `body`. Values made inside it are forgotten after it.
-  void emit_col_loop(const ColLoop& w, const std::function<void()>& body);
+  // With `blocks`, the cols run block by block, with `begin_block` before each
+  // block's loop and `end_block` after it.
+  struct BlockHooks {
+    const SumBlocks& blocks;
+    std::function<void()> begin_block, end_block;
+  };
+  void emit_col_loop(const ColLoop& w, const std::function<void()>& body,
+                     const BlockHooks* blocks = nullptr);
+  // A do-while loop of `n` >= 1 iterations, `body` given the index (0, 1, ...).
+  void emit_counted_loop(int64_t n, const std::function<void(Value* i)>& body);
   void emit_row_body();
   // The accumulator lives in an entry-block alloca that SROA turns into the
-  // loop's reduction phi. No `cols` (empty rows): the reduction is its identity.
-  void emit_reduction(const ir::Node& n, const std::optional<ColLoop>& cols);
+  // loop's reduction phi. No cols (empty rows): the reduction is its identity.
+  // With SumBlocks, the accumulator restarts per block and each block's sum is
+  // added to a compensated float64 sum (row_schedule.h).
+  void emit_reduction(const ir::Node& n, const RowStep& st);
 
   // --- elements -------------------------------------------------------------
   // Computes node `n` into values_, in its output dtype.

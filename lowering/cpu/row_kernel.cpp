@@ -44,10 +44,11 @@ void LoopEmitter::alloc_scratch() {
   }
 }
 
-void LoopEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& body) {
+void LoopEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& body,
+                                const BlockHooks* blocks) {
   auto saved_values = values_;
   auto saved_loaded = loaded_;
-  emit_loops(nrow_, sizes_.size(), b_.getInt64(0), b_.getInt64(sizes_[nrow_]), [&] {
+  auto element = [&] {
     Value* col = scratch_.empty() ? nullptr : contiguous_index(nrow_, sizes_.size());
     for (int32_t i : w.reload) {
       ValueId v = g_.nodes().at(k_.nodes[i]).outputs[0];
@@ -68,16 +69,53 @@ void LoopEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& b
       }
     }
     body();
-  });
+  };
+  const size_t last = sizes_.size();
+  if (!blocks) {
+    emit_loops(nrow_, last, b_.getInt64(0), b_.getInt64(sizes_[nrow_]), element);
+  } else {
+    const auto d = static_cast<size_t>(blocks->blocks.dim);
+    const int64_t chunk = blocks->blocks.chunk;
+    if (d < nrow_ || d >= last || chunk < 1 || chunk >= sizes_[d])
+      unsupported("malformed sum blocks (dim " + std::to_string(d) + ", chunk " + std::to_string(chunk) + ")");
+    const int64_t n = sizes_[d];
+    auto block_loop = [&] {
+      emit_counted_loop((n + chunk - 1) / chunk, [&](Value* c) {
+        Value* start = b_.CreateMul(c, b_.getInt64(chunk), "", /*NUW=*/true, /*NSW=*/true);
+        Value* stop = b_.CreateBinaryIntrinsic(
+            llvm::Intrinsic::smin, b_.CreateAdd(start, b_.getInt64(chunk), "", true, true), b_.getInt64(n));
+        blocks->begin_block();
+        emit_loops(d, last, start, stop, element);
+        blocks->end_block();
+      });
+    };
+    if (d > nrow_) emit_loops(nrow_, d, b_.getInt64(0), b_.getInt64(sizes_[nrow_]), block_loop);
+    else block_loop();
+  }
   values_ = std::move(saved_values);
   loaded_ = std::move(saved_loaded);
+}
+
+void LoopEmitter::emit_counted_loop(int64_t n, const std::function<void(Value* i)>& body) {
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "block", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "blk");
+  i->addIncoming(b_.getInt64(0), pre);
+  body(i);
+  Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
+  i->addIncoming(next, b_.GetInsertBlock());
+  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "block.end", fn_);
+  b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(n)), head, after);
+  b_.SetInsertPoint(after);
 }
 
 void LoopEmitter::emit_row_body() {
   for (const RowStep& st : k_.schedule.steps) {
     switch (st.kind) {
       case RowStep::Kind::Node: emit_kernel_node(g_.nodes().at(k_.nodes.at(st.node))); break;
-      case RowStep::Kind::Reduce: emit_reduction(g_.nodes().at(k_.nodes.at(st.node)), st.cols); break;
+      case RowStep::Kind::Reduce: emit_reduction(g_.nodes().at(k_.nodes.at(st.node)), st); break;
       case RowStep::Kind::StoreRows:
         for (int32_t s : st.stores) store(s, contiguous_index(0, nrow_));
         break;
@@ -92,22 +130,53 @@ void LoopEmitter::emit_row_body() {
   }
 }
 
-void LoopEmitter::emit_reduction(const ir::Node& n, const std::optional<ColLoop>& cols) {
+void LoopEmitter::emit_reduction(const ir::Node& n, const RowStep& st) {
   DType at = ir::opmath_dtype(static_cast<DType>(attr_i64(n, 0)));
-  llvm::Type* T = reg_type(b_, at);
-  Value* init = reduction_identity(b_, n.kind, at);
+  DType out = g_.value(n.outputs[0]).type.dtype;
+  const bool blocked = st.cols && st.blocks;
+  if (blocked && (n.kind != OpKind::ReduceSum || !ir::is_floating(at)))
+    unsupported("sum blocks on a " + std::string(ir::op_name(n.kind)) + " in " + std::string(ir::dtype_name(at)));
+  DType t = blocked ? DType::Float64 : at;  // blocks sum in float64 (row_schedule.h)
+  llvm::Type* T = reg_type(b_, t);
+  Value* init = reduction_identity(b_, n.kind, t);
   llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
   llvm::AllocaInst* acc = eb.CreateAlloca(T, nullptr, "acc");
   b_.CreateStore(init, acc);
-  if (cols) {
-    emit_col_loop(*cols, [&] {
-      Value* x = convert(b_, operand(n.operands[0]), at);
-      Value* cur = b_.CreateLoad(T, acc);
-      b_.CreateStore(reduction_step(b_, n.kind, cur, x, at), acc);
-    });
+  auto step = [&] {
+    Value* x = convert(b_, {convert(b_, operand(n.operands[0]), at), at}, t);
+    b_.CreateStore(reduction_step(b_, n.kind, b_.CreateLoad(T, acc), x, t), acc);
+  };
+  if (!blocked) {
+    if (st.cols) emit_col_loop(*st.cols, step);
+    values_[n.outputs[0]] = {convert(b_, {b_.CreateLoad(T, acc), at}, out), out};
+    return;
   }
-  DType out = g_.value(n.outputs[0]).type.dtype;
-  values_[n.outputs[0]] = {convert(b_, {b_.CreateLoad(T, acc), at}, out), out};
+  // Neumaier's compensated sum of the block sums.
+  llvm::AllocaInst* hi = eb.CreateAlloca(T, nullptr, "sum.hi");
+  llvm::AllocaInst* lo = eb.CreateAlloca(T, nullptr, "sum.lo");
+  b_.CreateStore(llvm::ConstantFP::getZero(T, /*Negative=*/true), hi);
+  b_.CreateStore(llvm::ConstantFP::getZero(T), lo);
+  auto fabs = [&](Value* v) { return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v); };
+  BlockHooks hooks{*st.blocks, [&] { b_.CreateStore(init, acc); },
+                   [&] {
+                     Value* x = b_.CreateLoad(T, acc);
+                     Value* s = b_.CreateLoad(T, hi);
+                     Value* sum = b_.CreateFAdd(s, x);
+                     Value* err = b_.CreateSelect(b_.CreateFCmpOGE(fabs(s), fabs(x)),
+                                                  b_.CreateFAdd(b_.CreateFSub(s, sum), x),
+                                                  b_.CreateFAdd(b_.CreateFSub(x, sum), s));
+                     b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(T, lo), err), lo);
+                     b_.CreateStore(sum, hi);
+                   }};
+  emit_col_loop(*st.cols, step, &hooks);
+  // Once the sum is inf or NaN it stays so, and the compensation is NaN: skip it
+  // then (and when it is zero, which keeps a -0 sum's sign).
+  Value* s = b_.CreateLoad(T, hi);
+  Value* c = b_.CreateLoad(T, lo);
+  Value* use = b_.CreateAnd(b_.CreateFCmpOLT(fabs(s), llvm::ConstantFP::getInfinity(T)),
+                            b_.CreateFCmpONE(c, llvm::ConstantFP::getZero(T)));
+  Value* sum = convert(b_, {b_.CreateSelect(use, b_.CreateFAdd(s, c), s), t}, at);
+  values_[n.outputs[0]] = {convert(b_, {sum, at}, out), out};
 }
 
 }  // namespace lazyjit::lowering::cpu::emit

@@ -79,6 +79,11 @@ void expect_same_kernel(const FusedKernel& a, const FusedKernel& b, const std::s
       EXPECT_EQ(x.cols->compute, y.cols->compute) << where << " row step " << i;
       EXPECT_EQ(x.cols->keep, y.cols->keep) << where << " row step " << i;
     }
+    ASSERT_EQ(x.blocks.has_value(), y.blocks.has_value()) << where << " row step " << i;
+    if (x.blocks) {
+      EXPECT_EQ(x.blocks->dim, y.blocks->dim) << where << " row step " << i;
+      EXPECT_EQ(x.blocks->chunk, y.blocks->chunk) << where << " row step " << i;
+    }
   }
 }
 
@@ -152,10 +157,11 @@ Graph library_graph() {
   return g;
 }
 
-// softmax over the last dim: max, exp(x - max), sum, divide: one row kernel.
-Graph softmax_graph() {
+// softmax over the last dim: max, exp(x - max), sum, divide: one row kernel
+// (rows longer than kSumBlockCols sum in blocks).
+Graph softmax_graph(int64_t cols = 33) {
   Graph g;
-  std::vector<int64_t> full{7, 33}, row{7, 1};
+  std::vector<int64_t> full{7, cols}, row{7, 1};
   ValueId x = g.add_input(f32(full));
   ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {dt(), reduce_dims({1})}, f32(row));
   ValueId d = g.add_node1(OpKind::Sub, {x, m}, {dt()}, f32(full));
@@ -210,6 +216,7 @@ std::vector<Case> cases() {
   add("elementwise", elementwise_graph());
   add("library", library_graph());
   add("softmax", softmax_graph());
+  add("long_softmax", softmax_graph(lowering::kSumBlockCols + 1));
   add("layer_norm", layer_norm_graph());
   add("unfused", library_graph(), PlanOptions{.fuse = false});
   add("no_buffer_plan", layer_norm_graph(), PlanOptions{.buffers = false});
@@ -229,12 +236,13 @@ std::string error_of(std::string_view bytes) {
 
 // The cases hold what they are meant to, so the round trips below cover them.
 TEST(PlanIO, CasesCoverEveryKindOfStepAndKernel) {
-  bool row = false, plain = false, offset = false, scalar = false, frees = false;
+  bool row = false, plain = false, offset = false, scalar = false, frees = false, blocks = false;
   std::vector<bool> step_kinds(4, false);
   for (const Case& c : cases()) {
     for (const Step& s : c.plan.steps) step_kinds[static_cast<int>(s.kind)] = true;
     for (const FusedKernel& k : c.plan.kernels) {
       (k.row ? row : plain) = true;
+      for (const RowStep& st : k.schedule.steps) blocks |= st.blocks.has_value();
       for (const Access& a : k.loads) {
         offset |= a.offset != 0;
         scalar |= a.scalar_index >= 0;
@@ -242,7 +250,7 @@ TEST(PlanIO, CasesCoverEveryKindOfStepAndKernel) {
     }
     for (const auto& f : c.plan.frees) frees |= !f.empty();
   }
-  EXPECT_TRUE(row && plain && offset && scalar && frees);
+  EXPECT_TRUE(row && plain && offset && scalar && frees && blocks);
   EXPECT_EQ(step_kinds, std::vector<bool>(4, true));
 }
 

@@ -234,6 +234,59 @@ TEST(RowSchedule, RowsPastTheScratchBudgetRecompute) {
   }
 }
 
+// Float sums over rows longer than kSumBlockCols run in blocks (the max, an
+// exact operation, does not); the dump says so.
+TEST(RowSchedule, LongFloatSumsRunInBlocks) {
+  const int64_t long_row = lowering::kSumBlockCols + 1;
+  for (int64_t cols : {lowering::kSumBlockCols, long_row}) {
+    Rows r{{}, 2, cols};
+    r.g.add_output(r.softmax(r.input()));
+    auto plan = lowering::plan_graph(r.g);
+    const auto& s = r.only_kernel(plan).schedule;
+    ASSERT_EQ(s.steps.size(), 3u);
+    EXPECT_FALSE(s.steps[0].blocks);  // max
+    EXPECT_EQ(s.steps[1].blocks.has_value(), cols == long_row);
+    if (cols == long_row) {
+      EXPECT_EQ(s.steps[1].blocks->dim, 1);
+      EXPECT_EQ(s.steps[1].blocks->chunk, lowering::kSumBlockCols);
+      EXPECT_NE(plan.str(r.g).find("-> reduce #3:reduce_sum in blocks of 4096 along d1\n"), std::string::npos)
+          << plan.str(r.g);
+    }
+  }
+}
+
+// A block is whole inner col dims times a chunk of the first dim that passes
+// the limit; integer sums are exact and never blocked.
+TEST(RowSchedule, SumBlocksSpanInnerColDims) {
+  Graph g;
+  ValueId x = g.add_input(f32({3, 2, 5000}));  // viewed as [2, 5000, 3]: no col dims merge
+  ValueId v = g.add_node1(OpKind::AsStrided, {x}, {Attr{std::vector<int64_t>{2, 5000, 3}, true},
+                                                  Attr{std::vector<int64_t>{5000, 1, 10000}, true},
+                                                  Attr{int64_t{0}, true}},
+                          f32({2, 5000, 3}));
+  ValueId sum = g.add_node1(OpKind::ReduceSum, {v}, {dt(), Attr{std::vector<int64_t>{1, 2}}}, f32({2, 1, 1}));
+  ValueId vi = g.add_node1(OpKind::Cast, {v}, {Attr{static_cast<int64_t>(DType::Int64)}},
+                           {DType::Int64, {2, 5000, 3}, ir::contiguous_strides({2, 5000, 3})});
+  ValueId isum = g.add_node1(OpKind::ReduceSum, {vi}, {Attr{static_cast<int64_t>(DType::Int64)},
+                                                       Attr{std::vector<int64_t>{1, 2}}},
+                             {DType::Int64, {2, 1, 1}, ir::contiguous_strides({2, 1, 1})});
+  g.add_output(sum);
+  g.add_output(isum);
+  ASSERT_EQ(g.verify(), "");
+  auto plan = lowering::plan_graph(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << plan.str(g);
+  const auto& k = plan.kernels[0];
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{2, 5000, 3}));
+  std::vector<const RowStep*> reduces;
+  for (const RowStep& st : k.schedule.steps)
+    if (st.kind == RowStep::Kind::Reduce) reduces.push_back(&st);
+  ASSERT_EQ(reduces.size(), 2u);
+  ASSERT_TRUE(reduces[0]->blocks);
+  EXPECT_EQ(reduces[0]->blocks->dim, 1);
+  EXPECT_EQ(reduces[0]->blocks->chunk, lowering::kSumBlockCols / 3);
+  EXPECT_FALSE(reduces[1]->blocks);
+}
+
 TEST(RowSchedule, EmptyRowsRunNoColLoops) {
   Rows r{{}, 3, 0};
   ValueId x = r.input();

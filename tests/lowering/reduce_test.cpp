@@ -715,5 +715,247 @@ TEST(RowReduce, ReductionLoopsVectorize) {
   EXPECT_NE(before.find("%scratch = alloca [1024 x float]"), std::string::npos) << before;
 }
 
+// --- long rows --------------------------------------------------------------------
+// Sums whose error does not grow with the row (row_schedule.h, SumBlocks): ATen's
+// cascade_sum loses ~0.45 on ten million 0.1f; a sequential accumulator lost 1500.
+
+// Neumaier's compensated sum in long double: exact to far below a double's ulp
+// (a plain long double sum of millions is not).
+long double exact_sum(const double* x, int64_t n) {
+  long double s = 0, c = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    long double t = s + x[i];
+    c += std::abs(s) >= std::abs(x[i]) ? (s - t) + x[i] : (x[i] - t) + s;
+    s = t;
+  }
+  return s + c;
+}
+
+double ulp_f32(double v) {
+  float f = static_cast<float>(std::abs(v));
+  return std::nextafter(f, std::numeric_limits<float>::infinity()) - f;
+}
+
+// Rows of ten million 0.1f, of a sin wave around 0.25 and of values of both
+// signs and mixed magnitudes: each sum within one f32 ulp of the exact sum (plus
+// 1e-9 of the sum of magnitudes), the same bits however the rows are split.
+TEST(LongRowReduce, FloatSumsAreExactToAnUlp) {
+  Shape s{{3, 10'000'019}, 1};
+  G b{{}, s};
+  ValueId x = b.g.add_input(tt(F32, s.sizes));
+  ValueId inv = b.g.add_scalar(DType::Float64, true);
+  ValueId sum = b.reduce(OpKind::ReduceSum, x);
+  ValueId mean = b.row_op(OpKind::Mul, {sum, inv});
+  b.g.add_output(sum);
+  b.g.add_output(mean);
+  Plan p = plan_graph(b.g);
+  expect_one_row_kernel(b.g, p, s);
+  const int64_t C = s.cols();
+  std::vector<double> xv(3 * C);
+  for (int64_t j = 0; j < C; ++j) {
+    xv[j] = round_to(F32, 0.1);
+    xv[C + j] = round_to(F32, std::sin(0.7 * j) * 3 + 0.25);
+    xv[2 * C + j] = round_to(F32, std::sin(1.3 * j) * std::pow(10.0, j % 7 - 3));
+  }
+  double invn = 1.0 / static_cast<double>(C);
+  std::vector<double> whole_sum;
+  for (int parts : {1, 2, 3}) {
+    auto out = run_plan(b.g, p, {{x, Buf(F32, xv)}}, {f64_bits(invn)}, parts);
+    std::vector<double> got = out.at(sum).values(3), got_mean = out.at(mean).values(3);
+    for (int r = 0; r < 3; ++r) {
+      const double* row = xv.data() + r * C;
+      double want = static_cast<double>(exact_sum(row, C)), mags = 0;
+      for (int64_t j = 0; j < C; ++j) mags += std::abs(row[j]);
+      EXPECT_LE(std::abs(got[r] - want), ulp_f32(want) + 1e-9 * mags) << "row " << r << " got " << got[r]
+                                                                       << " want " << want;
+      double want_mean = static_cast<double>(want * invn);
+      EXPECT_LE(std::abs(got_mean[r] - want_mean), 2 * ulp_f32(want_mean) + 1e-9 * mags * invn)
+          << "mean of row " << r;
+    }
+    if (parts == 1) whole_sum = got;
+    else expect_close(got, whole_sum, 0, 0, "sum vs one call, parts=" + std::to_string(parts));
+  }
+}
+
+// torch.ones(1).expand(2**31).sum(): 2^31 reads of one element through stride 0.
+// Per-lane f32 accumulators stop growing at 2^24; blocks of 4096 sum exactly.
+TEST(LongRowReduce, BroadcastOneSummedTwoTo31TimesIsExact) {
+  const int64_t n = int64_t{1} << 31;
+  ir::Graph g;
+  ValueId x = g.add_input(tt(F32, {1, 1}));
+  ValueId v = g.add_node1(OpKind::AsStrided, {x}, {Attr{std::vector<int64_t>{1, n}, true},
+                                                  Attr{std::vector<int64_t>{0, 0}, true}, Attr{int64_t{0}, true}},
+                          tt(F32, {1, n}));
+  ValueId sum = g.add_node1(OpKind::ReduceSum, {v}, {dt(F32), Attr{std::vector<int64_t>{1}}}, tt(F32, {1, 1}));
+  g.add_output(sum);
+  ASSERT_EQ(g.verify(), "");
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  EXPECT_EQ(p.kernels[0].loads[0].strides, (std::vector<int64_t>{0, 0}));
+  auto out = run_plan(g, p, {{x, Buf(F32, std::vector<double>{1.0})}}, {});
+  EXPECT_EQ(out.at(sum).get(0), 2147483648.0);
+}
+
+// float64 sums: within 2 ulp of the exact sum, plus 1e-17 of the sum of
+// magnitudes where the values cancel (mixed signs and magnitudes).
+TEST(LongRowReduce, DoubleSumsAreExactToUlps) {
+  Shape s{{2, 5'000'011}, 1};
+  G b{{}, s, DType::Float64};
+  ValueId x = b.g.add_input(tt(DType::Float64, s.sizes));
+  ValueId sum = b.reduce(OpKind::ReduceSum, x, DType::Float64, DType::Float64);
+  b.g.add_output(sum);
+  Plan p = plan_graph(b.g);
+  const int64_t C = s.cols();
+  std::vector<double> xv(2 * C);
+  for (int64_t j = 0; j < C; ++j) {
+    xv[j] = 0.1 + 1e-9 * static_cast<double>(j % 1000);
+    xv[C + j] = std::sin(1.3 * j) * std::pow(10.0, j % 9 - 4);
+  }
+  auto out = run_plan(b.g, p, {{x, Buf(DType::Float64, xv)}}, {}, 2);
+  for (int r = 0; r < 2; ++r) {
+    double want = static_cast<double>(exact_sum(xv.data() + r * C, C)), mags = 0;
+    for (int64_t j = 0; j < C; ++j) mags += std::abs(xv[r * C + j]);
+    double ulp = std::nextafter(std::abs(want), kInf) - std::abs(want);
+    EXPECT_LE(std::abs(out.at(sum).get(r) - want), 2 * ulp + 1e-17 * mags) << "row " << r;
+  }
+}
+
+// NaN and inf in long rows, in whichever block they fall: inf stays inf, inf and
+// -inf make NaN, a NaN stays NaN, and f32 overflow across blocks is inf.
+TEST(LongRowReduce, NanAndInfPropagateAcrossBlocks) {
+  Shape s{{5, 3 * kSumBlockCols + 5}, 1};
+  G b{{}, s};
+  ValueId x = b.g.add_input(tt(F32, s.sizes));
+  ValueId sum = b.reduce(OpKind::ReduceSum, x);
+  b.g.add_output(sum);
+  Plan p = plan_graph(b.g);
+  ASSERT_TRUE(p.kernels[0].schedule.steps[0].blocks);
+  const int64_t C = s.cols();
+  std::vector<double> xv(5 * C, 1.0);
+  xv[0 * C + 2 * kSumBlockCols + 7] = kInf;
+  xv[1 * C + 5] = kInf;
+  xv[1 * C + C - 1] = -kInf;
+  xv[2 * C + kSumBlockCols] = kNaN;
+  xv[3 * C + 1] = 3e38;
+  xv[3 * C + kSumBlockCols + 1] = 3e38;
+  xv[4 * C + 2] = -kInf;
+  auto out = run_plan(b.g, p, {{x, Buf(F32, xv)}}, {});
+  expect_close(out.at(sum).values(5), {kInf, kNaN, kNaN, kInf, -kInf}, 0, 0, "long row nan/inf");
+}
+
+// Half-precision inputs accumulate in f32 on long rows too: 2^25 f16 ones (past
+// 2^24, where f32 lanes would stall) sum exactly; cast back to f16 it is inf.
+TEST(LongRowReduce, HalfSumsAccumulateInFloat) {
+  const int64_t n = int64_t{1} << 25;
+  ir::Graph g;
+  ValueId x = g.add_input(tt(DType::Float16, {1, 1}));
+  ValueId v = g.add_node1(OpKind::AsStrided, {x}, {Attr{std::vector<int64_t>{1, n}, true},
+                                                  Attr{std::vector<int64_t>{0, 0}, true}, Attr{int64_t{0}, true}},
+                          tt(DType::Float16, {1, n}));
+  auto reduce = [&](DType out) {
+    return g.add_node1(OpKind::ReduceSum, {v}, {dt(F32), Attr{std::vector<int64_t>{1}}}, tt(out, {1, 1}));
+  };
+  ValueId s32 = reduce(F32), s16 = reduce(DType::Float16);
+  g.add_output(s32);
+  g.add_output(s16);
+  Plan p = plan_graph(g);
+  auto out = run_plan(g, p, {{x, Buf(DType::Float16, std::vector<double>{1.0})}}, {});
+  EXPECT_EQ(out.at(s32).get(0), static_cast<double>(n));
+  EXPECT_EQ(out.at(s16).get(0), kInf);
+}
+
+// softmax and layer_norm over rows of millions: the outputs of each softmax row
+// sum to 1, and both match float64 references elementwise as on short rows.
+TEST(LongRowReduce, SoftmaxAndLayerNormOfLongRows) {
+  Shape s{{2, 4'000'037}, 1};
+  const int64_t C = s.cols(), n = 2 * C;
+  std::vector<double> xv = make_input(n, 6);
+  for (int parts : {1, 2}) {
+    G b{{}, s};
+    ValueId x = b.g.add_input(tt(F32, s.sizes));
+    ValueId y = softmax(b, x, false);
+    b.g.add_output(y);
+    Plan p = plan_graph(b.g);
+    std::vector<double> got = run_plan(b.g, p, {{x, Buf(F32, xv)}}, {}, parts).at(y).values(n);
+    for (int r = 0; r < 2; ++r) {
+      const double* row = xv.data() + r * C;
+      double m = ref_max(row, C), z = 0;
+      for (int64_t j = 0; j < C; ++j) z += std::exp(row[j] - m);
+      long double total = 0;
+      double worst = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        total += got[r * C + j];
+        double want = std::exp(row[j] - m) / z;
+        worst = std::max(worst, std::abs(got[r * C + j] - want) / want);
+      }
+      EXPECT_LE(std::abs(static_cast<double>(total) - 1), 1e-6) << "softmax row " << r << " parts " << parts;
+      EXPECT_LE(worst, 2e-6) << "softmax row " << r;
+    }
+  }
+  // layer_norm without affine: mean, rstd and y against float64.
+  G b{{}, s};
+  ValueId x = b.g.add_input(tt(F32, s.sizes));
+  ValueId inv = b.g.add_scalar(DType::Float64, true);
+  ValueId eps = b.g.add_scalar(DType::Float64, true);
+  ValueId mean = b.row_op(OpKind::Mul, {b.reduce(OpKind::ReduceSum, x), inv});
+  ValueId d = b.full_op(OpKind::Sub, {x, mean});
+  ValueId var = b.row_op(OpKind::Mul, {b.reduce(OpKind::ReduceSum, b.full_op(OpKind::Mul, {d, d})), inv});
+  ValueId rstd = b.row_op(OpKind::Rsqrt, {b.row_op(OpKind::Add, {var, eps})});
+  ValueId y = b.full_op(OpKind::Mul, {d, rstd});
+  for (ValueId o : {y, mean, rstd}) b.g.add_output(o);
+  Plan p = plan_graph(b.g);
+  std::vector<double> lv = make_input(n, 2, 0.5);
+  double invn = 1.0 / static_cast<double>(C), epsv = 1e-5;
+  auto out = run_plan(b.g, p, {{x, Buf(F32, lv)}}, {f64_bits(invn), f64_bits(epsv)});
+  for (int r = 0; r < 2; ++r) {
+    const double* row = lv.data() + r * C;
+    double m = static_cast<double>(exact_sum(row, C)) * invn, v = 0;
+    for (int64_t j = 0; j < C; ++j) v += (row[j] - m) * (row[j] - m);
+    double rs = 1 / std::sqrt(v * invn + epsv), worst = 0;
+    for (int64_t j = 0; j < C; ++j) worst = std::max(worst, std::abs(out.at(y).get(r * C + j) - (row[j] - m) * rs));
+    EXPECT_LE(std::abs(out.at(mean).get(r) - m), 1e-7 * (1 + std::abs(m))) << "mean row " << r;
+    EXPECT_LE(std::abs(out.at(rstd).get(r) - rs), 2e-6 * rs) << "rstd row " << r;
+    EXPECT_LE(worst, 2e-6) << "y row " << r;
+  }
+}
+
+// Blocks spanning two col dims that do not merge (inner dim 3, chunks of the
+// 5000-long one) and chunking the inner dim (3 x 5000 read transposed).
+TEST(LongRowReduce, BlocksOverUncoalescedColDims) {
+  struct View {
+    std::vector<int64_t> sizes, strides;
+  };
+  for (const View& vw : {View{{2, 5000, 3}, {5000, 1, 10000}}, View{{2, 3, 5000}, {5000, 10000, 1}}}) {
+    ir::Graph g;
+    ValueId x = g.add_input(tt(F32, {3, 2, 5000}));
+    ValueId v = g.add_node1(OpKind::AsStrided, {x}, {Attr{vw.sizes, true}, Attr{vw.strides, true}, Attr{int64_t{0}, true}},
+                            tt(F32, vw.sizes));
+    Shape s{vw.sizes, 2};
+    G b{std::move(g), s};
+    ValueId sum = b.reduce(OpKind::ReduceSum, v);
+    ValueId y = softmax(b, v, false);
+    b.g.add_output(sum);
+    b.g.add_output(y);
+    Plan p = plan_graph(b.g);
+    ASSERT_EQ(p.kernels.size(), 1u) << p.str(b.g);
+    EXPECT_EQ(p.kernels[0].sizes, vw.sizes);
+    std::vector<double> xv = make_input(30000, 2), vv;  // the view, contiguous
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < vw.sizes[1]; ++j)
+        for (int64_t l = 0; l < vw.sizes[2]; ++l) vv.push_back(xv[i * vw.strides[0] + j * vw.strides[1] + l * vw.strides[2]]);
+    auto out = run_plan(b.g, p, {{x, Buf(F32, xv)}}, {}, 2);
+    std::string what = "view " + s.str();
+    expect_close(out.at(sum).values(2), per_row(s, vv, ref_sum), 1e-4, 1e-6, "sum " + what);
+    std::vector<double> want(vv.size());
+    for (int64_t i = 0; i < 2; ++i) {
+      const double* row = vv.data() + i * 15000;
+      double m = ref_max(row, 15000), z = 0;
+      for (int64_t j = 0; j < 15000; ++j) z += std::exp(row[j] - m);
+      for (int64_t j = 0; j < 15000; ++j) want[i * 15000 + j] = std::exp(row[j] - m) / z;
+    }
+    expect_close(out.at(y).values(vv.size()), want, 1e-9, 2e-6, "softmax " + what);
+  }
+}
+
 }  // namespace
 }  // namespace lazyjit::lowering

@@ -129,3 +129,57 @@ def test_softmax_is_one_row_kernel(tmp_path):
 def test_residual_plus_layer_norm_is_one_row_kernel(tmp_path):
     ks = kernels_of(tmp_path, "y = F.layer_norm(x + r, (128,), w, b)")
     assert len(ks) == 1 and "reduce_rank=1" in ks[0], ks
+
+
+# --- long rows: at least as accurate as eager's cascaded sum -----------------------
+# A float sum's error must not grow with its length: each result is at most as
+# far from the float64 sum as eager's (or one float32 ulp of it, which rounding
+# the exact sum to float32 can cost).
+
+def ulp32(v):
+    v = abs(float(v))
+    return float(torch.tensor(v).nextafter(torch.tensor(float("inf"))) - torch.tensor(v))
+
+
+def assert_as_accurate_as_eager(lazy, eager, exact, what):
+    lazy, eager = float(lazy), float(eager)
+    bound = max(abs(eager - exact), ulp32(exact))
+    assert abs(lazy - exact) <= bound, f"{what}: lazyjit {lazy!r} eager {eager!r} exact {exact!r}"
+
+
+def test_sum_and_mean_of_ten_million_tenths():
+    x = torch.full((10_000_000,), 0.1)
+    exact = x.double().sum().item()
+    assert_as_accurate_as_eager(x.to(DEV).sum().item(), x.sum().item(), exact, "sum")
+    assert_as_accurate_as_eager(x.to(DEV).mean().item(), x.mean().item(), exact / x.numel(), "mean")
+    y = torch.randn(4, 2_500_000, generator=torch.Generator().manual_seed(3)) + 0.5
+    got, want, exact = y.to(DEV).sum(-1).cpu(), y.sum(-1), y.double().sum(-1)
+    for i in range(4):
+        assert_as_accurate_as_eager(got[i], want[i], exact[i].item(), f"row {i}")
+
+
+def test_sum_of_one_expanded_to_two_to_the_31():
+    # 2^31 reads of one element through stride 0: no memory, about a second.
+    x = torch.ones(1)
+    assert x.to(DEV).expand(2**31).sum().item() == 2.0**31 == x.expand(2**31).sum().item()
+
+
+def test_softmax_of_a_ten_million_row_sums_to_one():
+    x = torch.randn(10_000_000, generator=torch.Generator().manual_seed(4)) * 3
+    lazy = F.softmax(x.to(DEV), 0).cpu().double().sum().item()
+    eager = F.softmax(x, 0).double().sum().item()
+    assert abs(lazy - 1) <= max(abs(eager - 1), 1e-6), (lazy, eager)
+    close(F.softmax(x.to(DEV), 0), F.softmax(x.double(), 0).float())
+
+
+def test_layer_norm_of_a_long_row():
+    x = torch.randn(2, 4_000_000, generator=torch.Generator().manual_seed(5)) * 2 + 1
+    shape = (x.shape[-1],)
+    got = torch.native_layer_norm(x.to(DEV), shape, None, None, 1e-5)
+    want = torch.native_layer_norm(x, shape, None, None, 1e-5)
+    exact = torch.native_layer_norm(x.double(), shape, None, None, 1e-5)
+    for name, i in (("mean", 1), ("rstd", 2)):
+        g, w, e = got[i].cpu().flatten(), want[i].flatten(), exact[i].flatten()
+        for r in range(2):
+            assert_as_accurate_as_eager(g[r], w[r], e[r].item(), f"{name} of row {r}")
+    close(got[0], exact[0].float())
