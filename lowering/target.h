@@ -33,7 +33,8 @@ class CompiledCode {
 // new rounding rule, a new reduction order): part of every fingerprint, so an
 // on-disk cache never serves code an older lazyjit generated.
 // 2: Fma, signed zeros, sums without the no-signed-zeros flag.
-inline constexpr int kCodegenRevision = 2;
+// 3: long float sums in float64 blocks with a compensated combine.
+inline constexpr int kCodegenRevision = 3;
 
 class Target {
  public:
