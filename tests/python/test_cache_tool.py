@@ -296,3 +296,27 @@ def test_report_html_loads_in_headless_chromium_and_shows_every_entry(cache, tmp
     assert "Uncaught" not in dom.stderr and "ERROR:CONSOLE" not in dom.stderr, dom.stderr
     for key in entry_files(cache["dir"]):
         assert key in dom.stdout
+
+
+def test_why_miss_summarizes_a_recompile_log(tmp_path):
+    code = ("import torch, lazyjit\n"
+            "for n in (3, 4, 5, 4):\n"
+            "    out = (torch.ones(n, 8).to('lazyjit') * 2).cpu()\n"
+            "    assert out.eq(2).all()\n"
+            "x = torch.randn(4, 8)\n"
+            "for f in (torch.tanh, torch.sigmoid):\n"
+            "    (f(x.to('lazyjit')) + 1).cpu()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
+    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="off", LAZYJIT_LOG="recompiles")
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    log = tmp_path / "recompiles.log"
+    log.write_text(p.stderr)
+    out = tool_json("why-miss", str(log))
+    assert out["schema"] == "lazyjit-cache/why-miss/1" and out["compiles"] == 5, out
+    sites = {s["site"]: s for s in out["sites"]}
+    assert sites["<string>:3"]["varying_dims"] == {"input 0 dim 0": [3, 4, 5]}, sites
+    assert sites["<string>:7"]["op_changes"] == ["op #1: tanh → sigmoid (first op that differs)"], sites
+    text = tool("why-miss", str(log)).stdout
+    assert "input 0 dim 0 took 3 sizes: 3, 4, 5" in text, text

@@ -60,4 +60,7 @@ int cmd_import(const Common& c, const ImportOptions& o);
 
 int cmd_report(const Common& c, const std::string& html_file);
 
+// A LAZYJIT_LOG=recompiles log summarized per call site.
+int cmd_why_miss(const Common& c, const std::string& log_file);
+
 }  // namespace lazyjit::cache_tool

@@ -92,8 +92,13 @@ int main(int argc, char** argv) {
   auto* report_cmd = app.add_subcommand("report", "one self-contained HTML page");
   report_cmd->add_option("--html", html, "output file")->required();
 
+  std::string log_file;
+  auto* why_cmd = app.add_subcommand("why-miss", "summarize a LAZYJIT_LOG=recompiles log by call site");
+  why_cmd->add_option("log", log_file, "the log (a run's stderr)")->required();
+
   for (auto* sub : app.get_subcommands({})) add_dir(sub, c);
-  for (auto* sub : {ls_cmd, show_cmd, stats_cmd, explain_cmd, verify_cmd, prune_cmd, import_cmd}) add_json(sub, c);
+  for (auto* sub : {ls_cmd, show_cmd, stats_cmd, explain_cmd, verify_cmd, prune_cmd, import_cmd, why_cmd})
+    add_json(sub, c);
 
   try {
     app.parse(argc, argv);
@@ -121,6 +126,7 @@ int main(int argc, char** argv) {
       return cmd_import(c, import);
     }
     if (report_cmd->parsed()) return cmd_report(c, html);
+    if (why_cmd->parsed()) return cmd_why_miss(c, log_file);
   } catch (const ToolError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return e.exit_code;

@@ -1,0 +1,90 @@
+// why-miss: a LAZYJIT_LOG=recompiles log (stderr of a run), summarized per sync
+// call site: how many compiles, of which kinds, which input dims took which
+// sizes, and which ops changed, with what to do about it. Reads only the log.
+//
+//   lazyjit: compiling at train.py:41: new shapes: input 0 dim 0: 7 → 8 (sizes seen: 7, 8)
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "tools/lazyjit_cache/cache_index.h"
+#include "tools/lazyjit_cache/commands.h"
+#include "tools/lazyjit_cache/text_format.h"
+
+namespace lazyjit::cache_tool {
+
+using nlohmann::json;
+
+namespace {
+
+struct SiteLog {
+  int64_t compiles = 0;
+  std::map<std::string, int64_t> kinds;
+  std::map<std::string, std::set<int64_t>> dims;  // "input 0 dim 0" -> sizes
+  std::vector<std::string> other;                 // op and structure changes, first few
+};
+
+}  // namespace
+
+int cmd_why_miss(const Common& c, const std::string& log_file) {
+  std::ifstream in(log_file);
+  if (!in) throw ToolError("lazyjit-cache: cannot read the log " + log_file, 2);
+  static const std::string kPrefix = "lazyjit: compiling at ";
+  static const std::regex kDim(R"((input \d+ dim \d+): (\d+) → (\d+))");
+  std::map<std::string, SiteLog> sites;
+  std::string line;
+  int64_t total = 0;
+  while (std::getline(in, line)) {
+    size_t at = line.find(kPrefix);
+    if (at == std::string::npos) continue;
+    std::string rest = line.substr(at + kPrefix.size());
+    size_t sep = rest.find(": ");
+    if (sep == std::string::npos) continue;
+    SiteLog& s = sites[rest.substr(0, sep)];
+    rest = rest.substr(sep + 2);
+    size_t kind_end = rest.find(": ");
+    std::string kind = rest.substr(0, kind_end), detail = kind_end == std::string::npos ? "" : rest.substr(kind_end + 2);
+    ++s.compiles, ++s.kinds[kind], ++total;
+    for (std::sregex_iterator it(detail.begin(), detail.end(), kDim), end; it != end; ++it) {
+      s.dims[(*it)[1]].insert(std::stoll((*it)[2]));
+      s.dims[(*it)[1]].insert(std::stoll((*it)[3]));
+    }
+    size_t op = detail.find("op #");
+    if (op != std::string::npos && s.other.size() < 3) s.other.push_back(detail.substr(op));
+  }
+  if (c.json) {
+    json rows = json::array();
+    for (const auto& [site, s] : sites) {
+      json dims = json::object();
+      for (const auto& [d, sizes] : s.dims) dims[d] = std::vector<int64_t>(sizes.begin(), sizes.end());
+      rows.push_back({{"site", site}, {"compiles", s.compiles}, {"kinds", s.kinds}, {"varying_dims", dims},
+                      {"op_changes", s.other}});
+    }
+    std::printf("%s\n", json({{"schema", "lazyjit-cache/why-miss/1"}, {"log", log_file}, {"compiles", total},
+                              {"sites", rows}}).dump(1).c_str());
+    return 0;
+  }
+  if (sites.empty()) {
+    std::printf("no compiles in %s (was it written with LAZYJIT_LOG=recompiles?)\n", log_file.c_str());
+    return 0;
+  }
+  std::printf("%lld compiles at %zu call sites\n", (long long)total, sites.size());
+  for (const auto& [site, s] : sites) {
+    std::printf("\n%s: %lld compiles (", site.c_str(), (long long)s.compiles);
+    bool first = true;
+    for (const auto& [k, n] : s.kinds) std::printf("%s%lld %s", first ? "" : ", ", (long long)n, k.c_str()), first = false;
+    std::printf(")\n");
+    for (const auto& [d, sizes] : s.dims) {
+      std::string list;
+      for (int64_t x : sizes) list += (list.empty() ? "" : ", ") + std::to_string(x);
+      std::printf("  %s took %zu sizes: %s\n", d.c_str(), sizes.size(), list.c_str());
+    }
+    for (const std::string& o : s.other) std::printf("  %s\n", o.c_str());
+    if (!s.dims.empty() && s.compiles > 2)
+      std::printf("  → a varying dim: pad or bucket it to a few sizes (each size is a program)\n");
+  }
+  return 0;
+}
+
+}  // namespace lazyjit::cache_tool
