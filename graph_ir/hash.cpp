@@ -29,6 +29,21 @@ StreamHasher::~StreamHasher() {
   else XXH3_freeState((XXH3_state_t*)state_);
 }
 
+StreamHasher::StreamHasher(const StreamHasher& o) : algo_(o.algo_) {
+  if (algo_ == Algo::Xxh64) {
+    state_ = XXH64_createState();
+    XXH64_copyState((XXH64_state_t*)state_, (const XXH64_state_t*)o.state_);
+  } else {
+    state_ = XXH3_createState();
+    XXH3_copyState((XXH3_state_t*)state_, (const XXH3_state_t*)o.state_);
+  }
+}
+
+StreamHasher& StreamHasher::operator=(const StreamHasher& o) {
+  if (this != &o) *this = StreamHasher(o);
+  return *this;
+}
+
 StreamHasher::StreamHasher(StreamHasher&& o) noexcept : algo_(o.algo_), state_(o.state_) { o.state_ = nullptr; }
 StreamHasher& StreamHasher::operator=(StreamHasher&& o) noexcept {
   std::swap(algo_, o.algo_);

@@ -21,6 +21,9 @@ class StreamHasher {
   ~StreamHasher();
   StreamHasher(StreamHasher&&) noexcept;
   StreamHasher& operator=(StreamHasher&&) noexcept;
+  // A copy continues from the same state (a copied graph keeps hashing as one).
+  StreamHasher(const StreamHasher&);
+  StreamHasher& operator=(const StreamHasher&);
 
   void update(const void* data, size_t len);
   void update_i64(int64_t v) { update(&v, sizeof v); }

@@ -18,7 +18,6 @@
 #include <stdexcept>
 
 #include "debug/metrics.h"
-#include "graph_ir/graph_io.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
@@ -27,21 +26,6 @@
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
-
-namespace {
-
-// Through the byte format, which replays the graph (Graph holds hash states it
-// cannot copy). A malformed graph fails as lowering's verify would fail it.
-ir::Graph copy_graph(const ir::Graph& g) {
-  if (std::string problem = g.verify(); !problem.empty())
-    throw std::runtime_error("lazyjit: malformed graph: " + problem + "\n" + g.str());
-  ir::ByteWriter w;
-  ir::write_graph(w, g);
-  ir::ByteReader r(w.bytes());
-  return ir::read_graph(r);
-}
-
-}  // namespace
 
 Runtime& Runtime::get() {
   static Runtime* rt = new Runtime(process_config());  // outlives static tensors
@@ -82,7 +66,7 @@ std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Grap
   // step that fails when the program runs.
   auto compile_it = [&] {
     explain_compile(graph, site);  // what differs from the nearest program compiled at this site
-    return compile(copy_graph(graph), key.str());
+    return compile(ir::Graph(graph), key.str());
   };
   return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
 }

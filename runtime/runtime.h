@@ -27,6 +27,7 @@ namespace lazyjit::runtime {
 class DiskTier;
 using executor::Bindings;
 using executor::RunResult;
+using executor::StepFailure;
 
 class Runtime {
  public:

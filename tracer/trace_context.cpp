@@ -258,7 +258,7 @@ void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pai
   const std::thread::id me = std::this_thread::get_id();
   std::vector<std::shared_ptr<const std::string>> why;
   std::vector<std::thread::id> owner;
-  for (const executor::StepFailure& f : r.failures) {
+  for (const runtime::StepFailure& f : r.failures) {
     std::string op = "a step of the program";
     if (f.node != runtime::Runtime::kNoNode) {
       const ir::Node& n = graph_->nodes()[f.node];

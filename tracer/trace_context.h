@@ -20,6 +20,8 @@
 #include "graph_ir/graph.h"
 #include "tracer/lazy_storage.h"
 
+// What runtime::Runtime::run returns (runtime::RunResult), declared here so
+// that this widely included header does not pull in the executor's.
 namespace lazyjit::executor {
 struct RunResult;
 }

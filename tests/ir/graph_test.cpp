@@ -121,3 +121,18 @@ TEST(Hash, KnownXXH3Vectors) {
   // XXH3_64bits of the empty input with seed 0 (from the xxHash spec).
   EXPECT_EQ(hash64("", 0), 0x2D06800538D394C2ull);
 }
+
+// A copy is an independent graph that keeps hashing from where the original
+// was: growing both the same way gives equal hashes, growing one changes only it.
+TEST(Graph, CopyKeepsHashingLikeTheOriginal) {
+  Graph a = build();
+  Graph b = a;
+  EXPECT_EQ(a.hashes(), b.hashes());
+  EXPECT_EQ(a.str(), b.str());
+  ValueId x = a.inputs()[0];
+  a.add_node1(OpKind::Exp, {x}, {dt(DType::Float32)}, f32({4, 8}));
+  EXPECT_NE(a.hashes(), b.hashes());
+  b.add_node1(OpKind::Exp, {x}, {dt(DType::Float32)}, f32({4, 8}));
+  EXPECT_EQ(a.hashes(), b.hashes());
+  EXPECT_EQ(a.str(), b.str());
+}
