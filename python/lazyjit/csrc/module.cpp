@@ -13,6 +13,26 @@ namespace py = pybind11;
 
 namespace {
 
+// The directories of the torch and lazyjit packages ("/.../torch/"), read once
+// under the GIL. Frames are matched by these prefixes, not by "/torch/"
+// anywhere in a path: a user's own project may live under a folder named
+// lazyjit or torch.
+const std::vector<std::string>& library_dirs() {
+  static const std::vector<std::string> dirs = [] {
+    std::vector<std::string> out;
+    py::module_ os_path = py::module_::import("os.path");
+    for (const char* name : {"torch", "lazyjit"}) {
+      py::object mod = py::module_::import("sys").attr("modules").attr("get")(name);
+      if (mod.is_none() || !py::hasattr(mod, "__file__")) continue;
+      std::string file = py::str(mod.attr("__file__"));
+      out.push_back(py::str(os_path.attr("dirname")(os_path.attr("realpath")(file))).cast<std::string>() + "/");
+      out.push_back(py::str(os_path.attr("dirname")(file)).cast<std::string>() + "/");
+    }
+    return out;
+  }();
+  return dirs;
+}
+
 // file:line of the innermost Python frame outside torch and lazyjit.
 std::string python_call_site() {
   if (!Py_IsInitialized()) return {};
@@ -28,8 +48,8 @@ std::string python_call_site() {
     std::string file = py::str(code->co_filename);
     int line = PyFrame_GetLineNumber(f);
     Py_DECREF(code);
-    bool internal = file.find("/torch/") != std::string::npos || file.find("/lazyjit/") != std::string::npos ||
-                    file.rfind("<frozen", 0) == 0;
+    bool internal = file.rfind("<frozen", 0) == 0;
+    for (const std::string& dir : library_dirs()) internal = internal || file.rfind(dir, 0) == 0;
     if (!internal) {
       site = file + ":" + std::to_string(line);
       Py_DECREF(f);
