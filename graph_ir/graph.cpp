@@ -103,6 +103,12 @@ void Graph::add_output(ValueId v) {
   outputs_.push_back(v);
 }
 
+void Graph::rewind_outputs(const OutputMark& m) {
+  outputs_.resize(m.count);
+  structure_ = m.structure;
+  confirm_ = m.confirm;
+}
+
 namespace {
 // Feeds one attribute into a hasher; every alternative is tagged by its index so
 // that e.g. int 1 and bool true differ.

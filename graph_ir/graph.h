@@ -90,6 +90,14 @@ class Graph {
   ValueId add_node1(OpKind kind, std::vector<ValueId> operands, std::vector<Attr> attrs,
                     TensorType output_type);
   void add_output(ValueId v);
+  // The graph before its outputs were added: a sync adds them last, and a sync
+  // that is interrupted takes them back (rewind_outputs) to record on.
+  struct OutputMark {
+    size_t count;
+    StreamHasher structure, confirm;
+  };
+  OutputMark output_mark() const { return {outputs_.size(), structure_, confirm_}; }
+  void rewind_outputs(const OutputMark& m);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Value>& values() const { return values_; }

@@ -15,6 +15,7 @@
 #include "cache/compile_cache.h"
 #include "executor/executable.h"
 #include "graph_ir/graph.h"
+#include "lowering/interrupt.h"
 #include "runtime/config.h"
 #include "runtime/recompile_explainer.h"
 
@@ -28,6 +29,11 @@ class DiskTier;
 using executor::Bindings;
 using executor::RunResult;
 using executor::StepFailure;
+// Ctrl-C during a compile (lowering/interrupt.h).
+using lowering::clear_interrupt;
+using lowering::interrupt_seen;
+using lowering::Interrupted;
+using lowering::set_interrupt_handlers;
 
 class Runtime {
  public:
@@ -54,7 +60,8 @@ class Runtime {
   std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name) const;
 
   // Empties the in-memory cache (the disk tier keeps its entries).
-  void clear_cache() { cache_.clear(); }
+  // Drops every program (their JIT code with them) and the pooled buffers.
+  void clear_cache();
   size_t cache_size() const { return cache_.size(); }
 
  private:

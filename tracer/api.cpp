@@ -107,6 +107,8 @@ debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
+void set_interrupt_handlers(bool (*poll)(), void (*raise)()) { runtime::set_interrupt_handlers(poll, raise); }
+
 void set_call_site_provider(std::function<std::string()> p) {
   tracer::TraceContext::get().set_call_site_provider(std::move(p));
 }

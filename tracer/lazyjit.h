@@ -62,4 +62,10 @@ void clear_cache();
 // Python module installs one that reads the Python stack.
 void set_call_site_provider(std::function<std::string()> provider);
 
+// Ctrl-C during a long compile: `poll` says whether the user asked to stop
+// (called every ~10 ms while compiling; must not throw); `raise` throws the
+// exception the caller should see (may be null: a runtime_error is thrown).
+// The compile stops promptly and the pending tensors stay pending.
+void set_interrupt_handlers(bool (*poll)(), void (*raise)());
+
 }  // namespace lazyjit

@@ -208,6 +208,7 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   std::sort(live.begin(), live.end(), [](auto* a, auto* b) {
     return a->value != b->value ? a->value < b->value : a->seq < b->seq;
   });
+  ir::Graph::OutputMark mark = graph_->output_mark();
   std::vector<std::pair<LazyStorage*, size_t>> results;
   std::unordered_map<ValueId, size_t> output_index;
   for (LazyStorage* s : live) {
@@ -227,6 +228,15 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   try {
     r = runtime::Runtime::get().run(*graph_, b, site);
   } catch (const std::exception& e) {
+    if (runtime::interrupt_seen()) {
+      // Ctrl-C stopped the compile: nothing ran, so the graph goes back to
+      // recording as it was before this sync, and everything stays pending.
+      runtime::clear_interrupt();
+      graph_->rewind_outputs(mark);
+      inputs_ = std::move(b.inputs);
+      scalars_ = std::move(b.scalars);
+      throw;
+    }
     // The program could not be made: the graph is dropped and every storage it
     // was to compute remembers why, so later reads raise instead of lying.
     auto why = std::make_shared<const std::string>(e.what());

@@ -5,11 +5,13 @@
 #include <stdexcept>
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/IR/PassInstrumentation.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "lowering/cpu/loop_emitter.h"
+#include "lowering/interrupt.h"
 
 namespace lazyjit::lowering::cpu {
 
@@ -22,6 +24,7 @@ std::unique_ptr<llvm::Module> emit_module(llvm::LLVMContext& ctx, const ir::Grap
   m->setDataLayout(tm.createDataLayout());
   m->setTargetTriple(tm.getTargetTriple().str());
   for (const FusedKernel& k : plan.kernels) {
+    throw_if_interrupted();
     try {
       LoopEmitter(*m, g, k, cfg, tm).emit();
       std::string err;
@@ -44,7 +47,10 @@ void optimize_module(llvm::Module& m, llvm::TargetMachine& tm, const CodegenConf
   llvm::PipelineTuningOptions pto;
   pto.LoopVectorization = cfg.opts.opt_level >= 2;
   pto.SLPVectorization = cfg.opts.opt_level >= 2;
-  llvm::PassBuilder pb(&tm, pto);
+  // Ctrl-C skips the passes still to run; the caller then throws (interrupt.h).
+  llvm::PassInstrumentationCallbacks pic;
+  pic.registerShouldRunOptionalPassCallback([](llvm::StringRef, llvm::Any) { return !interrupt_requested(); });
+  llvm::PassBuilder pb(&tm, pto, std::nullopt, &pic);
 
   llvm::Triple triple(m.getTargetTriple());
   llvm::TargetLibraryInfoImpl tlii(triple);
@@ -69,6 +75,7 @@ void optimize_module(llvm::Module& m, llvm::TargetMachine& tm, const CodegenConf
                                     ? pb.buildO0DefaultPipeline(level)
                                     : pb.buildPerModuleDefaultPipeline(level);
   mpm.run(m, mam);
+  throw_if_interrupted();
 }
 
 }  // namespace lazyjit::lowering::cpu

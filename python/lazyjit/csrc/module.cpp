@@ -91,16 +91,46 @@ py::list to_py(const std::vector<c10::IValue>& vs) {
   return l;
 }
 
+// Ctrl-C during a long compile (tracer/lazyjit.h): the poll runs Python's
+// signal handlers; the KeyboardInterrupt they raise is kept, then thrown as a
+// torch python_error, which torch's bindings and ours turn back into it.
+PyObject *g_exc_type = nullptr, *g_exc_value = nullptr, *g_exc_tb = nullptr;
+
+bool poll_interrupt() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return false;
+  Py_XDECREF(g_exc_type);
+  Py_XDECREF(g_exc_value);
+  Py_XDECREF(g_exc_tb);
+  PyErr_Fetch(&g_exc_type, &g_exc_value, &g_exc_tb);
+  return true;
+}
+
+void raise_interrupt() {
+  python_error e;
+  {
+    py::gil_scoped_acquire gil;
+    if (!g_exc_type) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    else PyErr_Restore(g_exc_type, g_exc_value, g_exc_tb);
+    g_exc_type = g_exc_value = g_exc_tb = nullptr;
+    e.persist();
+  }
+  throw e;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   lazyjit::init();
   lazyjit::set_call_site_provider(python_call_site);
+  lazyjit::set_interrupt_handlers(poll_interrupt, raise_interrupt);
   // ATen's errors become Python exceptions as torch's own bindings make them
   // (c10::IndexError -> IndexError, ...): a sync raises eager's error type.
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       std::rethrow_exception(p);
+    } catch (python_error& e) {  // e.g. a KeyboardInterrupt that stopped a compile
+      e.restore();
     } catch (const c10::Error&) {
       torch::translate_exception_to_python(p);
     }
