@@ -5,6 +5,7 @@
 #include <ATen/native/BinaryOps.h>
 
 #include "debug/metrics.h"
+#include "runtime/config.h"
 #include "tracer/aten_node.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
@@ -113,8 +114,11 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     return;
   }
   stack->erase(stack->end() - nargs, stack->end());
-  if (record_ir_nodes(info, args, *meta, stack)) return;
-  record_aten(op, info.name, args, meta->args, meta->rets, stack);
+  if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
+  // A runaway graph (a loop that never syncs) is cut here and run, so compile
+  // time and memory stay bounded; the cut is counted with its reason.
+  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
+    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", ctx.call_site());
 }
 
 }  // namespace lazyjit::tracer

