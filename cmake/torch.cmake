@@ -30,7 +30,8 @@ set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/
 # tier has tests of its own).
 gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off")
 
-add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp)
+add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp
+               tests/executor/buffer_pool_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST)

@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "debug/metrics.h"
+#include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
@@ -35,6 +36,7 @@ Runtime& Runtime::get() {
 Runtime::Runtime(Config config) : config_(std::move(config)) {
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
+  codegen.keep_llvm_ir = !config_.dump_dir.empty();  // the text of every module costs memory
   target_ = lowering::make_cpu_target(codegen);
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
@@ -100,6 +102,11 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site) {
                      ". lazyjit.explain_recompiles() lists them all.";
   if (config_.recompile_limit_error) throw std::runtime_error("lazyjit: recompile limit reached: " + what);
   if (r.count == config_.recompile_limit + 1) std::fprintf(stderr, "lazyjit: warning: %s\n", what.c_str());
+}
+
+void Runtime::clear_cache() {
+  cache_.clear();
+  executor::trim_buffer_pool();
 }
 
 int Runtime::threads() const { return config_.num_threads ? config_.num_threads : at::get_num_threads(); }

@@ -87,7 +87,16 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
           std::string seen_sizes;
           auto& s = sizes[{i, d}];
           s.insert(b[d]);
-          for (int64_t x : s) seen_sizes += (seen_sizes.empty() ? "" : ", ") + std::to_string(x);
+          // At most the three smallest and three largest: a sweep over
+          // thousands of sizes must not make each explanation longer.
+          size_t k = 0;
+          for (int64_t x : s) {
+            if (s.size() > 6 && k == 3) seen_sizes += ", …";
+            if (s.size() <= 6 || k < 3 || k >= s.size() - 3)
+              seen_sizes += (seen_sizes.empty() ? "" : ", ") + std::to_string(x);
+            ++k;
+          }
+          if (s.size() > 6) seen_sizes += "; " + std::to_string(s.size()) + " sizes";
           lines.push_back("input " + std::to_string(i) + " dim " + std::to_string(d) + ": " + std::to_string(a[d]) +
                           " → " + std::to_string(b[d]) + " (sizes seen: " + seen_sizes + ")");
         }

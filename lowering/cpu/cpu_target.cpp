@@ -77,9 +77,10 @@ class CpuTarget : public Target {
     auto tm = j.make_target_machine();
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = cpu::emit_module(*ctx, g, plan, *tm, cfg);
-    std::string ir = "; ---- before optimization\n" + module_text(*m);
+    std::string ir;
+    if (opts_.keep_llvm_ir) ir = "; ---- before optimization\n" + module_text(*m);
     cpu::optimize_module(*m, *tm, cfg);
-    ir += "; ---- after optimization\n" + module_text(*m);
+    if (opts_.keep_llvm_ir) ir += "; ---- after optimization\n" + module_text(*m);
     return link(object_file(*m, *tm), std::move(ir), plan);
   }
 

@@ -25,6 +25,17 @@ def test_new_batch_size_names_the_dim_and_the_sizes_seen(fresh):
     assert "recompiles by call site" in report and "3 compiles" in report, report
 
 
+def test_a_long_sweep_keeps_each_explanation_short(fresh):
+    # The sizes seen are summarized past six: a sweep over thousands of sizes
+    # must not make every explanation (kept in the metrics) longer than the last.
+    lazyjit = fresh
+    for n in range(1, 21):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close((x.to("lazyjit") * 2).cpu(), x * 2)
+    last = lazyjit.explain_recompiles()[-1]["detail"]
+    assert "19 → 20 (sizes seen: 1, 2, 3, …, 18, 19, 20; 20 sizes)" in last, last
+
+
 def test_changed_graph_names_the_first_op_that_differs(fresh):
     lazyjit = fresh
     x = torch.randn(4, 8)
