@@ -15,6 +15,9 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdexcept>
 
 #include "debug/metrics.h"
@@ -68,9 +71,24 @@ std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Grap
   // step that fails when the program runs.
   auto compile_it = [&] {
     explain_compile(graph, site);  // what differs from the nearest program compiled at this site
-    return compile(ir::Graph(graph), key.str());
+    auto program = compile(ir::Graph(graph), key.str());
+    trim_heap();
+    return program;
   };
   return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+}
+
+// A compile leaves the heap fragmented: LLVM's short-lived objects interleave
+// with long-lived program data, and freed holes between them stay mapped. With
+// shapes that keep changing (every step a new, larger size) the process grew
+// ~540 KB per program, against ~90 KB of actual program data; giving the free
+// pages back after each compile (1.2 ms at 400 MB, next to a compile's
+// ~55 ms) keeps it
+// there. glibc only; elsewhere a no-op.
+void Runtime::trim_heap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name) const {

@@ -66,6 +66,7 @@ class Runtime {
 
  private:
   int threads() const;
+  static void trim_heap();
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled.
   void explain_compile(const ir::Graph& graph, const std::string& site);
   std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
