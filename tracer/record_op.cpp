@@ -151,6 +151,8 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   MetaResult unmemoized;
   const MetaResult* meta = infer_meta(op, args, &unmemoized);
   if (!meta) return run_eager(op, stack, "no usable meta kernel");
+  // Meta kernels check shapes, not which dtypes the CPU kernel implements.
+  if (meta->dtype_error) return run_eager(op, stack, "its CPU kernel rejects these dtypes");
   if (info.view) {
     if (!record_view(op, args, *meta, stack)) run_eager(op, stack, "view op with an unexpected result");
     return;
