@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Resize.h>
 #include <c10/util/SmallVector.h>
 
 #include <optional>
@@ -541,6 +542,14 @@ bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaRes
     if (a < 0 || !meta.args[a].isTensor()) return false;
     for (const at::Tensor& m : meta.outs)
       if (!m.is_alias_of(meta.args[a].toTensor())) return false;
+  }
+  // Meta storages have no bounds: as eager's as_strided (setStrided), a view
+  // must lie within its base's storage.
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
+    for_each_tensor(meta.rets[r], [&](const at::Tensor& m) {
+      at::native::checkInBoundsForStorage(m.sizes(), m.strides(), m.storage_offset(), m.dtype(), base.storage());
+    });
   }
   stack->erase(stack->end() - args.size(), stack->end());
   for (size_t r = 0; r < schema.returns().size(); ++r) {

@@ -65,6 +65,17 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
     }
     return;
   }
+  // Eager's copy_: nothing to do for the same elements; otherwise
+  // TensorIterator's rules, overlap first, then src must broadcast to dst.
+  if (dst.is_same(src) ||
+      (dst.is_alias_of(src) && dst.storage_offset() == src.storage_offset() && dst.sizes().equals(src.sizes()) &&
+       dst.strides().equals(src.strides()) && dst.scalar_type() == src.scalar_type()))
+    return;
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, src);
+  auto shape = at::infer_size_dimvector(dst.sizes(), src.sizes());
+  TORCH_CHECK(dst.sizes().equals(shape), "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+              at::IntArrayRef(shape));
   ValueId v = ctx.read(src);
   auto& g = ctx.graph();
   DType dt = bridge::from_aten(dst.scalar_type());

@@ -1,7 +1,9 @@
 #include "tracer/meta_inference.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "bridge/aten_ir.h"
@@ -32,6 +34,55 @@ at::Tensor to_meta(const at::Tensor& t) {
 IValue ivalue_to_meta(const IValue& v) {
   if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
   return map_tensors(v, to_meta);
+}
+
+// Dtype support is the CPU kernel's (AT_DISPATCH, TensorIterator's casting
+// rule), and meta kernels do not check it: the CPU kernel runs once per memo
+// key on zeros of the arguments' dtypes, every dim at most 1 (tiny and valid
+// as indices). Only dtype errors count; any other error there comes from the
+// stand-in data or shapes and says nothing about the real call.
+at::Tensor to_probe(const at::Tensor& t) {
+  if (!t.defined() || !is_lazy(t)) return t;
+  std::vector<int64_t> sizes = t.sizes().vec();
+  for (int64_t& s : sizes) s = std::min<int64_t>(s, 1);
+  return at::zeros(sizes, t.options().device(at::kCPU));
+}
+
+bool probe_worth_it(const c10::FunctionSchema& schema, const Stack& args) {
+  for (const auto& r : schema.returns())
+    if (r.alias_info() && !r.alias_info()->isWrite()) return false;  // views: no kernel
+  bool lazy = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (schema.arguments()[i].name() == "size") return false;  // new_zeros & co. allocate that
+    for_each_tensor(args[i], [&](const at::Tensor& t) { lazy |= is_lazy(t); });
+  }
+  return lazy;
+}
+
+struct SilentWarnings : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
+  if (!probe_worth_it(op.schema(), args)) return false;
+  Stack probe;
+  for (const IValue& v : args) {
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) probe.push_back(c10::Device(at::kCPU));
+    else probe.push_back(map_tensors(v, to_probe));
+  }
+  static SilentWarnings silent;
+  c10::WarningUtils::WarningHandlerGuard quiet(&silent);
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&probe);
+  } catch (const c10::NotImplementedError&) {
+    return true;  // AT_DISPATCH: "\"kernel\" not implemented for 'Float'"
+  } catch (const c10::Error& e) {
+    const std::string& m = e.msg();
+    return m.find("type") != std::string::npos || m.find("Boolean") != std::string::npos;
+  } catch (const std::exception&) {
+  }
+  return false;
 }
 
 // Memo keys cover everything a meta kernel can depend on: the op, every
@@ -128,6 +179,7 @@ const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, M
     return nullptr;
   }
   for (const IValue& v : fresh.rets) for_each_tensor(v, [&](const at::Tensor& t) { fresh.outs.push_back(t); });
+  fresh.dtype_error = dtype_error(op, args);
   if (!keyed) {
     *scratch = std::move(fresh);
     return scratch;

@@ -13,6 +13,10 @@ struct MetaResult {
   torch::jit::Stack args;        // meta arguments after the call (mutated ones resized)
   torch::jit::Stack rets;
   std::vector<at::Tensor> outs;  // the tensors among rets, flattened
+  // The op's CPU kernel, run on one-element tensors of the arguments' dtypes,
+  // raised a dtype error ("not implemented for 'Float'", "result type Float
+  // can't be cast to ..."): checks meta kernels do not make.
+  bool dtype_error = false;
 };
 
 // Runs `op` on meta versions of `args` (the op's arguments, lazyjit or 0-d CPU

@@ -84,12 +84,53 @@ void check_args(const OpInfo& info, const c10::FunctionSchema& schema, const Sta
   }
 }
 
+// Whether an argument the op writes shares memory with one it reads, in part
+// (x[1:].add_(x[:-1]), torch.add(a, b, out=a[1:])). What eager does then is up
+// to the op's CPU kernel: most raise (TensorIterator's overlap rule), a few
+// compute in place; running it, now, gives eager's error or eager's result.
+bool writes_overlap_reads(const c10::FunctionSchema& schema, const Stack& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (!ai || !ai->isWrite() || !args[i].isTensor()) continue;
+    const at::Tensor& w = args[i].toTensor();
+    if (!is_lazy(w)) continue;
+    for (size_t j = 0; j < args.size(); ++j) {
+      if (j == i) continue;
+      bool partial = false;
+      for_each_tensor(args[j], [&](const at::Tensor& t) {
+        partial |= t.defined() && !t.is_same(w) && is_lazy(t) && t.is_alias_of(w) &&
+                   at::get_overlap_status(w, t) == at::MemOverlapStatus::Partial;
+      });
+      if (partial) return true;
+    }
+  }
+  return false;
+}
+
+void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack);
+
 }  // namespace
 
 void record_op(const c10::OperatorHandle& op, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
   const OpInfo& info = op_info(op);
+  try {
+    record(op, info, stack);
+  } catch (c10::Error& e) {
+    // An error at the op, as in eager, says which op and which line raised it.
+    // Errors of other ops, raised by a sync this op needed, already say theirs.
+    for (const std::string& c : e.context())
+      if (c.rfind("lazyjit: raised by", 0) == 0) throw;
+    std::string site = ctx.call_site();
+    e.add_context("lazyjit: raised by " + info.name + (site.empty() ? "" : " at " + site) + ", when recorded");
+    throw;
+  }
+}
+
+namespace {
+
+void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   if (info.bool_array_args) unbox_bool_arrays(op.schema(), stack);
   size_t nargs = op.schema().arguments().size();
   Stack args(stack->end() - nargs, stack->end());
@@ -103,12 +144,16 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
   if (info.draws && draw_at_trace_time(op, info.name, stack)) return;
   if (needs_eager(info, args)) return run_eager(op, stack, "needs data");
+  if (info.is_mutable && writes_overlap_reads(op.schema(), args))
+    return run_eager(op, stack, "an argument it writes partially overlaps one it reads");
   // Shapes, dtypes and argument errors from PyTorch's meta kernels. Without a
   // usable one (none, or one that needs data: boolean masks) the op runs now;
   // a genuine argument error then raises from the CPU kernel, like eager.
   MetaResult unmemoized;
   const MetaResult* meta = infer_meta(op, args, &unmemoized);
   if (!meta) return run_eager(op, stack, "no usable meta kernel");
+  // Meta kernels check shapes, not which dtypes the CPU kernel implements.
+  if (meta->dtype_error) return run_eager(op, stack, "its CPU kernel rejects these dtypes");
   if (info.view) {
     if (!record_view(op, args, *meta, stack)) run_eager(op, stack, "view op with an unexpected result");
     return;
@@ -120,5 +165,7 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
   if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
     ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", ctx.call_site());
 }
+
+}  // namespace
 
 }  // namespace lazyjit::tracer
