@@ -58,7 +58,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
-                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
@@ -105,6 +105,10 @@ Config Config::from_env() {
   if (std::string s = env("LAZYJIT_MAX_GRAPH_OPS"); !s.empty()) {
     if (parse_int(s, 1, 1ll << 40, &v)) c.max_graph_ops = v;
     else bad("LAZYJIT_MAX_GRAPH_OPS", s, "a positive integer", "10000");
+  }
+  if (std::string s = env("LAZYJIT_MAX_PROGRAMS"); !s.empty()) {
+    if (parse_int(s, 1, 1ll << 30, &v)) c.max_programs = v;
+    else bad("LAZYJIT_MAX_PROGRAMS", s, "a positive integer", "256");
   }
   if (std::string s = env("LAZYJIT_CACHE"); s == "off" || s == "0" || s == "false") c.disk_cache = false;
   else if (!s.empty() && s != "on" && s != "1" && s != "true") bad("LAZYJIT_CACHE", s, "on or off", "on");

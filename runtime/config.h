@@ -20,6 +20,7 @@ struct Config {
   int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...
   bool recompile_limit_error = false;        // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site) or error
   int64_t max_graph_ops = 10000;             // LAZYJIT_MAX_GRAPH_OPS: a graph this big is cut and run
+  int64_t max_programs = 256;                // LAZYJIT_MAX_PROGRAMS: programs kept in memory (LRU)
   // The on-disk compile cache (runtime/disk_tier.h).
   bool disk_cache = true;                    // LAZYJIT_CACHE=off turns it off
   std::string cache_dir;                     // LAZYJIT_CACHE_DIR, else $XDG_CACHE_HOME/lazyjit, else ~/.cache/lazyjit

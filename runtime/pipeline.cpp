@@ -37,6 +37,7 @@ Runtime& Runtime::get() {
 }
 
 Runtime::Runtime(Config config) : config_(std::move(config)) {
+  cache_.set_capacity(static_cast<size_t>(config_.max_programs));
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
   codegen.keep_llvm_ir = !config_.dump_dir.empty();  // the text of every module costs memory

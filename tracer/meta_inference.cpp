@@ -184,7 +184,7 @@ const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, M
     *scratch = std::move(fresh);
     return scratch;
   }
-  if (meta_memo().size() > (1 << 16)) meta_memo().clear();
+  if (meta_memo().size() > (1 << 13)) meta_memo().clear();  // ~1.5 KB each: shape sweeps must not hoard
   return &meta_memo().emplace(key, std::move(fresh)).first->second;
 }
 

@@ -126,6 +126,10 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     e.add_context("lazyjit: raised by " + info.name + (site.empty() ? "" : " at " + site) + ", when recorded");
     throw;
   }
+  // A runaway graph (a loop that never syncs) is cut here and run, so compile
+  // time and memory stay bounded; the cut is counted with its reason.
+  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
+    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", ctx.call_site());
 }
 
 namespace {
@@ -160,10 +164,6 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   }
   stack->erase(stack->end() - nargs, stack->end());
   if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
-  // A runaway graph (a loop that never syncs) is cut here and run, so compile
-  // time and memory stay bounded; the cut is counted with its reason.
-  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
-    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", ctx.call_site());
 }
 
 }  // namespace
