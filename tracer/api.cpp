@@ -99,8 +99,7 @@ struct Init {
 c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
 
 void sync() {
-  auto& ctx = tracer::TraceContext::get();
-  ctx.sync("lazyjit.sync()", ctx.call_site());
+  tracer::TraceContext::get().sync("lazyjit.sync()", tracer::TraceContext::call_site());
 }
 
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
@@ -110,7 +109,7 @@ void clear_cache() { runtime::Runtime::get().clear_cache(); }
 void set_interrupt_handlers(bool (*poll)(), void (*raise)()) { runtime::set_interrupt_handlers(poll, raise); }
 
 void set_call_site_provider(std::function<std::string()> p) {
-  tracer::TraceContext::get().set_call_site_provider(std::move(p));
+  tracer::TraceContext::set_call_site_provider(std::move(p));
 }
 
 }  // namespace lazyjit

@@ -3,8 +3,8 @@
 // views and in-place ops PyTorch's aliasing semantics.
 //
 // A LazyStorage holds its elements in one of three ways:
-//  - pending: `value` in the current graph (epoch), whose flat slots in memory
-//    order are the storage's elements;
+//  - pending: `value` in the graph `owner` records (while `epoch` is that
+//    graph's), whose flat slots in memory order are the storage's elements;
 //  - materialized: `data`, a 1-D CPU tensor of `numel` elements;
 //  - uninitialized: neither (fresh from empty()).
 #pragma once
@@ -18,12 +18,17 @@
 
 namespace lazyjit::tracer {
 
+class TraceContext;
+
 struct LazyStorage {
   int64_t numel;
   at::ScalarType dtype;
   uint64_t seq;  // creation order: a deterministic output order at sync
   at::Tensor data;
   uint64_t epoch = 0;  // graph the value belongs to; 0 = none
+  // The context whose graph holds the value (while `epoch` is that graph's), or
+  // last held it or gave the storage its data.
+  TraceContext* owner = nullptr;
   ir::ValueId value = 0;
   // Set when a sync that was to compute this storage failed: reading it raises
   // this error instead of returning stale or made-up elements.

@@ -20,7 +20,8 @@ namespace lazyjit {
 void init();
 c10::Device device();
 
-// Runs everything pending on the device.
+// Runs everything the calling thread recorded (each thread records a graph of
+// its own; another thread's tensors are computed when this thread uses them).
 void sync();
 
 // Lazy: ops are recorded and run at sync points. Step: each op runs at once,

@@ -112,8 +112,7 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack);
 }  // namespace
 
 void record_op(const c10::OperatorHandle& op, Stack* stack) {
-  TraceContext& ctx = TraceContext::get();
-  std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
   const OpInfo& info = op_info(op);
   try {
     record(op, info, stack);
@@ -138,6 +137,7 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   if (info.bool_array_args) unbox_bool_arrays(op.schema(), stack);
   size_t nargs = op.schema().arguments().size();
   Stack args(stack->end() - nargs, stack->end());
+  TraceContext::OpScope scope(args.data(), args.size());
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 
   // Copies between devices are allowed in the device's own ops, so they come

@@ -83,6 +83,14 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   if (!step) debug::Metrics::get().fallback(name, reason, site);
   if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
   Stack args = *stack;
+  // The CPU kernel writes these arguments' elements in place.
+  for (size_t i = 0; i < schema.arguments().size() && i < args.size(); ++i) {
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (ai && ai->isWrite())
+      for_each_tensor(args[i], [&](const at::Tensor& t) {
+        if (is_lazy(t)) ctx.prepare_write(t);
+      });
+  }
   Stack cpu;
   for (const IValue& v : args) {
     if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(c10::Device(at::kCPU));

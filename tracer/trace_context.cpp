@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
+#include <atomic>
 #include <unordered_map>
 
 #include "debug/metrics.h"
@@ -16,24 +18,47 @@ using ir::OpKind;
 using ir::TensorType;
 using ir::ValueId;
 
-TraceContext& TraceContext::get() {
-  static TraceContext* ctx = new TraceContext();  // outlives static tensors
-  return *ctx;
+namespace {
+// Epochs are unique across contexts, so a storage's epoch names one graph.
+uint64_t new_epoch() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+}  // namespace
+
+TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()), epoch_(new_epoch()) {}
+
+bool TraceContext::reads_only(const LazyStorage& s) const {
+  if (!s.data.defined()) return false;
+  const ir::Node& p = graph_->producer(s.value);
+  return p.kind == OpKind::Input && input_owner_[std::get<int64_t>(p.attrs[0].value)] == &s;
 }
 
-TraceContext::TraceContext() : graph_(std::make_unique<ir::Graph>()) {}
+void TraceContext::claim(LazyStorage& s, bool write, const char* reason) {
+  TraceContext* o = pending_owner(s);
+  if (!o || o == this) return;
+  if (!o->reads_only(s)) return o->run_pending(reason, call_site());
+  if (!write) return;
+  o->untouch(s);  // it keeps reading the elements it read, through its input
+  s.epoch = 0;
+}
 
-std::string TraceContext::call_site() { return site_provider_ ? site_provider_() : cpp_call_site(); }
-
-void TraceContext::forget(LazyStorage* s) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  untouch(*s);
-  for (auto& o : input_owner_)
-    if (o == s) o = nullptr;
+std::optional<ValueId> TraceContext::shared_input(const LazyStorage& s) {
+  if (shared_.empty()) return std::nullopt;
+  auto it = shared_.find(const_cast<LazyStorage*>(&s));
+  if (it == shared_.end()) return std::nullopt;
+  size_t k = std::get<int64_t>(graph_->producer(it->second).attrs[0].value);
+  const at::Tensor* bound = k < inputs_.size() ? &inputs_[k] : nullptr;
+  if (bound && s.data.defined() && bound->storage().unsafeGetStorageImpl() == s.data.storage().unsafeGetStorageImpl() &&
+      bound->storage_offset() == s.data.storage_offset())
+    return it->second;
+  shared_.erase(it);  // its data was replaced since
+  return std::nullopt;
 }
 
 void TraceContext::touch(LazyStorage& s) {
   s.epoch = epoch_;
+  s.owner = this;
   if (s.touched_epoch == epoch_) return;
   s.touched_epoch = epoch_;
   s.touched_index = touched_.size();
@@ -60,7 +85,9 @@ static void check_not_lost(const LazyStorage& s) {
 
 ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
   if (s.epoch == epoch_) return s.value;
+  claim(s, false);
   check_not_lost(s);
+  if (auto v = shared_input(s)) return *v;
   if (hint && s.dtype != hint->scalar_type()) {
     TORCH_CHECK(!s.data.defined(),
                 "lazyjit: reading a storage of ", s.dtype, " as ", hint->scalar_type(),
@@ -74,9 +101,13 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     type.strides = hint->strides().vec();
   }
   if (s.data.defined()) {
-    s.value = graph_->add_input(type);
+    // Another graph that reads it unchanged keeps it; this one shares its data.
+    bool shared = pending_owner(s) != nullptr;
+    ValueId v = graph_->add_input(type);
     inputs_.push_back(s.data.as_strided(type.sizes, type.strides, s.data.storage_offset()));
-    input_owner_.push_back(&s);
+    input_owner_.push_back(shared ? nullptr : &s);
+    if (shared) return shared_[&s] = v;
+    s.value = v;
   } else if (!runtime::kernels_support(type.dtype)) {  // e.g. complex: zeros made on the CPU
     s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
     return storage_value(s, hint);
@@ -103,6 +134,7 @@ ValueId TraceContext::read(const at::Tensor& t) {
 
 void TraceContext::write(const at::Tensor& t, ValueId v) {
   LazyStorage& s = storage_of(t);
+  if (s.epoch != epoch_) claim(s, true);
   const TensorType& vt = graph_->value(v).type;
   if (dense_cover(t, s.numel) && t.sizes().equals(vt.sizes) && t.strides().equals(vt.strides) &&
       vt.dtype == bridge::from_aten(s.dtype)) {
@@ -118,6 +150,7 @@ void TraceContext::write(const at::Tensor& t, ValueId v) {
 
 bool TraceContext::is_fresh(const at::Tensor& t) {
   LazyStorage& s = storage_of(t);
+  claim(s, true);
   return s.epoch != epoch_ && !s.data.defined() && t.storage_offset() == 0 &&
          t.is_non_overlapping_and_dense() &&
          static_cast<size_t>(t.numel() * t.element_size()) == t.storage().nbytes();
@@ -125,10 +158,12 @@ bool TraceContext::is_fresh(const at::Tensor& t) {
 
 void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   LazyStorage& s = storage_of(t);
+  claim(s, true);
   s.data = cpu.as_strided({cpu.numel()}, {1}, cpu.storage_offset());
   s.numel = cpu.numel();
   s.dtype = cpu.scalar_type();
   s.epoch = 0;
+  s.owner = this;
   s.lost.reset();
   untouch(s);
 }
@@ -189,8 +224,9 @@ const TraceContext::NodeOrigin* TraceContext::origin(uint32_t node) const {
 
 void TraceContext::reset() {
   graph_ = std::make_unique<ir::Graph>();
-  ++epoch_;
+  epoch_ = new_epoch();
   origins_.clear();
+  shared_.clear();
   inputs_.clear();
   input_owner_.clear();
   scalars_.clear();
@@ -198,8 +234,13 @@ void TraceContext::reset() {
 }
 
 void TraceContext::sync(const std::string& reason, const std::string& site) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mutex());
   raise_deferred();
+  run_pending(reason, site);
+}
+
+void TraceContext::run_pending(const std::string& reason, const std::string& site) {
+  std::lock_guard<std::recursive_mutex> lock(mutex());
   if (graph_->nodes().empty()) return;
   // Live storages whose elements the graph changed, ordered by the value each
   // holds: value numbers follow the trace, so the same program gets the same
@@ -303,29 +344,22 @@ void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pai
   }
   reset();
   // Eager raises in the thread that called the op: another thread's failure
-  // waits for that thread's next sync (the first one each thread caused).
+  // waits for that thread's next sync (the first one each thread caused), or,
+  // when that thread has exited, is only in the storages it lost.
   std::exception_ptr mine;
   for (size_t k = 0; k < r.failures.size(); ++k) {
-    if (owner[k] != me) deferred_.emplace(owner[k], r.failures[k].error);
+    if (owner[k] != me) defer(owner[k], r.failures[k].error);
     else if (!mine) mine = r.failures[k].error;
   }
   if (mine) std::rethrow_exception(mine);
 }
 
-void TraceContext::raise_deferred() {
-  if (deferred_.empty()) return;
-  auto it = deferred_.find(std::this_thread::get_id());
-  if (it == deferred_.end()) return;
-  std::exception_ptr e = it->second;
-  deferred_.erase(it);
-  std::rethrow_exception(e);
-}
-
 at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mutex());
   raise_deferred();
   LazyStorage& s = storage_of(t);
   if (s.epoch == epoch_) sync(reason, call_site());
+  else claim(s, false, reason);
   check_not_lost(s);
   if (!s.data.defined()) {
     s.dtype = t.scalar_type();
@@ -333,6 +367,24 @@ at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
     s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
   }
   return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
+}
+
+void TraceContext::prepare_write(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(mutex());
+  LazyStorage& s = storage_of(t);
+  TraceContext* o = pending_owner(s);
+  if (o == this && !reads_only(s)) return;  // computed here: cpu_view syncs first
+  // A graph that read these elements (as they are now) keeps them: the write
+  // goes to a copy.
+  bool read = o && o->reads_only(s);
+  if (read) {
+    o->untouch(s);
+    s.epoch = 0;
+  } else {
+    claim(s, true);  // written in another graph: computed there first
+  }
+  for (TraceContext* c : contexts()) read = read || c->shared_input(s);
+  if (read) s.data = s.data.clone();
 }
 
 }  // namespace lazyjit::tracer

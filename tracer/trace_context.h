@@ -1,9 +1,20 @@
-// The graph being recorded, the storages it touches and the arguments it will be
+// A graph being recorded, the storages it touches and the arguments it will be
 // run with. sync() chooses the graph's outputs, hands it to the runtime
 // (runtime/pipeline.cpp: key, cache, lower, run) and writes the results back.
 //
-// One context per process, guarded by a recursive mutex (a storage dying while
-// an op is recorded re-enters through forget()).
+// One context per recording thread, so that threads running separate work
+// record the same graphs (and hit the same programs) as sequential code; the
+// contexts, their threads and the choice of a context for an op live in
+// trace_threads.cpp. A storage's pending value belongs to one context's graph
+// (LazyStorage::owner). An op of another context that reads it or writes it
+// first syncs that graph, unless that graph only reads the storage's elements
+// (a weight two threads read): then both graphs read the same CPU data, and a
+// write leaves the other graph reading the elements it read. Ops autograd runs
+// for backward() (on its device thread, while the caller waits) record into the
+// context of the pending storages they read: a training step stays one graph.
+//
+// All contexts share one recursive mutex (a storage dying while an op is
+// recorded re-enters through forget()): recording and syncs are serialized.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -11,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -25,13 +37,34 @@
 namespace lazyjit::executor {
 struct RunResult;
 }
+namespace c10 {
+struct IValue;
+}
 
 namespace lazyjit::tracer {
 
 class TraceContext {
  public:
+  // The context the calling thread records into: inside an op, the one chosen
+  // for it (OpScope); otherwise the thread's own.
   static TraceContext& get();
-  std::recursive_mutex& mutex() { return mu_; }
+  // The lock of every context.
+  static std::recursive_mutex& mutex();
+
+  // Chooses the context an op records into, for its duration (nested ops keep
+  // the outer one): the thread's own, or, on a thread without user code, the
+  // context the op's arguments (`args`, the last `n` entries of a stack) are
+  // pending in. Hold mutex().
+  class OpScope {
+   public:
+    OpScope(const c10::IValue* args, size_t n);
+    ~OpScope();
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+
+   private:
+    bool outer_;
+  };
 
   ir::Graph& graph() { return *graph_; }
   // The value `t` reads (an AsStrided view of its storage's value when needed).
@@ -62,16 +95,38 @@ class TraceContext {
   // or at that thread's next sync.
   void sync(const std::string& reason, const std::string& site = {});
   bool has_pending() const { return !graph_->nodes().empty(); }
+  // The context whose graph holds `s`'s pending value, or null.
+  static TraceContext* pending_owner(const LazyStorage& s) {
+    return s.owner && s.epoch == s.owner->epoch_ ? s.owner : nullptr;
+  }
+  // True when this graph holds `s`'s elements unchanged (read, not written).
+  bool reads_only(const LazyStorage& s) const;
 
   // A CPU tensor viewing `t`'s materialized elements; syncs first if needed.
   at::Tensor cpu_view(const at::Tensor& t, const char* reason);
+  // Before a CPU kernel writes `t`'s materialized elements in place: no graph
+  // may still read them (another graph that read them keeps a copy).
+  void prepare_write(const at::Tensor& t);
 
-  void forget(LazyStorage* s);
-  std::string call_site();
-  void set_call_site_provider(std::function<std::string()> p) { site_provider_ = std::move(p); }
+  static void forget(LazyStorage* s);
+  static std::string call_site();
+  static void set_call_site_provider(std::function<std::string()> p);
 
  private:
+  friend struct ContextRegistry;  // trace_threads.cpp
   TraceContext();
+  // Makes storage `s`, pending in another context's graph, usable by an op of
+  // this one (a tensor one thread recorded and another reads or writes): that
+  // graph is run first, unless it only reads `s` (then a read here shares the
+  // data, and a write here leaves that graph reading the old elements).
+  void claim(LazyStorage& s, bool write, const char* reason = "a tensor another thread recorded");
+  // The input this graph reads `s`'s current data through, while another
+  // graph holds `s` (shared_).
+  std::optional<ir::ValueId> shared_input(const LazyStorage& s);
+  // Every context (trace_threads.cpp).
+  static const std::vector<TraceContext*>& contexts();
+  // sync() without raising the calling thread's deferred error first.
+  void run_pending(const std::string& reason, const std::string& site);
   ir::ValueId storage_value(LazyStorage& s, const at::Tensor* hint);
   void touch(LazyStorage& s);
   void untouch(LazyStorage& s);
@@ -86,18 +141,23 @@ class TraceContext {
   void fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
                   const std::string& site);
   // Raises an error of an op this thread recorded that failed in another thread's sync.
-  void raise_deferred();
+  static void raise_deferred();
+  // Keeps `error` for `thread`'s next sync; dropped if that thread has exited
+  // (or exits first): the storages computed from the failed op still raise it.
+  static void defer(std::thread::id thread, std::exception_ptr error);
 
-  std::recursive_mutex mu_;
   std::unique_ptr<ir::Graph> graph_;
-  uint64_t epoch_ = 1;
+  uint64_t epoch_;  // unique among all contexts' graphs, past and present
+  bool attached_ = false;  // recorded into by a live thread (trace_threads.cpp)
+  bool in_free_list_ = false;
   std::vector<at::Tensor> inputs_;          // bound to the graph's inputs
   std::vector<LazyStorage*> input_owner_;   // whose data each input is
   std::vector<int64_t> scalars_;
   std::vector<LazyStorage*> touched_;  // storages the graph changed; see LazyStorage::touched_index
-  std::function<std::string()> site_provider_;
   std::vector<NodeOrigin> origins_;  // the graph's fallible nodes, by node
-  std::unordered_map<std::thread::id, std::exception_ptr> deferred_;
+  // Storages this graph reads while another graph holds them unchanged: the
+  // input bound to their data here (valid while their data is that input's).
+  std::unordered_map<LazyStorage*, ir::ValueId> shared_;
 };
 
 }  // namespace lazyjit::tracer

@@ -18,7 +18,9 @@ def device(index: int = 0) -> torch.device:
 
 
 def sync() -> None:
-    """Compiles (or finds in the cache) and runs everything pending."""
+    """Compiles (or finds in the cache) and runs everything the calling thread
+    recorded. Each thread records a graph of its own; a tensor another thread
+    recorded is computed when this thread uses it."""
     _C.sync()
 
 

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "tracer/lazyjit.h"
 
 namespace {
@@ -172,4 +174,47 @@ TEST_F(Lazyjit, SyncsAndFallbacksNameTheCallersFileAndLine) {
   ASSERT_EQ(m.fallback_sites.size(), 1u);
   EXPECT_NE(m.fallback_sites.begin()->first.find("aten::nonzero: needs data @ "), std::string::npos);
   EXPECT_NE(m.fallback_sites.begin()->first.find("device_test.cpp:"), std::string::npos);
+}
+
+// Each thread records a graph of its own: two threads training separate
+// models, backward() included (autograd runs it on its own device thread),
+// make one graph per step each and compile what one thread compiles.
+TEST_F(Lazyjit, ThreadsTrainingSeparateModelsRecordSeparateGraphs) {
+  auto step = [](const torch::Tensor& w, const torch::Tensor& x) {
+    auto wl = w.to(lazyjit::device()).requires_grad_();
+    auto loss = torch::tanh(torch::mm(x.to(lazyjit::device()), wl)).pow(2).mean();
+    loss.backward();
+    return std::make_pair(loss.item<float>(), wl.grad().cpu());
+  };
+  std::vector<torch::Tensor> ws{torch::randn({16, 8}), torch::randn({16, 8})};
+  std::vector<torch::Tensor> xs{torch::randn({4, 16}), torch::randn({4, 16})};
+  std::vector<std::pair<float, torch::Tensor>> got(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { got[i] = step(ws[i], xs[i]); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(counter("graphs_executed"), 2);
+  EXPECT_EQ(counter("compiles"), 1);
+  for (int i = 0; i < 2; ++i) {
+    auto w = ws[i].clone().requires_grad_();
+    auto loss = torch::tanh(torch::mm(xs[i], w)).pow(2).mean();
+    loss.backward();
+    EXPECT_NEAR(got[i].first, loss.item<float>(), 1e-5);
+    EXPECT_CLOSE(got[i].second, w.grad());
+  }
+}
+
+// A tensor one thread recorded is computed when another thread reads it, and
+// a write by the other thread is seen by the first.
+TEST_F(Lazyjit, ATensorRecordedInOneThreadIsReadAndWrittenInAnother) {
+  auto x = torch::randn({5, 7});
+  auto y = lz(x).exp();  // pending in this thread's graph
+  auto before = y * 2;
+  torch::Tensor seen;
+  std::thread([&] {
+    seen = (y + 1).cpu();
+    y.mul_(3);
+  }).join();
+  EXPECT_CLOSE(seen, x.exp() + 1);
+  EXPECT_CLOSE(before.cpu(), x.exp() * 2);
+  EXPECT_CLOSE(y.cpu(), x.exp() * 3);
 }
