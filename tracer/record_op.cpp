@@ -121,14 +121,10 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
     // Errors of other ops, raised by a sync this op needed, already say theirs.
     for (const std::string& c : e.context())
       if (c.rfind("lazyjit: raised by", 0) == 0) throw;
-    std::string site = ctx.call_site();
+    std::string site = TraceContext::call_site();
     e.add_context("lazyjit: raised by " + info.name + (site.empty() ? "" : " at " + site) + ", when recorded");
     throw;
   }
-  // A runaway graph (a loop that never syncs) is cut here and run, so compile
-  // time and memory stay bounded; the cut is counted with its reason.
-  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
-    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", ctx.call_site());
 }
 
 namespace {
@@ -164,6 +160,12 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   }
   stack->erase(stack->end() - nargs, stack->end());
   if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
+  // A runaway graph (a loop that never syncs) is cut here and run, so compile
+  // time and memory stay bounded; the cut is counted with its reason. (A
+  // failing step of it already names its own op.)
+  TraceContext& ctx = TraceContext::get();
+  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
+    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", TraceContext::call_site());
 }
 
 }  // namespace
