@@ -39,6 +39,19 @@ lazyjit = _import_lazyjit()
 DEV = "lazyjit"
 
 
+def caller_line():
+    """The caller's current line number (use on the same line as the op under test)."""
+    import inspect
+    return inspect.currentframe().f_back.f_lineno
+
+
+def eager_error(fn):
+    """The exception eager PyTorch raises running fn."""
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
+
+
 @pytest.fixture(autouse=True)
 def _lazy_mode():
     """Every test starts and ends in lazy mode with nothing pending."""

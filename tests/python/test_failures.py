@@ -4,7 +4,6 @@ Eager raises at the bad op and keeps everything computed before it. lazyjit runs
 the op at the next sync: the error must be eager's (type and message), name the op
 and the line that recorded it, and every value that does not depend on the bad op
 must be kept, in this thread and in others; only values computed from it are lost."""
-import inspect
 import os
 import threading
 
@@ -12,20 +11,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from conftest import DEV, lazyjit
+from conftest import DEV, caller_line as _line, eager_error as _eager_error, lazyjit
 
 THIS_FILE = os.path.basename(__file__)
 
 
-def _line():
-    """The caller's current line number (use on the same line as the op under test)."""
-    return inspect.currentframe().f_back.f_lineno
-
-
-def _eager_error(fn):
-    with pytest.raises(Exception) as info:
-        fn()
-    return info.value
 
 
 def _model(device):

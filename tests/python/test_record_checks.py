@@ -6,27 +6,17 @@ recorded: lazyjit must raise eager's exception (type and message) there, not at
 the next sync with internal wording, and say which op and which line raised it.
 Everything recorded before the bad op keeps its value, and the graph stays usable.
 Eager PyTorch on the CPU is the oracle."""
-import inspect
 import os
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from conftest import DEV, lazyjit
+from conftest import DEV, caller_line as _line, eager_error as _eager_error, lazyjit
 
 THIS_FILE = os.path.basename(__file__)
 
 
-def _line():
-    """The caller's current line number."""
-    return inspect.currentframe().f_back.f_lineno
-
-
-def _eager_error(fn):
-    with pytest.raises(Exception) as info:
-        fn()
-    return info.value
 
 
 def _base(device):
