@@ -542,6 +542,19 @@ bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaRes
     for (const at::Tensor& m : meta.outs)
       if (!m.is_alias_of(meta.args[a].toTensor())) return false;
   }
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
+    for_each_tensor(meta.rets[r], [&](const at::Tensor& m) {
+      // view(dtype), view_as_real, view_as_complex, .real/.imag of complex:
+      // lazyjit's storages hold elements of one dtype and its graphs have no
+      // bitcast, so such a view would read wrong numbers. Refused, not wrong.
+      TORCH_CHECK(m.scalar_type() == base.scalar_type(), "lazyjit: ", op.schema().name(),
+                  " would view the ", base.scalar_type(), " elements of a lazyjit tensor as ", m.scalar_type(),
+                  " (a dtype-reinterpreting view), which lazyjit does not support; at ",
+                  TraceContext::get().call_site(), ". Move the tensor to the CPU first (.cpu()), or convert "
+                  "values with .to(dtype).");
+    });
+  }
   stack->erase(stack->end() - args.size(), stack->end());
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();

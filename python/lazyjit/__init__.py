@@ -69,6 +69,18 @@ class _DeviceModule:
     def is_available() -> bool:
         return True
 
+    class device:
+        """`with torch.lazyjit.device(i):` (storage moves use it); one device, nothing to switch."""
+
+        def __init__(self, device):
+            self.idx = torch.device(device).index if not isinstance(device, int) else device
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
     @staticmethod
     def device_count() -> int:
         return 1
@@ -107,7 +119,7 @@ class _DeviceModule:
 if not hasattr(torch, "lazyjit"):
     torch._register_device_module("lazyjit", _DeviceModule)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
-                                                         for_packed_sequence=True, for_storage=False)
+                                                         for_packed_sequence=True, for_storage=True)
 
 
 def _patch_printing():
