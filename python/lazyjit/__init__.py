@@ -140,12 +140,34 @@ def _patch_printing():
 _patch_printing()
 
 
+def _keep_parameter(old, new):
+    """Makes the Parameter object `old` hold `new`'s tensor (and grad), keeping
+    old's Python attributes; False when PyTorch cannot swap them (a weakref to
+    one of them, another owner of its C++ tensor)."""
+    if type(old) is not type(new):
+        return False
+    attrs = dict(old.__dict__)
+    try:
+        torch.utils.swap_tensors(old, new)
+    except Exception:
+        return False
+    old.__dict__.update(attrs)
+    return True
+
+
 def _patch_module_apply():
-    # Module.to(device) keeps tied parameters tied only when the new tensor can be
+    # Module.to(device) keeps a Parameter object only when the new tensor can be
     # shallow-copied into the old one (`param.data = new`), which PyTorch allows
-    # for CPU/CUDA/... but not for an out-of-tree device: each module sharing a
-    # Parameter would get its own copy, silently untying e.g. GPT-2's lm_head and
-    # embedding. This re-ties whatever was shared before the conversion.
+    # for CPU/CUDA/... but not for an out-of-tree device. Without this patch,
+    # `module.to("lazyjit")` would make new Parameter objects: a reference taken
+    # before (an optimizer's, `w = emb.weight`) would keep the CPU tensor and
+    # never see a gradient, and each module sharing a Parameter would get its
+    # own copy, silently untying e.g. GPT-2's lm_head and embedding. After the
+    # conversion, each old Parameter takes its new tensor's place by
+    # torch.utils.swap_tensors (what Module._apply itself does under
+    # torch.__future__.set_swap_module_params_on_conversion(True)); where a swap
+    # is impossible the new Parameter stays. Then whatever was shared before is
+    # tied again.
     Module = torch.nn.Module
     orig = Module._apply
     depth = [0]
@@ -153,17 +175,24 @@ def _patch_module_apply():
     def _apply(self, fn, recurse=True):
         if depth[0] or not recurse:
             return orig(self, fn, recurse)
-        shared = {}
+        shared, before = {}, {}
         for mod in self.modules():
             for kind in ("_parameters", "_buffers"):
                 for name, t in getattr(mod, kind).items():
                     if t is not None:
                         shared.setdefault(id(t), []).append((mod, kind, name))
+                        before[id(t)] = t
         depth[0] += 1
         try:
             out = orig(self, fn, recurse)
         finally:
             depth[0] -= 1
+        if not torch.__future__.get_overwrite_module_params_on_conversion():
+            for key, places in shared.items():
+                mod0, kind0, name0 = places[0]
+                old, new = before[key], getattr(mod0, kind0)[name0]
+                if kind0 == "_parameters" and new is not old and new is not None and _keep_parameter(old, new):
+                    getattr(mod0, kind0)[name0] = old
         for places in shared.values():
             if len(places) < 2:
                 continue

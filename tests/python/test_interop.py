@@ -175,3 +175,44 @@ def test_set_onto_storage_of_another_dtype_copies_but_never_computes():
     assert_close(raw.cpu(), torch.ones(4).view(torch.int32), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="dtype-reinterpreting"):
         (raw + 1).cpu()
+
+
+# ---- Module.to keeps Parameter objects ------------------------------------------------
+
+def test_module_to_keeps_parameter_identity_and_grads():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3))
+    m = copy.deepcopy(ref)
+    w, b = m[0].weight, m[1].bias
+    w.some_attr = "kept"
+    for p, q in zip(m.parameters(), ref.parameters()):
+        p.grad = torch.full_like(p, 0.5)
+        q.grad = torch.full_like(q, 0.5)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    m.to(DEV)
+    assert m[0].weight is w and m[1].bias is b
+    assert w.device.type == "lazyjit" and w.grad.device.type == "lazyjit"
+    assert isinstance(w, torch.nn.Parameter) and w.requires_grad and w.some_attr == "kept"
+    idx = torch.tensor([1, 2, 5])
+    for _ in range(2):
+        m(idx.to(DEV)).square().sum().backward()
+        ref(idx).square().sum().backward()
+        opt.step()
+        ref_opt.step()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    m.to("cpu")
+    assert m[0].weight is w and w.device.type == "cpu"
+
+
+def test_module_to_with_weakref_falls_back_to_new_parameter():
+    import weakref
+    m = torch.nn.Linear(2, 2)
+    r = weakref.ref(m.weight)  # swap_tensors refuses tensors with weakrefs
+    x = torch.randn(3, 2)
+    want = m(x)
+    m.to(DEV)
+    # A new Parameter, as PyTorch itself makes for an out-of-tree device.
+    assert m.weight.device.type == "lazyjit" and r() is not m.weight
+    assert_close(m(x.to(DEV)).cpu(), want)
