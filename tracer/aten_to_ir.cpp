@@ -516,9 +516,19 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
     if (affine[1]) y = b.ew(OpKind::Add, {y, *affine[1]}, b.full, b.acc);
     result(b.ew(OpKind::Cast, {y}, b.full, out_dt), meta_outs[0]);
     // The CPU kernel returns mean and rstd in the input dtype (the meta kernel
-    // says float32 for half inputs); eager CPU is the oracle.
-    result(b.ew(OpKind::Cast, {mean}, b.row, in_dt), meta_outs[1]);
-    result(b.ew(OpKind::Cast, {rstd}, b.row, in_dt), meta_outs[2]);
+    // says float32 for half inputs), or in float32 when a bf16/f16 input comes
+    // with float32 weight or bias (its "mixed type" case: autocast, which
+    // leaves layer_norm's parameters in float32); eager CPU is the oracle.
+    DType stat_dt = in_dt;
+    if (in_dt == DType::BFloat16 || in_dt == DType::Float16) {
+      bool mixed = false;
+      for (int i : {2, 3})
+        if (args[i].isTensor() && args[i].toTensor().defined())
+          mixed |= args[i].toTensor().scalar_type() == at::kFloat;
+      if (mixed) stat_dt = DType::Float32;
+    }
+    result(b.ew(OpKind::Cast, {mean}, b.row, stat_dt), meta_outs[1]);
+    result(b.ew(OpKind::Cast, {rstd}, b.row, stat_dt), meta_outs[2]);
   }
   return true;
 }

@@ -115,9 +115,29 @@ class _DeviceModule:
     def synchronize(device=None) -> None:
         sync()
 
+    # torch.autocast("lazyjit"): lazyjit computes as eager does on the CPU, so it
+    # autocasts as the CPU does (csrc/autocast.cpp: CPU autocast's op lists) and
+    # to the same dtypes (float16 and bfloat16; bfloat16 by default).
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+    @staticmethod
+    def is_autocast_enabled() -> bool:
+        return torch.is_autocast_enabled("lazyjit")
+
+    @staticmethod
+    def get_autocast_dtype():
+        return torch.get_autocast_dtype("lazyjit")
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return True
+
 
 if not hasattr(torch, "lazyjit"):
     torch._register_device_module("lazyjit", _DeviceModule)
+    torch.set_autocast_dtype("lazyjit", torch.get_autocast_dtype("cpu"))
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                          for_packed_sequence=True, for_storage=True)
 
@@ -207,3 +227,4 @@ def _patch_module_apply():
 
 
 _patch_module_apply()
+

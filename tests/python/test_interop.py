@@ -216,3 +216,69 @@ def test_module_to_with_weakref_falls_back_to_new_parameter():
     # A new Parameter, as PyTorch itself makes for an out-of-tree device.
     assert m.weight.device.type == "lazyjit" and r() is not m.weight
     assert_close(m(x.to(DEV)).cpu(), want)
+
+
+# ---- autocast -------------------------------------------------------------------------
+
+def test_autocast_ops_match_cpu_autocast_lists():
+    """Every op CPU autocast casts has a lazyjit autocast kernel (mkldnn ops aside)."""
+    missing = [op for op in torch._C._dispatch_get_all_op_names()
+               if op.startswith("aten::") and "mkldnn" not in op
+               and torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastCPU")
+               and not torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastPrivateUse1")]
+    assert not missing
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_matches_cpu_autocast(dtype):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    ml = copy.deepcopy(m).to(DEV)
+    x, tgt = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    with torch.autocast("cpu", dtype=dtype):
+        h = m[:2](x)
+        y = m[2:](h)
+        loss = torch.nn.functional.cross_entropy(y, tgt)
+    with torch.autocast(DEV, dtype=dtype):
+        hl = ml[:2](x.to(DEV))
+        yl = ml[2:](hl)
+        lossl = torch.nn.functional.cross_entropy(yl, tgt.to(DEV))
+    assert (hl.dtype, yl.dtype, lossl.dtype) == (h.dtype, y.dtype, loss.dtype) == (dtype, dtype, torch.float32)
+    assert_close(yl.cpu(), y, rtol=1e-2, atol=1e-2)
+    loss.backward()
+    lossl.backward()
+    for p, q in zip(ml.parameters(), m.parameters()):
+        assert p.grad.dtype == q.grad.dtype
+        assert_close(p.grad.cpu(), q.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_layer_norm_mixed_dtypes_as_cpu():
+    """bf16/f16 input with float32 weight and bias (what autocast leaves): the CPU kernel
+    returns float32 mean and rstd, and its backward needs them so."""
+    torch.manual_seed(0)
+    for dt in (torch.bfloat16, torch.float16):
+        x, w, b = torch.randn(3, 8).to(dt), torch.randn(8), torch.randn(8)
+        want = torch.native_layer_norm(x, (8,), w, b, 1e-5)
+        got = torch.native_layer_norm(x.to(DEV), (8,), w.to(DEV), b.to(DEV), 1e-5)
+        for g, e in zip(got, want):
+            assert g.dtype == e.dtype
+            assert_close(g.cpu(), e)
+
+
+def test_autocast_default_dtype_is_cpus():
+    with torch.autocast(DEV):
+        y = torch.nn.functional.linear(torch.ones(2, 3).to(DEV), torch.ones(4, 3).to(DEV))
+    assert y.dtype == torch.get_autocast_dtype("cpu")
+
+
+def test_checkpoint_non_reentrant_on_lazyjit():
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    linl = copy.deepcopy(lin).to(DEV)
+    x = torch.randn(3, 4, requires_grad=True)
+    xl = x.detach().to(DEV).requires_grad_()
+    checkpoint(lin, x, use_reentrant=False).sum().backward()
+    checkpoint(linl, xl, use_reentrant=False).sum().backward()
+    assert_close(xl.grad.cpu(), x.grad)
+    assert_close(linl.weight.grad.cpu(), lin.weight.grad)
