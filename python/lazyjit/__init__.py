@@ -228,3 +228,28 @@ def _patch_module_apply():
 
 _patch_module_apply()
 
+
+def _on_lazyjit(gm, inputs) -> bool:
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    tensors += list(gm.parameters()) + list(gm.buffers()) if isinstance(gm, torch.nn.Module) else []
+    return any(t.device.type == "lazyjit" for t in tensors)
+
+
+def _patch_torch_compile():
+    # torch.compile's default backend, Inductor, generates code per device and has
+    # none for "lazyjit" (it fails with "LoweringException: AssertionError"). A
+    # graph captured by Dynamo on lazyjit tensors is lazyjit's to compile: its ops
+    # run on the lazyjit device (recorded, fused and compiled at the next sync), as
+    # the "eager" backend would run them. Graphs on other devices still go to Inductor.
+    Wrapper = torch._TorchCompileInductorWrapper
+    orig = Wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if _on_lazyjit(model_, inputs_):
+            return model_.forward
+        return orig(self, model_, inputs_)
+
+    Wrapper.__call__ = __call__
+
+
+_patch_torch_compile()

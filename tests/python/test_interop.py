@@ -282,3 +282,26 @@ def test_checkpoint_non_reentrant_on_lazyjit():
     checkpoint(linl, xl, use_reentrant=False).sum().backward()
     assert_close(xl.grad.cpu(), x.grad)
     assert_close(linl.weight.grad.cpu(), lin.weight.grad)
+
+
+# ---- torch.compile --------------------------------------------------------------------
+
+def test_torch_compile_default_backend_runs_lazyjit_graphs_on_lazyjit():
+    """Inductor has no code generator for "lazyjit": a graph Dynamo captures on lazyjit
+    tensors runs its ops on lazyjit (which compiles them) instead of failing."""
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(8)
+    lnl = copy.deepcopy(ln).to(DEV)
+    f = torch.compile(lambda x: lnl(x + 1.0))
+    try:
+        for n in (2, 2, 3):
+            x = torch.randn(n, 8)
+            y = f(x.to(DEV))
+            assert y.device.type == "lazyjit"
+            assert_close(y.cpu(), ln(x + 1.0), rtol=1e-5, atol=1e-5)
+    finally:
+        torch._dynamo.reset()
+    # Graphs on the CPU still go to Inductor.
+    assert not lazyjit._on_lazyjit(torch.nn.Linear(2, 2), [torch.ones(2)])
+    assert lazyjit._on_lazyjit(torch.nn.Linear(2, 2), [torch.ones(2).to(DEV)])
+    assert lazyjit._on_lazyjit(torch.nn.Linear(2, 2).to(DEV), [torch.ones(2)])
