@@ -185,8 +185,9 @@ def _patch_module_apply():
     # own copy, silently untying e.g. GPT-2's lm_head and embedding. After the
     # conversion, each old Parameter takes its new tensor's place by
     # torch.utils.swap_tensors (what Module._apply itself does under
-    # torch.__future__.set_swap_module_params_on_conversion(True)); where a swap
-    # is impossible the new Parameter stays. Then whatever was shared before is
+    # torch.__future__.set_swap_module_params_on_conversion(True)); only moves
+    # to or from lazyjit, other conversions are PyTorch's own. Where a swap is
+    # impossible the new Parameter stays. Then whatever was shared before is
     # tied again.
     Module = torch.nn.Module
     orig = Module._apply
@@ -211,7 +212,8 @@ def _patch_module_apply():
             for key, places in shared.items():
                 mod0, kind0, name0 = places[0]
                 old, new = before[key], getattr(mod0, kind0)[name0]
-                if kind0 == "_parameters" and new is not old and new is not None and _keep_parameter(old, new):
+                if (kind0 == "_parameters" and new is not old and new is not None
+                        and "lazyjit" in (old.device.type, new.device.type) and _keep_parameter(old, new)):
                     getattr(mod0, kind0)[name0] = old
         for places in shared.values():
             if len(places) < 2:

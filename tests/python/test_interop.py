@@ -206,6 +206,13 @@ def test_module_to_keeps_parameter_identity_and_grads():
     assert m[0].weight is w and w.device.type == "cpu"
 
 
+def test_module_moves_between_other_devices_stay_pytorchs():
+    m = torch.nn.Linear(2, 2, device="meta")
+    w = m.weight
+    m.to_empty(device="cpu")
+    assert m.weight is not w and m.weight.device.type == "cpu"  # as without lazyjit
+
+
 def test_module_to_with_weakref_falls_back_to_new_parameter():
     import weakref
     m = torch.nn.Linear(2, 2)
