@@ -168,6 +168,20 @@ def test_inplace_write_through_reinterpreting_view_raises():
     _same(x, torch.ones(4))  # untouched
 
 
+def test_dtype_views_in_step_mode_alias_as_eager():
+    """Step mode runs each op through its CPU kernel: there such views work, writes included."""
+    def prog(x):
+        x.view(torch.int32).add_(1)
+        x.view(torch.uint8)[0:4].add_(1)
+        return x.view(torch.int32) * 1
+    lazyjit.set_mode("step")
+    try:
+        got = prog(torch.ones(4).to(DEV))
+        assert_close(got.cpu(), prog(torch.ones(4)), rtol=0, atol=0)
+    finally:
+        lazyjit.set_mode("lazy")
+
+
 def test_set_onto_storage_of_another_dtype_copies_but_never_computes():
     x = torch.ones(4).to(DEV)
     raw = torch.empty(0, dtype=torch.int32, device=DEV).set_(x.untyped_storage())
