@@ -45,7 +45,7 @@ set(pybind11_DIR ${PYBIND11_CMAKE_DIR})
 set(PYBIND11_FINDPYTHON ON)
 set(Python_EXECUTABLE ${LAZYJIT_PYTHON})
 find_package(pybind11 CONFIG REQUIRED)
-pybind11_add_module(lazyjit_python python/lazyjit/csrc/module.cpp)
+pybind11_add_module(lazyjit_python python/lazyjit/csrc/module.cpp python/lazyjit/csrc/autocast.cpp)
 set_target_properties(lazyjit_python PROPERTIES OUTPUT_NAME _C
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit
   BUILD_RPATH "$ORIGIN/lib;${TORCH_INSTALL_PREFIX}/lib")

@@ -32,4 +32,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
   printf '%s' "$want" > "$stamp"
 fi
+# Optional: what tools/hf_suite.py (transformers' own model tests on lazyjit) needs
+# beyond the above. Not part of CI; installed only with LAZYJIT_HF_SUITE=1.
+HF_SUITE_PACKAGES=("pytest-xdist==3.8.0" "pytest-timeout==2.4.0" "parameterized==0.9.0" "httpx==0.28.1")
+if [ "${LAZYJIT_HF_SUITE:-0}" = 1 ]; then
+  hf_stamp=.venv/.lazyjit-hf-suite-stamp
+  hf_want="$(printf '%s\n' "${HF_SUITE_PACKAGES[@]}")"
+  if [ ! -f "$hf_stamp" ] || [ "$(cat "$hf_stamp")" != "$hf_want" ]; then
+    echo "[setup] pip (LAZYJIT_HF_SUITE=1): installing ${HF_SUITE_PACKAGES[*]}"
+    .venv/bin/python -m pip install -q "${HF_SUITE_PACKAGES[@]}"
+    printf '%s' "$hf_want" > "$hf_stamp"
+  fi
+fi
 echo "[setup] ok: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'), llvm $(llvm-config-${LLVM_VERSION} --version)"

@@ -517,9 +517,19 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
     if (affine[1]) y = b.ew(OpKind::Add, {y, *affine[1]}, b.full, b.acc);
     result(b.ew(OpKind::Cast, {y}, b.full, out_dt), meta_outs[0]);
     // The CPU kernel returns mean and rstd in the input dtype (the meta kernel
-    // says float32 for half inputs); eager CPU is the oracle.
-    result(b.ew(OpKind::Cast, {mean}, b.row, in_dt), meta_outs[1]);
-    result(b.ew(OpKind::Cast, {rstd}, b.row, in_dt), meta_outs[2]);
+    // says float32 for half inputs), or in float32 when a bf16/f16 input comes
+    // with float32 weight or bias (its "mixed type" case: autocast, which
+    // leaves layer_norm's parameters in float32); eager CPU is the oracle.
+    DType stat_dt = in_dt;
+    if (in_dt == DType::BFloat16 || in_dt == DType::Float16) {
+      bool mixed = false;
+      for (int i : {2, 3})
+        if (args[i].isTensor() && args[i].toTensor().defined())
+          mixed |= args[i].toTensor().scalar_type() == at::kFloat;
+      if (mixed) stat_dt = DType::Float32;
+    }
+    result(b.ew(OpKind::Cast, {mean}, b.row, stat_dt), meta_outs[1]);
+    result(b.ew(OpKind::Cast, {rstd}, b.row, stat_dt), meta_outs[2]);
   }
   return true;
 }
@@ -548,6 +558,14 @@ bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaRes
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
     for_each_tensor(meta.rets[r], [&](const at::Tensor& m) {
+      // view(dtype), view_as_real, view_as_complex, .real/.imag of complex:
+      // lazyjit's storages hold elements of one dtype and its graphs have no
+      // bitcast, so such a view would read wrong numbers. Refused, not wrong;
+      // record_op adds the op and the user's line.
+      TORCH_CHECK(m.scalar_type() == base.scalar_type(), "lazyjit: ", op.schema().name(),
+                  " would view the ", base.scalar_type(), " elements of a lazyjit tensor as ", m.scalar_type(),
+                  " (a dtype-reinterpreting view), which lazyjit does not support. Move the tensor to the CPU "
+                  "first (.cpu()), or convert values with .to(dtype).");
       at::native::checkInBoundsForStorage(m.sizes(), m.strides(), m.storage_offset(), m.dtype(), base.storage());
     });
   }

@@ -48,15 +48,34 @@ at::Tensor new_empty(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarT
 }
 
 // dst.copy_(src) for every placement of the two.
+// A lazyjit tensor whose dtype is not its storage's (set_ onto another
+// storage, at::storage_copy's byte views): copies only, through the CPU.
+bool reinterprets(const at::Tensor& t) { return is_lazy(t) && storage_of(t).dtype != t.scalar_type(); }
+
 void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   TraceContext& ctx = TraceContext::get();
   if (!is_lazy(dst)) {  // to the CPU: a sync point
     dst.copy_(ctx.cpu_view(src, "copy to cpu"));
     return;
   }
+  if (reinterprets(src) || (is_lazy(src) && reinterprets(dst)))
+    return copy_into(dst, ctx.cpu_view(src, "copy of a dtype-reinterpreting view").clone());
   if (!is_lazy(src)) {
     at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
     buf.copy_(src);
+    if (reinterprets(dst)) {
+      // Bytes into a storage of another dtype (UntypedStorage.copy_): the
+      // storage keeps its dtype; only a copy over all of it is supported.
+      LazyStorage& ls = storage_of(dst);
+      TORCH_CHECK(dst.storage_offset() == 0 && dst.is_contiguous() &&
+                      static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes() &&
+                      dst.storage().nbytes() % c10::elementSize(ls.dtype) == 0,
+                  "lazyjit: a copy into part of a storage through a view of another dtype (", dst.scalar_type(),
+                  " over ", ls.dtype, ") is not supported, at ", ctx.call_site());
+      at::Tensor typed = make_tensor(dst.storage(), ls.dtype, {ls.numel}, {1}, 0);
+      ctx.assign_data(typed, buf.view(at::kByte).view(ls.dtype));
+      return;
+    }
     if (dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
         static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes()) {
       ctx.assign_data(dst, buf);
@@ -106,7 +125,7 @@ bool is_special_op(const std::string& name) {
   static const std::unordered_set<std::string> names = {
       "aten::empty.memory_format", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
       "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_", "aten::zero_",
-      "aten::fill_.Scalar"};
+      "aten::fill_.Scalar", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset"};
   return names.count(name) > 0;
 }
 
@@ -157,6 +176,49 @@ bool special_op(const std::string& name, Stack* stack) {
     copy_into(dst, src);
     s.clear();
     s.push_back(dst);
+    return true;
+  }
+  if (name == "aten::set_.source_Storage" || name == "aten::set_.source_Storage_storage_offset") {
+    // Tensor.set_(storage, ...): torch.load and deepcopy build tensors this way
+    // over a storage made by UntypedStorage (bytes, from the allocator).
+    at::Tensor t = s[0].toTensor();
+    c10::Storage st = s[1].toStorage();
+    if (!is_lazy(t) || st.device().type() != c10::DeviceType::PrivateUse1) return false;
+    int64_t isz = t.element_size(), offset = 0;
+    std::vector<int64_t> sizes{static_cast<int64_t>(st.nbytes()) / isz}, strides;
+    if (name == "aten::set_.source_Storage_storage_offset") {
+      offset = s[2].isSymInt() ? s[2].toSymInt().expect_int() : s[2].toInt();
+      sizes = int_list(s[3]);
+      strides = int_list(s[4]);
+    }
+    if (strides.empty()) strides = ir::contiguous_strides(sizes);
+    TORCH_CHECK(strides.size() == sizes.size(), "lazyjit: set_: ", sizes.size(), " sizes but ", strides.size(),
+                " strides");
+    int64_t extent = offset + 1;
+    bool empty = false;
+    for (size_t d = 0; d < sizes.size(); ++d) empty |= sizes[d] == 0, extent += (sizes[d] - 1) * strides[d];
+    TORCH_CHECK(offset >= 0 && (empty || static_cast<size_t>(extent * isz) <= st.nbytes()),
+                "lazyjit: set_: sizes ", c10::IntArrayRef(sizes), ", strides ", c10::IntArrayRef(strides),
+                ", storage offset ", offset, " and itemsize ", isz, " are out of bounds for a storage of ",
+                st.nbytes(), " bytes");
+    LazyStorage& ls = *static_cast<LazyStorage*>(st.data_ptr().get_context());
+    if (ls.dtype != t.scalar_type() && ls.dtype == at::kByte && st.nbytes() % isz == 0) {
+      // Untyped bytes (UntypedStorage(n, device="lazyjit")) take the dtype of
+      // the tensor set onto them: fresh ones at once, filled ones reinterpreted
+      // on the CPU (torch.load, deepcopy).
+      at::Tensor typed = make_tensor(st, t.scalar_type(), {static_cast<int64_t>(st.nbytes()) / isz}, {1}, 0);
+      if (ctx.is_fresh(make_tensor(st, at::kByte, {ls.numel}, {1}, 0))) {
+        ls.dtype = t.scalar_type();
+        ls.numel = static_cast<int64_t>(st.nbytes()) / isz;
+      } else {
+        at::Tensor bytes = ctx.cpu_view(make_tensor(st, at::kByte, {ls.numel}, {1}, 0), "set_");
+        ctx.assign_data(typed, bytes.view(t.scalar_type()));
+      }
+    }
+    t.unsafeGetTensorImpl()->set_storage_keep_dtype(st);
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    s.clear();
+    s.push_back(t);
     return true;
   }
   if (name == "aten::_local_scalar_dense") {

@@ -84,14 +84,20 @@ static void check_not_lost(const LazyStorage& s) {
 }
 
 ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
+  if (hint && s.dtype != hint->scalar_type() && (s.epoch == epoch_ || s.data.defined())) {
+    // A tensor set_ onto a storage of another dtype (at::storage_copy's byte
+    // views, Tensor.set_): the graph has no bitcast, and reading the elements
+    // as the other dtype would give wrong numbers. Such a tensor can be copied
+    // (copy_, .cpu()); nothing else.
+    TORCH_CHECK(false, "lazyjit: an op reads a ", hint->scalar_type(), " tensor whose storage holds ", s.dtype,
+                " elements (a dtype-reinterpreting view, e.g. from set_); lazyjit can only copy such a "
+                "tensor (copy_, .cpu()), at ", call_site());
+  }
   if (s.epoch == epoch_) return s.value;
   claim(s, false);
   check_not_lost(s);
   if (auto v = shared_input(s)) return *v;
   if (hint && s.dtype != hint->scalar_type()) {
-    TORCH_CHECK(!s.data.defined(),
-                "lazyjit: reading a storage of ", s.dtype, " as ", hint->scalar_type(),
-                " (a dtype-reinterpreting view) is not supported yet");
     s.numel = static_cast<int64_t>(hint->storage().nbytes() / hint->element_size());
     s.dtype = hint->scalar_type();
   }
@@ -365,6 +371,15 @@ at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
     s.dtype = t.scalar_type();
     s.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
     s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
+  }
+  if (s.dtype != t.scalar_type()) {
+    // A tensor of another dtype over this storage (set_, at::storage_copy's
+    // byte views): the same bytes, reinterpreted on the CPU.
+    at::Tensor raw = at::empty({0}, s.data.options().dtype(t.scalar_type()));
+    size_t byte_offset = s.data.storage_offset() * s.data.element_size();
+    TORCH_CHECK(byte_offset % t.element_size() == 0, "lazyjit: misaligned dtype-reinterpreting view");
+    raw.set_(s.data.storage(), byte_offset / t.element_size() + t.storage_offset(), t.sizes(), t.strides());
+    return raw;
   }
   return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
 }

@@ -71,6 +71,18 @@ class _DeviceModule:
     def is_available() -> bool:
         return True
 
+    class device:
+        """`with torch.lazyjit.device(i):` (storage moves use it); one device, nothing to switch."""
+
+        def __init__(self, device):
+            self.idx = torch.device(device).index if not isinstance(device, int) else device
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
     @staticmethod
     def device_count() -> int:
         return 1
@@ -105,11 +117,31 @@ class _DeviceModule:
     def synchronize(device=None) -> None:
         sync()
 
+    # torch.autocast("lazyjit"): lazyjit computes as eager does on the CPU, so it
+    # autocasts as the CPU does (csrc/autocast.cpp: CPU autocast's op lists) and
+    # to the same dtypes (float16 and bfloat16; bfloat16 by default).
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+    @staticmethod
+    def is_autocast_enabled() -> bool:
+        return torch.is_autocast_enabled("lazyjit")
+
+    @staticmethod
+    def get_autocast_dtype():
+        return torch.get_autocast_dtype("lazyjit")
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return True
+
 
 if not hasattr(torch, "lazyjit"):
     torch._register_device_module("lazyjit", _DeviceModule)
+    torch.set_autocast_dtype("lazyjit", torch.get_autocast_dtype("cpu"))
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
-                                                         for_packed_sequence=True, for_storage=False)
+                                                         for_packed_sequence=True, for_storage=True)
 
 
 def _patch_printing():
@@ -130,12 +162,35 @@ def _patch_printing():
 _patch_printing()
 
 
+def _keep_parameter(old, new):
+    """Makes the Parameter object `old` hold `new`'s tensor (and grad), keeping
+    old's Python attributes; False when PyTorch cannot swap them (a weakref to
+    one of them, another owner of its C++ tensor)."""
+    if type(old) is not type(new):
+        return False
+    attrs = dict(old.__dict__)
+    try:
+        torch.utils.swap_tensors(old, new)
+    except Exception:
+        return False
+    old.__dict__.update(attrs)
+    return True
+
+
 def _patch_module_apply():
-    # Module.to(device) keeps tied parameters tied only when the new tensor can be
+    # Module.to(device) keeps a Parameter object only when the new tensor can be
     # shallow-copied into the old one (`param.data = new`), which PyTorch allows
-    # for CPU/CUDA/... but not for an out-of-tree device: each module sharing a
-    # Parameter would get its own copy, silently untying e.g. GPT-2's lm_head and
-    # embedding. This re-ties whatever was shared before the conversion.
+    # for CPU/CUDA/... but not for an out-of-tree device. Without this patch,
+    # `module.to("lazyjit")` would make new Parameter objects: a reference taken
+    # before (an optimizer's, `w = emb.weight`) would keep the CPU tensor and
+    # never see a gradient, and each module sharing a Parameter would get its
+    # own copy, silently untying e.g. GPT-2's lm_head and embedding. After the
+    # conversion, each old Parameter takes its new tensor's place by
+    # torch.utils.swap_tensors (what Module._apply itself does under
+    # torch.__future__.set_swap_module_params_on_conversion(True)); only moves
+    # to or from lazyjit, other conversions are PyTorch's own. Where a swap is
+    # impossible the new Parameter stays. Then whatever was shared before is
+    # tied again.
     Module = torch.nn.Module
     orig = Module._apply
     depth = [0]
@@ -143,17 +198,25 @@ def _patch_module_apply():
     def _apply(self, fn, recurse=True):
         if depth[0] or not recurse:
             return orig(self, fn, recurse)
-        shared = {}
+        shared, before = {}, {}
         for mod in self.modules():
             for kind in ("_parameters", "_buffers"):
                 for name, t in getattr(mod, kind).items():
                     if t is not None:
                         shared.setdefault(id(t), []).append((mod, kind, name))
+                        before[id(t)] = t
         depth[0] += 1
         try:
             out = orig(self, fn, recurse)
         finally:
             depth[0] -= 1
+        if not torch.__future__.get_overwrite_module_params_on_conversion():
+            for key, places in shared.items():
+                mod0, kind0, name0 = places[0]
+                old, new = before[key], getattr(mod0, kind0)[name0]
+                if (kind0 == "_parameters" and new is not old and new is not None
+                        and "lazyjit" in (old.device.type, new.device.type) and _keep_parameter(old, new)):
+                    getattr(mod0, kind0)[name0] = old
         for places in shared.values():
             if len(places) < 2:
                 continue
@@ -168,3 +231,29 @@ def _patch_module_apply():
 
 
 _patch_module_apply()
+
+
+def _on_lazyjit(gm, inputs) -> bool:
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    tensors += list(gm.parameters()) + list(gm.buffers()) if isinstance(gm, torch.nn.Module) else []
+    return any(t.device.type == "lazyjit" for t in tensors)
+
+
+def _patch_torch_compile():
+    # torch.compile's default backend, Inductor, generates code per device and has
+    # none for "lazyjit" (it fails with "LoweringException: AssertionError"). A
+    # graph captured by Dynamo on lazyjit tensors is lazyjit's to compile: its ops
+    # run on the lazyjit device (recorded, fused and compiled at the next sync), as
+    # the "eager" backend would run them. Graphs on other devices still go to Inductor.
+    Wrapper = torch._TorchCompileInductorWrapper
+    orig = Wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if _on_lazyjit(model_, inputs_):
+            return model_.forward
+        return orig(self, model_, inputs_)
+
+    Wrapper.__call__ = __call__
+
+
+_patch_torch_compile()
