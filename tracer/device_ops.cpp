@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Resize.h>
 
 #include <optional>
 #include <unordered_map>
@@ -194,13 +195,8 @@ bool special_op(const std::string& name, Stack* stack) {
     if (strides.empty()) strides = ir::contiguous_strides(sizes);
     TORCH_CHECK(strides.size() == sizes.size(), "lazyjit: set_: ", sizes.size(), " sizes but ", strides.size(),
                 " strides");
-    int64_t extent = offset + 1;
-    bool empty = false;
-    for (size_t d = 0; d < sizes.size(); ++d) empty |= sizes[d] == 0, extent += (sizes[d] - 1) * strides[d];
-    TORCH_CHECK(offset >= 0 && (empty || static_cast<size_t>(extent * isz) <= st.nbytes()),
-                "lazyjit: set_: sizes ", c10::IntArrayRef(sizes), ", strides ", c10::IntArrayRef(strides),
-                ", storage offset ", offset, " and itemsize ", isz, " are out of bounds for a storage of ",
-                st.nbytes(), " bytes");
+    TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+    at::native::checkInBoundsForStorage(at::IntArrayRef(sizes), at::IntArrayRef(strides), offset, t.dtype(), st);  // eager's set_ check
     LazyStorage& ls = *static_cast<LazyStorage*>(st.data_ptr().get_context());
     if (ls.dtype != t.scalar_type() && ls.dtype == at::kByte && st.nbytes() % isz == 0) {
       // Untyped bytes (UntypedStorage(n, device="lazyjit")) take the dtype of
