@@ -11,6 +11,10 @@ const char* counter_name(Counter c) {
     case Counter::GraphsExecuted: return "graphs_executed";
     case Counter::Compiles: return "compiles";
     case Counter::LlvmCompiles: return "llvm_compiles";
+    case Counter::KernelHits: return "kernel_hits";
+    case Counter::GenericCompiles: return "generic_compiles";
+    case Counter::DynamicDims: return "dynamic_dims";
+    case Counter::EagerSyncs: return "eager_syncs";
     case Counter::CacheHits: return "cache_hits";
     case Counter::CacheMisses: return "cache_misses";
     case Counter::Syncs: return "syncs";

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "debug/metrics.h"
+#include "executor/eager_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
 
@@ -64,6 +65,9 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
     case Step::Kind::AsStrided:
     case Step::Kind::AsStridedScatter:
       run_view(p.graph, p.graph.nodes()[s.node], env);
+      break;
+    case Step::Kind::Eager:
+      run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
   }
 }

@@ -49,18 +49,20 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
   }
   // A row kernel over empty rows still writes its row results (sum 0, max -inf).
   if (k.sizes[0] == 0 || (numel == 0 && !k.row)) return;
+  const std::vector<int64_t> dims = lowering::kernel_dims(k);
+  const int64_t* dp = dims.data();
   int64_t outer = k.sizes[0];
   int64_t inner = std::max<int64_t>(numel / outer, 1);
   constexpr int64_t kMinElemsPerTask = 1 << 15;
   if (threads <= 1 || numel < 2 * kMinElemsPerTask || outer < 2) {
-    fn(bufs.data(), scalars.data(), 0, outer);
+    fn(bufs.data(), scalars.data(), 0, outer, dp);
     return;
   }
   int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
   arena_for(threads).execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer, grain),
                       [&](const tbb::blocked_range<int64_t>& r) {
-                        fn(bufs.data(), scalars.data(), r.begin(), r.end());
+                        fn(bufs.data(), scalars.data(), r.begin(), r.end(), dp);
                       });
   });
 }

@@ -29,6 +29,17 @@ bool interrupt_requested();
 bool interrupt_seen();
 // Throws (Interrupted, or through the installed `raise`) if interrupt_requested().
 void throw_if_interrupted();
+// On this thread, while it lives: interrupt_requested() only reads the flag
+// (never polls) and throw_if_interrupted() throws Interrupted without `raise`.
+// For worker threads of a compile: the poll may need what only the thread that
+// started the compile holds (Python's interpreter lock).
+struct NoPollScope {
+  NoPollScope();
+  ~NoPollScope();
+  NoPollScope(const NoPollScope&) = delete;
+  NoPollScope& operator=(const NoPollScope&) = delete;
+};
+
 // After the interrupt has been handled (the tracer calls this once the
 // exception leaves the sync).
 void clear_interrupt();

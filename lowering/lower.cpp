@@ -32,12 +32,17 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   PlanOptions plan_opts = opts.plan;
   plan_opts.fuse = opts.plan.fuse && !off("fuse");
   plan_opts.buffers = opts.plan.buffers && !off("buffers");
-  program->plan = plan_graph(graph, plan_opts);
+  program->plan = opts.eager ? plan_eager(graph, plan_opts) : plan_graph(graph, plan_opts);
   dump(".plan.txt", program->plan.str(graph));
   if (!program->plan.kernels.empty()) {
-    program->code = target.compile(graph, program->plan);
-    debug::Metrics::get().add(debug::Counter::Compiles);
-    debug::Metrics::get().add(debug::Counter::LlvmCompiles);
+    auto c0 = std::chrono::steady_clock::now();
+    program->code = target.compile(graph, program->plan, opts.shapes);
+    debug::Metrics& m = debug::Metrics::get();
+    m.time("codegen", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count());
+    m.add(debug::Counter::Compiles);
+    m.add(debug::Counter::LlvmCompiles, program->code->llvm_compiles);
+    m.add(debug::Counter::KernelHits, program->code->kernel_hits);
+    m.add(debug::Counter::GenericCompiles, program->code->generic_compiles);
     dump(".ll", program->code->llvm_ir());
   }
   program->graph = std::move(graph);

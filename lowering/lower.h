@@ -19,6 +19,10 @@ struct LowerOptions {
   // the passes, after each pass, the plan, and the LLVM IR.
   std::string dump_dir;
   std::string dump_name;
+  // Exact or shape-generic kernels (target.h).
+  Shapes shapes = Shapes::Auto;
+  // No kernels: elementwise and reduction nodes run op by op (plan_eager).
+  bool eager = false;
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails

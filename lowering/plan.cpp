@@ -19,6 +19,21 @@ int32_t FusedKernel::load_of(ValueId operand) const {
   return -1;
 }
 
+std::vector<int64_t> kernel_dims(const FusedKernel& k) {
+  std::vector<int64_t> d(k.sizes);
+  if (d.empty()) d.push_back(1);  // a 0-d kernel runs its one element as dim 0
+  const size_t rank = d.size();
+  for (const Access& a : k.loads) {
+    if (a.scalar_index >= 0) {
+      d.push_back(a.scalar_index);
+      continue;
+    }
+    for (size_t i = 0; i < rank; ++i) d.push_back(i < a.strides.size() ? a.strides[i] : 0);
+    d.push_back(a.offset);
+  }
+  return d;
+}
+
 bool lowerable_dtype(DType t) {
   return ir::is_floating(t) || ir::is_integral(t, /*include_bool=*/true);
 }
@@ -47,7 +62,10 @@ std::vector<int64_t> broadcast_strides(const ir::TensorType& t, const std::vecto
   std::vector<int64_t> st(sizes.size(), 0);
   size_t off = sizes.size() - t.sizes.size();
   for (size_t d = 0; d < t.sizes.size(); ++d)
-    st[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+    // A broadcast dim reads one element. A size-1 dim that is not broadcast
+    // keeps its stride: never walked, but it tells coalescing (and so the
+    // kernel's generic key) how the dim is read when it is longer.
+    st[off + d] = t.sizes[d] == 1 && sizes[off + d] != 1 ? 0 : t.strides[d];
   return st;
 }
 
@@ -246,7 +264,7 @@ struct Builder {
     size_t rank = k.sizes.size(), split = k.row ? rank - static_cast<size_t>(k.reduce_rank) : rank;
     std::vector<int64_t> sizes;
     std::vector<std::vector<int64_t>> strides(k.loads.size());
-    auto group = [&](size_t lo, size_t hi) {
+    auto group = [&](size_t lo, size_t hi, bool rows) {
       size_t first = sizes.size();
       bool zero = false;
       for (size_t d = lo; d < hi; ++d) {
@@ -266,15 +284,21 @@ struct Builder {
       if (zero || sizes.size() == first) {  // any zero: no iteration; all ones: one
         sizes.resize(first);
         sizes.push_back(zero ? 0 : 1);
-        for (auto& st : strides) {
-          st.resize(first);
-          st.push_back(0);
+        for (size_t i = 0; i < k.loads.size(); ++i) {
+          strides[i].resize(first);
+          // All ones over rows: each load keeps the stride of its innermost
+          // non-broadcast dim (decode's one row is read like prefill's many,
+          // so both share a generic key). Cols keep 0: row-space loads are
+          // read outside the col loops.
+          int64_t s = 0;
+          for (size_t d = hi; rows && !zero && s == 0 && d-- > lo;) s = k.loads[i].strides[d];
+          strides[i].push_back(s);
         }
       }
       return sizes.size() - first;
     };
-    group(0, split);
-    if (k.row) k.reduce_rank = static_cast<int32_t>(group(split, rank));
+    group(0, split, true);
+    if (k.row) k.reduce_rank = static_cast<int32_t>(group(split, rank, false));
     k.sizes = std::move(sizes);
     for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
   }
@@ -292,6 +316,24 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   }
   if (opts.buffers) plan_buffers(g, b.plan);
   return std::move(b.plan);
+}
+
+Plan plan_eager(const Graph& g, const PlanOptions& opts) {
+  Plan plan;
+  std::vector<bool> live = ir::live_nodes(g);
+  for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+    if (!live[i]) continue;
+    switch (g.nodes()[i].kind) {
+      case OpKind::Input:
+      case OpKind::Scalar: break;
+      case OpKind::AsStrided: plan.steps.push_back(Step{Step::Kind::AsStrided, i, -1}); break;
+      case OpKind::AsStridedScatter: plan.steps.push_back(Step{Step::Kind::AsStridedScatter, i, -1}); break;
+      case OpKind::Aten: plan.steps.push_back(Step{Step::Kind::Aten, i, -1}); break;
+      default: plan.steps.push_back(Step{Step::Kind::Eager, i, -1}); break;
+    }
+  }
+  if (opts.buffers) plan_buffers(g, plan);
+  return plan;
 }
 
 void plan_buffers(const Graph& g, Plan& plan) {

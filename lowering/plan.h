@@ -70,11 +70,21 @@ struct FusedKernel {
 
 // The compiled entry point of a FusedKernel: computes iterations
 // [begin, end) of the outermost dim. Safe to call on disjoint ranges in parallel.
+// `dims` is kernel_dims(k): every kernel reads its scalars' slots there; a
+// shape-generic kernel also reads its sizes, strides and offsets.
 using KernelFn = void (*)(void* const* buffers, const int64_t* scalars, int64_t begin,
-                          int64_t end);
+                          int64_t end, const int64_t* dims);
+
+// KernelFn's `dims` for `k`: its sizes (one per dim), then per load, in order:
+// a scalar's slot in `scalars` (scalar_index), or a buffer's strides (one per
+// dim) and offset. Every kernel reads its scalars' slots there, so kernels that
+// differ only in which scalars they read (identical layers) share code.
+std::vector<int64_t> kernel_dims(const FusedKernel& k);
 
 struct Step {
-  enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter };
+  // Eager: an elementwise, reduction or Full node run by ATen's own operators,
+  // no generated code (plan_eager; never stored: plan_io refuses it).
+  enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter, Eager };
   Kind kind;
   uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter: the node run
   int32_t kernel = -1;  // Kernel: index into Plan::kernels
@@ -114,6 +124,11 @@ bool lowerable_dtype(DType t);
 // Fusion (the "fuse" pass), coalescing, row schedules, then buffer planning
 // ("buffers").
 Plan plan_graph(const ir::Graph& g, const PlanOptions& opts = {});
+
+// A plan without kernels: every node a step of its own, elementwise and
+// reduction nodes as Eager steps (run op by op, nothing to compile), then the
+// buffer plan unless opts.buffers is false.
+Plan plan_eager(const ir::Graph& g, const PlanOptions& opts = {});
 
 // The buffer plan of a built plan: fills frees and the byte counts.
 void plan_buffers(const ir::Graph& g, Plan& plan);

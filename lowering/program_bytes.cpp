@@ -11,7 +11,7 @@ namespace lazyjit::lowering {
 
 namespace {
 constexpr std::string_view kTag = "LJPG";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the object is a kernel archive (one object per kernel)
 }  // namespace
 
 std::string program_to_bytes(const Program& p) {

@@ -58,7 +58,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
-                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
@@ -89,6 +89,10 @@ Config Config::from_env() {
     if (parse_int(s, 128, 512, &v) && (v == 128 || v == 256 || v == 512)) c.vector_bits = static_cast<int>(v);
     else bad("LAZYJIT_VECTOR_BITS", s, "128, 256 or 512", "512");
   }
+  if (std::string s = env("LAZYJIT_OPT_LEVEL"); !s.empty()) {
+    if (parse_int(s, 0, 3, &v)) c.opt_level = static_cast<int>(v);
+    else bad("LAZYJIT_OPT_LEVEL", s, "0, 1, 2 or 3", std::to_string(c.opt_level));
+  }
   if (std::string s = env("LAZYJIT_NUM_THREADS"); !s.empty()) {
     // More workers than a few per core only oversubscribe it (and a oneTBB arena
     // of 100,000 threads crashes at exit).
@@ -100,8 +104,12 @@ Config Config::from_env() {
     if (parse_int(s, 1, 1ll << 30, &v)) c.recompile_limit = static_cast<int>(v);
     else bad("LAZYJIT_RECOMPILE_LIMIT", s, "a positive integer", "8");
   }
-  if (std::string s = env("LAZYJIT_ON_RECOMPILE_LIMIT"); s == "error") c.recompile_limit_error = true;
-  else if (!s.empty() && s != "warn") bad("LAZYJIT_ON_RECOMPILE_LIMIT", s, "warn or error", "warn");
+  if (std::string s = env("LAZYJIT_ON_RECOMPILE_LIMIT"); s == "error") c.on_recompile_limit = RecompileStance::Error;
+  else if (s == "eager") c.on_recompile_limit = RecompileStance::Eager;
+  else if (!s.empty() && s != "warn") bad("LAZYJIT_ON_RECOMPILE_LIMIT", s, "warn, error or eager", "warn");
+  if (std::string s = env("LAZYJIT_DYNAMIC"); s == "off") c.dynamic = lowering::Shapes::Off;
+  else if (s == "all") c.dynamic = lowering::Shapes::All;
+  else if (!s.empty() && s != "auto") bad("LAZYJIT_DYNAMIC", s, "auto, off or all", "auto");
   if (std::string s = env("LAZYJIT_MAX_GRAPH_OPS"); !s.empty()) {
     if (parse_int(s, 1, 1ll << 40, &v)) c.max_graph_ops = v;
     else bad("LAZYJIT_MAX_GRAPH_OPS", s, "a positive integer", "10000");

@@ -8,17 +8,26 @@
 #include <string>
 #include <vector>
 
+#include "lowering/shapes.h"
+
 namespace lazyjit::runtime {
+
+enum class RecompileStance { Warn, Error, Eager };
 
 struct Config {
   bool step_mode = false;                    // LAZYJIT_MODE=step: run each op eagerly (debug)
   std::string dump_dir;                      // LAZYJIT_DUMP=<dir>: graph, pass, plan, LLVM dumps
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
+  int opt_level = 3;                         // LAZYJIT_OPT_LEVEL: LLVM's pipeline (O0..O3)
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
   bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
   int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...
-  bool recompile_limit_error = false;        // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site) or error
+  // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site), error, or run that site's graphs op by op.
+  RecompileStance on_recompile_limit = RecompileStance::Warn;
+  // LAZYJIT_DYNAMIC=auto|off|all: exact kernels until a size changes, then
+  // shape-generic (auto); exact only (off); shape-generic from the start (all).
+  lowering::Shapes dynamic = lowering::Shapes::Auto;
   int64_t max_graph_ops = 10000;             // LAZYJIT_MAX_GRAPH_OPS: a graph this big is cut and run
   int64_t max_programs = 256;                // LAZYJIT_MAX_PROGRAMS: programs kept in memory (LRU)
   // The on-disk compile cache (runtime/disk_tier.h).

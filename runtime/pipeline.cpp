@@ -40,39 +40,73 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
+  codegen.opt_level = config_.opt_level;
   codegen.keep_llvm_ir = !config_.dump_dir.empty();  // the text of every module costs memory
   target_ = lowering::make_cpu_target(codegen);
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
   code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
+  explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
 }
 
 Runtime::~Runtime() = default;
 
-RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site) {
-  cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
-  auto lookup = cache_.get_or_compile(key, [&] {
-    return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site));
-  });
-  RunResult r = lookup.entry->run(bindings, threads());
-  // A failed step names a node of the program's graph (after the graph
-  // passes); the caller knows its own. A program is kept when a run fails: its
-  // data was bad, not its code.
+namespace {
+// Thrown out of the cache's compile callback (so nothing is cached) when the
+// graph is to run op by op instead.
+struct RunEagerly {};
+
+// A failed step names a node of the program's graph (after the graph passes);
+// the caller knows its own.
+void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program) {
   for (executor::StepFailure& f : r.failures) {
-    int64_t n = traced_node(graph, lookup.entry->program().graph, f.node);
-    f.node = n < 0 ? kNoNode : static_cast<uint32_t>(n);
+    int64_t n = traced_node(traced, program, f.node);
+    f.node = n < 0 ? Runtime::kNoNode : static_cast<uint32_t>(n);
   }
+}
+}  // namespace
+
+RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
+                       std::optional<lowering::Shapes> shapes) {
+  cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  cache::Lookup<executor::Executable> lookup;
+  try {
+    lookup = cache_.get_or_compile(key, [&] {
+      if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.count(site) >= config_.recompile_limit) {
+        explain_compile(graph, site, /*eager=*/true);
+        throw RunEagerly{};
+      }
+      return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site, shapes));
+    });
+  } catch (const RunEagerly&) {
+    return run_eagerly(graph, bindings);
+  }
+  RunResult r = lookup.entry->run(bindings, threads());
+  // A program is kept when a run fails: its data was bad, not its code.
+  to_traced_nodes(r, graph, lookup.entry->program().graph);
+  return r;
+}
+
+RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings) {
+  lowering::LowerOptions opts;
+  opts.plan.disabled = config_.disabled_passes;
+  opts.eager = true;
+  executor::Executable e(lowering::lower(ir::Graph(graph), *target_, opts));
+  debug::Metrics::get().add(debug::Counter::EagerSyncs);
+  RunResult r = e.run(bindings, threads());
+  to_traced_nodes(r, graph, e.program().graph);
   return r;
 }
 
 std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
-                                                                  const std::string& site) {
+                                                                  const std::string& site,
+                                                                  std::optional<lowering::Shapes> shapes) {
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
     explain_compile(graph, site);  // what differs from the nearest program compiled at this site
-    auto program = compile(ir::Graph(graph), key.str());
+    auto program = compile(ir::Graph(graph), key.str(), shapes);
     trim_heap();
     return program;
   };
@@ -92,11 +126,13 @@ void Runtime::trim_heap() {
 #endif
 }
 
-std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name) const {
+std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name,
+                                                          std::optional<lowering::Shapes> shapes) const {
   lowering::LowerOptions opts;
   opts.plan.disabled = config_.disabled_passes;
   opts.dump_dir = config_.dump_dir;
   opts.dump_name = dump_name;
+  opts.shapes = shapes.value_or(config_.dynamic);
   return lowering::lower(std::move(graph), *target_, opts);
 }
 
@@ -108,23 +144,36 @@ std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& 
   return lowering::program_from_bytes(bytes, *target_);
 }
 
-void Runtime::explain_compile(const ir::Graph& graph, const std::string& site) {
+void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, bool eager) {
   Recompile r = explainer_.explain(graph, site);
+  if (eager) r.kind += " (run op by op: past the recompile limit)";
   if (config_.log_recompiles)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
   debug::Metrics::get().recompile({r.site, r.kind, r.detail});
+  if (eager) {
+    std::lock_guard<std::mutex> lock(eager_mu_);
+    if (eager_sites_.insert(site).second)
+      std::fprintf(stderr,
+                   "lazyjit: warning: %lld compiles at %s (LAZYJIT_RECOMPILE_LIMIT=%d): from now on its graphs that "
+                   "miss the cache run op by op, uncompiled (LAZYJIT_ON_RECOMPILE_LIMIT=eager); this one because: "
+                   "%s%s%s. lazyjit.explain_recompiles() lists them all.\n",
+                   static_cast<long long>(r.count - 1), site.empty() ? "(unknown site)" : site.c_str(),
+                   config_.recompile_limit, r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
+    return;
+  }
   if (r.count <= config_.recompile_limit) return;
   std::string what = std::to_string(r.count) + " compiles at " + (site.empty() ? "(unknown site)" : site) +
                      " (LAZYJIT_RECOMPILE_LIMIT=" + std::to_string(config_.recompile_limit) + "), this one because: " +
                      r.kind + (r.detail.empty() ? "" : ": " + r.detail) +
                      ". lazyjit.explain_recompiles() lists them all.";
-  if (config_.recompile_limit_error) throw std::runtime_error("lazyjit: recompile limit reached: " + what);
+  if (config_.on_recompile_limit == RecompileStance::Error) throw std::runtime_error("lazyjit: recompile limit reached: " + what);
   if (r.count == config_.recompile_limit + 1) std::fprintf(stderr, "lazyjit: warning: %s\n", what.c_str());
 }
 
 void Runtime::clear_cache() {
   cache_.clear();
+  target_->clear_kernels();
   executor::trim_buffer_pool();
 }
 

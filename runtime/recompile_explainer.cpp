@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "debug/metrics.h"
+
 namespace lazyjit::runtime {
 
 namespace {
@@ -97,8 +99,13 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
             ++k;
           }
           if (s.size() > 6) seen_sizes += "; " + std::to_string(s.size()) + " sizes";
+          // Its second size: from now on its kernels get shape-generic code
+          // (lowering/target.h, Shapes::Auto), which serves every later size.
+          bool now = dynamic_ && s.size() == 2;
+          if (now) debug::Metrics::get().add(debug::Counter::DynamicDims);
           lines.push_back("input " + std::to_string(i) + " dim " + std::to_string(d) + ": " + std::to_string(a[d]) +
-                          " → " + std::to_string(b[d]) + " (sizes seen: " + seen_sizes + ")");
+                          " → " + std::to_string(b[d]) + " (sizes seen: " + seen_sizes + ")" +
+                          (now ? " — now dynamic" : ""));
         }
       if (near->inputs[i].dtype != inputs[i].dtype)
         lines.push_back("input " + std::to_string(i) + ": " + near->inputs[i].str() + " → " + inputs[i].str());
@@ -120,8 +127,13 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
       lines.push_back(std::to_string(near->nodes.size()) + " → " + std::to_string(g.nodes().size()) + " nodes");
     if (lines.empty()) lines.push_back("same graph and shapes as an earlier program (it was evicted or compiled by another thread)");
   }
+  // Dims past the few lines above count too.
   for (size_t i = 0; i < inputs.size(); ++i)
-    for (size_t d = 0; d < inputs[i].sizes.size(); ++d) sizes[{i, d}].insert(inputs[i].sizes[d]);
+    for (size_t d = 0; d < inputs[i].sizes.size(); ++d) {
+      auto& s = sizes[{i, d}];
+      if (s.insert(inputs[i].sizes[d]).second && s.size() == 2 && dynamic_)
+        debug::Metrics::get().add(debug::Counter::DynamicDims);
+    }
   for (const std::string& l : lines) r.detail += (r.detail.empty() ? "" : "; ") + l;
   Seen s{h.structure, std::move(inputs), g.nodes(), {}};
   for (const ir::Value& v : g.values()) s.types.push_back(v.type);

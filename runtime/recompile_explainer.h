@@ -1,7 +1,7 @@
 // Why a graph had to be compiled, in the user's terms: what differs from the
 // nearest graph compiled before at the same sync call site.
 //
-//   input 0 dim 0: 7 → 8 (sizes seen: 1, 7, 8)
+//   input 0 dim 0: 7 → 8 (sizes seen: 7, 8) — now dynamic
 //   op #14 aten::slice.Tensor: attr 4: 17 → 18
 //   op #3: gelu → silu (first op that differs; 40 → 41 ops)
 //
@@ -28,6 +28,15 @@ class RecompileExplainer {
  public:
   // Explains compiling `g` at `site`, then remembers `g` for later misses there.
   Recompile explain(const ir::Graph& g, const std::string& site);
+  // Whether a dim that takes a second size becomes dynamic (LAZYJIT_DYNAMIC is
+  // not off): its explanation says so, and it is counted (dynamic_dims).
+  void set_dynamic(bool on) { dynamic_ = on; }
+  // Misses explained at `site` so far.
+  int64_t count(const std::string& site) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = count_.find(site);
+    return it == count_.end() ? 0 : it->second;
+  }
 
  private:
   struct Seen {
@@ -37,6 +46,7 @@ class RecompileExplainer {
     std::vector<ir::TensorType> types;  // per value
   };
   static constexpr size_t kKeepPerSite = 8;
+  bool dynamic_ = true;
   std::mutex mu_;
   std::map<std::string, std::vector<Seen>> seen_;  // per site, most recent last
   std::map<std::string, int64_t> count_;           // per site: compiles

@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,8 @@ using lowering::clear_interrupt;
 using lowering::interrupt_seen;
 using lowering::Interrupted;
 using lowering::set_interrupt_handlers;
+// Exact or shape-generic kernels (LAZYJIT_DYNAMIC; lowering/shapes.h).
+using lowering::Shapes;
 
 class Runtime {
  public:
@@ -50,14 +55,18 @@ class Runtime {
   // layout, except those that depend on a step that threw; each failure's
   // `node` is the node of `graph` the failed step runs (kNoNode when none can be
   // told). Throws on a malformed graph or a failed compile.
-  RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {});
+  // `shapes`, when set, overrides LAZYJIT_DYNAMIC for the kernels compiled
+  // (lazyjit.mark_dynamic / mark_static on an input).
+  RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
+                std::optional<lowering::Shapes> shapes = std::nullopt);
   static constexpr uint32_t kNoNode = ~uint32_t{0};
 
   // A compiled program as bytes, and back (links its object code: no codegen).
   std::string to_bytes(const lowering::Program& program) const;
   std::shared_ptr<const lowering::Program> from_bytes(const std::string& bytes) const;
   // Lowers without running or caching (tests, tools).
-  std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name) const;
+  std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name,
+                                                   std::optional<lowering::Shapes> shapes = std::nullopt) const;
 
   // Empties the in-memory cache (the disk tier keeps its entries).
   // Drops every program (their JIT code with them) and the pooled buffers.
@@ -67,10 +76,15 @@ class Runtime {
  private:
   int threads() const;
   static void trim_heap();
-  // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled.
-  void explain_compile(const ir::Graph& graph, const std::string& site);
+  // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
+  // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
+  void explain_compile(const ir::Graph& graph, const std::string& site, bool eager = false);
+  // Past the limit with the eager stance: `graph` runs op by op, uncompiled and
+  // uncached (lowering::plan_eager).
+  RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);
   std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
-                                                           const std::string& site);
+                                                           const std::string& site,
+                                                           std::optional<lowering::Shapes> shapes);
 
   Config config_;
   std::unique_ptr<lowering::Target> target_;
@@ -78,6 +92,8 @@ class Runtime {
   uint64_t code_hash_ = 0;        // its hash: the key's target part
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   RecompileExplainer explainer_;
+  std::mutex eager_mu_;
+  std::set<std::string> eager_sites_;  // sites whose misses run op by op (warned once each)
   cache::CompileCache<executor::Executable> cache_;
 };
 

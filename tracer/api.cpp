@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "runtime/runtime.h"
+#include "tracer/lazy_storage.h"
 #include "tracer/lazyjit.h"
 #include "tracer/record_op.h"
 #include "tracer/trace_context.h"
@@ -106,6 +107,23 @@ debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
+
+namespace {
+void mark(const at::Tensor& t, int64_t dim, uint8_t m, const char* what) {
+  if (!t.defined() || !tracer::is_lazy(t))
+    throw std::invalid_argument(std::string("lazyjit.") + what + ": expected a lazyjit tensor, got " +
+                                (t.defined() ? t.device().str() : std::string("an undefined tensor")));
+  int64_t n = t.dim();
+  if (dim < -std::max<int64_t>(n, 1) || dim >= std::max<int64_t>(n, 1) || n == 0)
+    throw std::invalid_argument(std::string("lazyjit.") + what + ": dim " + std::to_string(dim) +
+                                " out of range for a tensor of " + std::to_string(n) + " dims");
+  auto& s = tracer::storage_of(t);
+  s.marks = static_cast<uint8_t>((s.marks & ~(tracer::LazyStorage::kMarkDynamic | tracer::LazyStorage::kMarkStatic)) | m);
+}
+}  // namespace
+
+void mark_dynamic(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkDynamic, "mark_dynamic"); }
+void mark_static(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkStatic, "mark_static"); }
 void set_interrupt_handlers(bool (*poll)(), void (*raise)()) { runtime::set_interrupt_handlers(poll, raise); }
 
 void set_call_site_provider(std::function<std::string()> p) {

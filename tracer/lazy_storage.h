@@ -37,6 +37,10 @@ struct LazyStorage {
   // `touched_epoch` changed (TraceContext::touch).
   uint64_t touched_epoch = 0;
   size_t touched_index = 0;
+  // lazyjit.mark_dynamic (kMarkDynamic) / mark_static (kMarkStatic): how the
+  // graphs that read its data compile their kernels (lowering/shapes.h).
+  uint8_t marks = 0;
+  static constexpr uint8_t kMarkDynamic = 1, kMarkStatic = 2;
   ~LazyStorage();
 };
 

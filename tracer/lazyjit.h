@@ -59,6 +59,15 @@ std::string metrics_report();
 // Empties the in-memory compile cache (tests use it to count compiles).
 void clear_cache();
 
+// How graphs that read `t`'s data compile their kernels (LAZYJIT_DYNAMIC, per
+// tensor): mark_dynamic, shape-generic from the first compile (its sizes will
+// change: no compile for the exact ones first); mark_static, for their exact
+// sizes only. `dim` is checked against t (negative counts from the end) and
+// names what the user expects to vary; the choice is per graph, not per dim.
+// Throws std::invalid_argument unless t is a lazyjit tensor with that dim.
+void mark_dynamic(const at::Tensor& t, int64_t dim);
+void mark_static(const at::Tensor& t, int64_t dim);
+
 // Where the current op was called from, for sync and fallback accounting. The
 // Python module installs one that reads the Python stack.
 void set_call_site_provider(std::function<std::string()> provider);

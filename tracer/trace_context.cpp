@@ -110,6 +110,7 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     // Another graph that reads it unchanged keeps it; this one shares its data.
     bool shared = pending_owner(s) != nullptr;
     ValueId v = graph_->add_input(type);
+    marks_ |= s.marks;
     inputs_.push_back(s.data.as_strided(type.sizes, type.strides, s.data.storage_offset()));
     input_owner_.push_back(shared ? nullptr : &s);
     if (shared) return shared_[&s] = v;
@@ -236,6 +237,7 @@ void TraceContext::reset() {
   inputs_.clear();
   input_owner_.clear();
   scalars_.clear();
+  marks_ = 0;
   touched_.clear();
 }
 
@@ -273,7 +275,12 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   runtime::RunResult r;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
-    r = runtime::Runtime::get().run(*graph_, b, site);
+    // Inputs marked dynamic get shape-generic kernels from the first compile;
+    // marked static, kernels for their exact sizes (dynamic wins if both).
+    std::optional<runtime::Shapes> shapes;
+    if (marks_ & LazyStorage::kMarkStatic) shapes = runtime::Shapes::Off;
+    if (marks_ & LazyStorage::kMarkDynamic) shapes = runtime::Shapes::All;
+    r = runtime::Runtime::get().run(*graph_, b, site, shapes);
   } catch (const std::exception& e) {
     if (runtime::interrupt_seen()) {
       // Ctrl-C stopped the compile: nothing ran, so the graph goes back to

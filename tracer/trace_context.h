@@ -153,6 +153,7 @@ class TraceContext {
   std::vector<at::Tensor> inputs_;          // bound to the graph's inputs
   std::vector<LazyStorage*> input_owner_;   // whose data each input is
   std::vector<int64_t> scalars_;
+  uint8_t marks_ = 0;  // the LazyStorage::marks of the graph's inputs, or'ed
   std::vector<LazyStorage*> touched_;  // storages the graph changed; see LazyStorage::touched_index
   std::vector<NodeOrigin> origins_;  // the graph's fallible nodes, by node
   // Storages this graph reads while another graph holds them unchanged: the

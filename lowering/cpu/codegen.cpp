@@ -17,25 +17,45 @@ namespace lazyjit::lowering::cpu {
 
 using emit::LoopEmitter;
 
-std::unique_ptr<llvm::Module> emit_module(llvm::LLVMContext& ctx, const ir::Graph& g,
-                                          const Plan& plan, llvm::TargetMachine& tm,
-                                          const CodegenConfig& cfg) {
+namespace {
+
+void emit_into(llvm::Module& m, const ir::Graph& g, const FusedKernel& k, llvm::TargetMachine& tm,
+               const CodegenConfig& cfg) {
+  throw_if_interrupted();
+  try {
+    LoopEmitter(m, g, k, cfg, tm).emit();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    for (const char* suffix : {".impl", ""})
+      if (llvm::verifyFunction(*m.getFunction(k.name + cfg.symbol_suffix + suffix), &os))
+        throw std::runtime_error("invalid IR: " + err);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("kernel " + k.name + ": " + e.what());
+  }
+}
+
+std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx, llvm::TargetMachine& tm) {
   auto m = std::make_unique<llvm::Module>("lazyjit", ctx);
   m->setDataLayout(tm.createDataLayout());
   m->setTargetTriple(tm.getTargetTriple().str());
-  for (const FusedKernel& k : plan.kernels) {
-    throw_if_interrupted();
-    try {
-      LoopEmitter(*m, g, k, cfg, tm).emit();
-      std::string err;
-      llvm::raw_string_ostream os(err);
-      for (const char* suffix : {".impl", ""})
-        if (llvm::verifyFunction(*m->getFunction(k.name + cfg.symbol_suffix + suffix), &os))
-          throw std::runtime_error("invalid IR: " + err);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("kernel " + k.name + ": " + e.what());
-    }
-  }
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> emit_kernel_module(llvm::LLVMContext& ctx, const ir::Graph& g,
+                                                 const FusedKernel& k, llvm::TargetMachine& tm,
+                                                 const CodegenConfig& cfg) {
+  auto m = new_module(ctx, tm);
+  emit_into(*m, g, k, tm, cfg);
+  return m;
+}
+
+std::unique_ptr<llvm::Module> emit_module(llvm::LLVMContext& ctx, const ir::Graph& g,
+                                          const Plan& plan, llvm::TargetMachine& tm,
+                                          const CodegenConfig& cfg) {
+  auto m = new_module(ctx, tm);
+  for (const FusedKernel& k : plan.kernels) emit_into(*m, g, k, tm, cfg);
   return m;
 }
 

@@ -20,6 +20,9 @@ struct CodegenConfig {
   // Appended to kernel names: every compile shares one JIT symbol table, and
   // kernel names are only unique within a program.
   std::string symbol_suffix;
+  // Shape-generic code: sizes, strides (other than 0 and 1) and offsets are read
+  // from KernelFn's `dims` at run time (kernel_key.h says what it serves).
+  bool generic = false;
 };
 
 // Emits every kernel of `plan` into a new module targeting `tm`. Throws
@@ -27,6 +30,11 @@ struct CodegenConfig {
 std::unique_ptr<llvm::Module> emit_module(llvm::LLVMContext& ctx, const ir::Graph& g,
                                           const Plan& plan, llvm::TargetMachine& tm,
                                           const CodegenConfig& cfg);
+
+// Emits one kernel into a new module (what the kernel cache compiles).
+std::unique_ptr<llvm::Module> emit_kernel_module(llvm::LLVMContext& ctx, const ir::Graph& g,
+                                                 const FusedKernel& k, llvm::TargetMachine& tm,
+                                                 const CodegenConfig& cfg);
 
 // Runs the new pass manager's default pipeline at cfg.opts.opt_level, with the
 // vector math library when enabled.

@@ -1,14 +1,30 @@
-// The host CPU target: codegen (codegen.h) + ORC (jit.h).
+// The host CPU target: codegen (codegen.h) + ORC (jit.h), and the kernel cache.
+//
+// Each kernel is compiled alone, into an object of its own linked into a
+// JITDylib of its own, and kept by key (kernel_key.h): a plan whose kernels were
+// all compiled before (another shape, another graph, identical layers) costs no
+// LLVM work. The kernels a plan still needs compile in parallel.
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Support/raw_ostream.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <atomic>
+#include <exception>
+#include <list>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "graph_ir/bytes.h"
 #include "lowering/cpu/codegen.h"
 #include "lowering/cpu/jit.h"
+#include "lowering/interrupt.h"
+#include "lowering/kernel_key.h"
 #include "lowering/target.h"
 
 namespace lazyjit::lowering {
@@ -38,20 +54,65 @@ std::string object_file(llvm::Module& m, llvm::TargetMachine& tm) {
   return std::string(buf.data(), buf.size());
 }
 
+struct Hash128Hash {
+  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
+};
+
+// One compiled kernel: its object, linked into a JITDylib of its own.
+struct KernelCode {
+  std::shared_ptr<cpu::Jit> jit;  // outlives the dylib
+  llvm::orc::JITDylib* jd = nullptr;
+  ir::Hash128 key;  // the key it is kept under: exact, or generic when `generic`
+  bool generic = false;
+  std::string symbol;
+  std::string object;
+  std::string ir;  // when CodegenOptions::keep_llvm_ir
+  KernelFn fn = nullptr;
+  ~KernelCode() {
+    if (jd) jit->remove(*jd);
+  }
+};
+using KernelRef = std::shared_ptr<const KernelCode>;
+
+// The object code of a plan (what Program bytes carry), as one blob:
+//   "LJKO" u32 version, u32 unit count, per unit: u64 key lo, u64 key hi,
+//   u8 generic, str symbol, str object; then u32 kernel count, per kernel: u32 unit.
+constexpr std::string_view kArchiveTag = "LJKO";
+constexpr uint32_t kArchiveVersion = 1;
+
 class CpuCode : public CompiledCode {
  public:
-  CpuCode(std::shared_ptr<cpu::Jit> jit, llvm::orc::JITDylib* jd, std::string object, std::string ir)
-      : jit_(std::move(jit)), jd_(jd), object_(std::move(object)), ir_(std::move(ir)) {}
-  ~CpuCode() override {
-    if (jd_) jit_->remove(*jd_);
+  explicit CpuCode(std::vector<KernelRef> kernels) : kernels_(std::move(kernels)) {
+    for (const KernelRef& k : kernels_)
+      if (!k->ir.empty()) ir_ += "; ==== " + k->symbol + (k->generic ? " (shape-generic)\n" : "\n") + k->ir;
   }
-  const std::string& object() const override { return object_; }
+  std::string object() const override {
+    if (kernels_.empty()) return std::string();
+    std::vector<const KernelCode*> units;
+    std::unordered_map<const KernelCode*, uint32_t> index;
+    std::vector<uint32_t> of;
+    for (const KernelRef& k : kernels_) {
+      auto [it, fresh] = index.emplace(k.get(), static_cast<uint32_t>(units.size()));
+      if (fresh) units.push_back(k.get());
+      of.push_back(it->second);
+    }
+    ir::ByteWriter w;
+    w.header(kArchiveTag, kArchiveVersion);
+    w.count(units.size());
+    for (const KernelCode* u : units) {
+      w.u64(u->key.lo);
+      w.u64(u->key.hi);
+      w.boolean(u->generic);
+      w.str(u->symbol);
+      w.str(u->object);
+    }
+    w.u32s(of);
+    return w.take();
+  }
   const std::string& llvm_ir() const override { return ir_; }
 
  private:
-  std::shared_ptr<cpu::Jit> jit_;  // outlives the dylib
-  llvm::orc::JITDylib* jd_;
-  std::string object_;
+  std::vector<KernelRef> kernels_;  // one per plan kernel (equal ones shared)
   std::string ir_;
 };
 
@@ -68,43 +129,208 @@ class CpuTarget : public Target {
     return fp;
   }
 
-  std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan) override {
+  std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan, Shapes shapes) override {
     plan.kernel_fns.clear();
-    if (plan.kernels.empty()) return std::make_unique<CpuCode>(nullptr, nullptr, std::string(), std::string());
-    cpu::Jit& j = jit();
-    // Each object is linked into a JITDylib of its own: kernel names need no suffix.
-    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), ""};
-    auto tm = j.make_target_machine();
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    auto m = cpu::emit_module(*ctx, g, plan, *tm, cfg);
-    std::string ir;
-    if (opts_.keep_llvm_ir) ir = "; ---- before optimization\n" + module_text(*m);
-    cpu::optimize_module(*m, *tm, cfg);
-    if (opts_.keep_llvm_ir) ir += "; ---- after optimization\n" + module_text(*m);
-    return link(object_file(*m, *tm), std::move(ir), plan);
+    const size_t n = plan.kernels.size();
+    if (n == 0) return std::make_unique<CpuCode>(std::vector<KernelRef>());
+    // Per kernel: found, or the job that compiles it (equal jobs shared).
+    struct Job {
+      size_t kernel;  // the first kernel that needs it
+      ir::Hash128 key;
+      bool generic;
+      KernelRef code;
+      std::exception_ptr error;
+    };
+    std::vector<KernelRef> found(n);
+    std::vector<int> job_of(n, -1);
+    std::vector<Job> jobs;
+    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
+    int hits = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < n; ++i) {
+        KernelKey key = kernel_key(g, plan.kernels[i]);
+        if (shapes != Shapes::All)
+          if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
+        if (shapes != Shapes::Off)
+          if (KernelRef c = use(key.generic)) { found[i] = c; ++hits; continue; }
+        bool generic = shapes == Shapes::All || (shapes == Shapes::Auto && sized_.count(key.generic));
+        // Auto: the next kernel with this generic key and other sizes gets generic code.
+        if (!generic) {
+          if (sized_.size() >= 16 * kMaxKernels) sized_.clear();  // bounded; forgetting only delays generic code
+          sized_.insert(key.generic);
+        }
+        ir::Hash128 k = generic ? key.generic : key.exact;
+        auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
+        if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
+        else ++hits;
+        job_of[i] = it->second;
+      }
+    }
+    compile_jobs(g, plan, jobs);
+    std::vector<KernelRef> refs(n);
+    std::vector<KernelFn> fns(n);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Job& j : jobs) keep(j.code);
+    }
+    int generic_compiles = 0;
+    for (const Job& j : jobs) generic_compiles += j.generic;
+    for (size_t i = 0; i < n; ++i) {
+      refs[i] = found[i] ? found[i] : jobs[job_of[i]].code;
+      fns[i] = refs[i]->fn;
+    }
+    plan.kernel_fns = std::move(fns);
+    auto code = std::make_unique<CpuCode>(std::move(refs));
+    code->llvm_compiles = static_cast<int>(jobs.size());
+    code->kernel_hits = hits;
+    code->generic_compiles = generic_compiles;
+    return code;
   }
 
   std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override {
     plan.kernel_fns.clear();
-    if (plan.kernels.empty()) return std::make_unique<CpuCode>(nullptr, nullptr, std::string(), std::string());
-    return link(object, std::string(), plan);
+    if (plan.kernels.empty()) return std::make_unique<CpuCode>(std::vector<KernelRef>());
+    ir::ByteReader r(object);
+    r.expect_header(kArchiveTag, kArchiveVersion, "kernel objects");
+    uint32_t nunits = r.u32();
+    std::vector<KernelRef> units;
+    int linked = 0;
+    for (uint32_t u = 0; u < nunits; ++u) {
+      auto c = std::make_shared<KernelCode>();
+      c->key.lo = r.u64();
+      c->key.hi = r.u64();
+      c->generic = r.u8() != 0;
+      c->symbol = r.str();
+      c->object = r.str();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (KernelRef have = use(c->key)) {
+          units.push_back(have);
+          continue;
+        }
+      }
+      link(*c);
+      ++linked;
+      KernelRef ref = std::move(c);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        keep(ref);
+      }
+      units.push_back(std::move(ref));
+    }
+    std::vector<uint32_t> of = r.u32s();
+    r.expect_end("kernel objects");
+    if (of.size() != plan.kernels.size())
+      r.fail("object code for " + std::to_string(of.size()) + " kernels, plan has " + std::to_string(plan.kernels.size()));
+    std::vector<KernelRef> refs;
+    std::vector<KernelFn> fns;
+    for (uint32_t u : of) {
+      if (u >= units.size()) r.fail("kernel object index out of range");
+      refs.push_back(units[u]);
+      fns.push_back(units[u]->fn);
+    }
+    plan.kernel_fns = std::move(fns);
+    auto code = std::make_unique<CpuCode>(std::move(refs));
+    code->kernel_hits = static_cast<int>(nunits) - linked;
+    return code;
+  }
+
+  void clear_kernels() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    kernels_.clear();
+    lru_.clear();
+    sized_.clear();
+  }
+  size_t kernel_count() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kernels_.size();
   }
 
  private:
-  std::unique_ptr<CompiledCode> link(std::string object, std::string ir, Plan& plan) {
-    cpu::Jit& j = jit();
-    llvm::orc::JITDylib& jd = j.add_object(object);
-    auto code = std::make_unique<CpuCode>(jit_, &jd, std::move(object), std::move(ir));
-    std::vector<KernelFn> fns;
-    for (const FusedKernel& k : plan.kernels) {
-      try {
-        fns.push_back(reinterpret_cast<KernelFn>(j.lookup(jd, k.name)));
-      } catch (const std::exception& e) {
-        throw std::runtime_error("kernel " + k.name + ": " + e.what());
-      }
+  static constexpr size_t kMaxKernels = 4096;  // kept for reuse; least recently used go first
+
+  struct Kept {
+    KernelRef code;
+    std::list<ir::Hash128>::iterator at;
+  };
+  // Caller holds mu_.
+  KernelRef use(const ir::Hash128& key) {
+    auto it = kernels_.find(key);
+    if (it == kernels_.end()) return nullptr;
+    lru_.splice(lru_.end(), lru_, it->second.at);
+    return it->second.code;
+  }
+  void keep(const KernelRef& c) {
+    if (!c || kernels_.count(c->key)) return;
+    lru_.push_back(c->key);
+    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
+    while (kernels_.size() > kMaxKernels) {
+      kernels_.erase(lru_.front());
+      lru_.pop_front();
     }
-    plan.kernel_fns = std::move(fns);
-    return code;
+  }
+
+  template <class Jobs>
+  void compile_jobs(const ir::Graph& g, const Plan& plan, Jobs& jobs) {
+    if (jobs.empty()) return;
+    cpu::Jit& j = jit();
+    const std::thread::id caller = std::this_thread::get_id();
+    auto one = [&](auto& job) {
+      try {
+        job.code = compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic);
+      } catch (...) {
+        job.error = std::current_exception();
+      }
+    };
+    int threads = opts_.compile_threads > 0 ? opts_.compile_threads
+                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (jobs.size() == 1 || threads == 1) {
+      for (auto& job : jobs) one(job);
+    } else {
+      // Workers only read the interrupt flag; the caller's own thread polls (the
+      // poll may need the caller's interpreter lock).
+      static tbb::task_arena arena(threads);
+      arena.execute([&] {
+        tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t i) {
+          std::optional<NoPollScope> quiet;
+          if (std::this_thread::get_id() != caller) quiet.emplace();
+          one(jobs[i]);
+        });
+      });
+    }
+    throw_if_interrupted();
+    for (auto& job : jobs)
+      if (job.error) std::rethrow_exception(job.error);
+  }
+
+  KernelRef compile_one(cpu::Jit& j, const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
+                        bool generic) {
+    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), "", generic};
+    auto tm = j.make_target_machine();
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto m = cpu::emit_kernel_module(*ctx, g, k, *tm, cfg);
+    auto c = std::make_shared<KernelCode>();
+    if (opts_.keep_llvm_ir) c->ir = "; ---- before optimization\n" + module_text(*m);
+    cpu::optimize_module(*m, *tm, cfg);
+    if (opts_.keep_llvm_ir) c->ir += "; ---- after optimization\n" + module_text(*m);
+    c->key = key;
+    c->generic = generic;
+    c->symbol = k.name;
+    c->object = object_file(*m, *tm);
+    link(*c);
+    return c;
+  }
+
+  void link(KernelCode& c) {
+    cpu::Jit& j = jit();
+    c.jit = jit_;
+    c.jd = &j.add_object(c.object);
+    try {
+      c.fn = reinterpret_cast<KernelFn>(j.lookup(*c.jd, c.symbol));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("kernel " + c.symbol + ": " + e.what());
+    }
   }
 
   // Created on first use so that an empty plan never touches LLVM.
@@ -116,6 +342,11 @@ class CpuTarget : public Target {
   CodegenOptions opts_;
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
+  mutable std::mutex mu_;
+  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
+  std::list<ir::Hash128> lru_;
+  // Generic keys compiled for exact sizes (Shapes::Auto).
+  std::unordered_set<ir::Hash128, Hash128Hash> sized_;
 };
 
 }  // namespace

@@ -21,26 +21,28 @@ void LoopEmitter::emit() {
   std::vector<llvm::Type*> params(nbuf_ + 1, ptr);
   params.push_back(i64);
   params.push_back(i64);
+  params.push_back(ptr);  // dims
   auto* impl = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
                                       llvm::Function::InternalLinkage, name_ + ".impl", m_);
   impl->addFnAttr(llvm::Attribute::AlwaysInline);
   set_target_attrs(impl);
-  for (size_t i = 0; i <= nbuf_; ++i) {
+  for (size_t i = 0; i <= nbuf_ + 3; ++i) {
+    if (i == nbuf_ + 1 || i == nbuf_ + 2) continue;  // begin, end
     impl->addParamAttr(i, llvm::Attribute::NoAlias);
     impl->addParamAttr(i, llvm::Attribute::NoCapture);
-    if (i < nloads || i == nbuf_) impl->addParamAttr(i, llvm::Attribute::ReadOnly);
+    if (i < nloads || i >= nbuf_) impl->addParamAttr(i, llvm::Attribute::ReadOnly);
   }
   fn_ = impl;
   emit_impl();
 
-  auto* abi = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+  auto* abi = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64, ptr}, false);
   auto* wrapper = llvm::Function::Create(abi, llvm::Function::ExternalLinkage, name_, m_);
   set_target_attrs(wrapper);
   b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", wrapper));
   std::vector<Value*> args;
   for (size_t i = 0; i < nbuf_; ++i)
     args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, wrapper->getArg(0), i)));
-  for (unsigned i = 1; i < 4; ++i) args.push_back(wrapper->getArg(i));
+  for (unsigned i = 1; i < 5; ++i) args.push_back(wrapper->getArg(i));
   b_.CreateCall(impl, args);
   b_.CreateRetVoid();
 }
@@ -57,23 +59,56 @@ void LoopEmitter::set_target_attrs(llvm::Function* f) {
 void LoopEmitter::emit_impl() {
   b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
   llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+  load_shape();
   // Scalars are loop-invariant: read them once.
   for (size_t i = 0; i < k_.loads.size(); ++i)
-    if (k_.loads[i].scalar_index >= 0) loaded_[i] = load_scalar(k_.loads[i]);
+    if (k_.loads[i].scalar_index >= 0) loaded_[i] = load_scalar(i);
   if (k_.row) return emit_row_impl(exit);
   emit_outer_loops(exit, sizes_.size(), [&] { emit_body(); });
 }
 
+void LoopEmitter::load_shape() {
+  const size_t rank = sizes_.size();
+  auto* i64 = b_.getInt64Ty();
+  Value* dims = fn_->getArg(nbuf_ + 3);
+  auto at = [&](size_t i) -> Value* {
+    return b_.CreateLoad(i64, b_.CreateConstInBoundsGEP1_64(i64, dims, i));
+  };
+  const bool generic = cfg_.generic;
+  for (size_t d = 0; d < rank; ++d) size_v_.push_back(generic ? at(d) : b_.getInt64(sizes_[d]));
+  size_t next = rank;
+  for (const Access& a : k_.loads) {
+    std::vector<Value*> st(rank, nullptr);
+    Value* off = nullptr;
+    slot_v_.push_back(a.scalar_index >= 0 ? at(next++) : nullptr);
+    if (a.scalar_index < 0) {
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t s = d < a.strides.size() ? a.strides[d] : 0;
+        if (s != 0) st[d] = generic && runtime_stride(s) ? at(next + d) : b_.getInt64(s);
+      }
+      if (a.offset != 0) off = generic ? at(next + rank) : b_.getInt64(a.offset);
+      next += rank + 1;
+    }
+    stride_v_.push_back(std::move(st));
+    offset_v_.push_back(off);
+  }
+}
+
 void LoopEmitter::emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body) {
   bool empty = false;
-  for (size_t d = 1; d < last; ++d) empty |= sizes_[d] <= 0;
+  if (!cfg_.generic)
+    for (size_t d = 1; d < last; ++d) empty |= sizes_[d] <= 0;
   if (empty) {
     b_.CreateBr(exit);
   } else {
     Value* begin = fn_->getArg(nbuf_ + 1);
     Value* end = fn_->getArg(nbuf_ + 2);
     llvm::BasicBlock* outer = llvm::BasicBlock::Create(ctx_, "outer", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), outer, exit);
+    Value* go = b_.CreateICmpSLT(begin, end);
+    // Shape-generic code checks at run time what exact code knew: an empty inner dim.
+    if (cfg_.generic)
+      for (size_t d = 1; d < last; ++d) go = b_.CreateAnd(go, b_.CreateICmpSGT(size_v_[d], b_.getInt64(0)));
+    b_.CreateCondBr(go, outer, exit);
     b_.SetInsertPoint(outer);
     idx_.assign(sizes_.size(), nullptr);
     emit_loops(0, last, begin, end, body);
@@ -92,7 +127,7 @@ void LoopEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, c
   i->addIncoming(start, pre);
   idx_[d] = i;
   if (d + 1 < last)
-    emit_loops(d + 1, last, b_.getInt64(0), b_.getInt64(sizes_[d + 1]), body);
+    emit_loops(d + 1, last, b_.getInt64(0), size_v_[d + 1], body);
   else
     body();
   Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
@@ -106,37 +141,29 @@ void LoopEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, c
 
 void LoopEmitter::emit_body() {
   for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
-  std::vector<int64_t> cstrides(sizes_.size(), 1);
-  for (size_t d = sizes_.size() - 1; d > 0; --d) cstrides[d - 1] = cstrides[d] * sizes_[d];
-  for (size_t s = 0; s < k_.stores.size(); ++s) {
-    DType t = g_.value(k_.stores[s]).type.dtype;
-    Value* v = to_memory(b_, convert(b_, operand(k_.stores[s]), t), t);
-    Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s),
-                                    index(cstrides, 0));
-    b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
-  }
+  Value* off = contiguous_index(0, sizes_.size());
+  for (size_t s = 0; s < k_.stores.size(); ++s) store(s, off);
 }
 
-Value* LoopEmitter::index(const std::vector<int64_t>& strides, int64_t offset) {
-  Value* off = b_.getInt64(offset);
+Value* LoopEmitter::index(const std::vector<Value*>& strides, Value* offset) {
+  Value* off = offset ? offset : b_.getInt64(0);
   for (size_t d = 0; d < sizes_.size(); ++d) {
-    int64_t st = d < strides.size() ? strides[d] : 0;
-    if (st != 0 && !idx_[d]) unsupported("an access varies over a dim it is not read in");
-    if (st != 0)
-      off = b_.CreateAdd(off, b_.CreateMul(idx_[d], b_.getInt64(st), "", false, true), "", false,
-                         true);
+    Value* st = d < strides.size() ? strides[d] : nullptr;
+    if (!st) continue;
+    if (!idx_[d]) unsupported("an access varies over a dim it is not read in");
+    off = b_.CreateAdd(off, b_.CreateMul(idx_[d], st, "", false, true), "", false, true);
   }
   return off;
 }
 
 Value* LoopEmitter::contiguous_index(size_t first, size_t last) {
-  std::vector<int64_t> st(sizes_.size(), 0);
-  int64_t acc = 1;
+  std::vector<Value*> st(sizes_.size(), nullptr);
+  Value* acc = b_.getInt64(1);
   for (size_t d = last; d-- > first;) {
     st[d] = acc;
-    acc *= sizes_[d];
+    acc = b_.CreateMul(acc, size_v_[d], "", false, true);
   }
-  return index(st, 0);
+  return index(st, nullptr);
 }
 
 void LoopEmitter::store(size_t s, Value* offset) {
@@ -146,8 +173,9 @@ void LoopEmitter::store(size_t s, Value* offset) {
   b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
 }
 
-TV LoopEmitter::load_scalar(const Access& a) {
-  Value* p = b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), fn_->getArg(nbuf_), a.scalar_index);
+TV LoopEmitter::load_scalar(size_t li) {
+  const Access& a = k_.loads[li];
+  Value* p = b_.CreateInBoundsGEP(b_.getInt64Ty(), fn_->getArg(nbuf_), slot_v_.at(li));
   if (ir::is_floating(a.dtype)) return {b_.CreateLoad(b_.getDoubleTy(), p), DType::Float64};
   Value* i = b_.CreateLoad(b_.getInt64Ty(), p);
   if (a.dtype == DType::Bool) return {b_.CreateICmpNE(i, b_.getInt64(0)), DType::Bool};
@@ -162,7 +190,7 @@ TV LoopEmitter::operand(ValueId v) {
   if (auto it = loaded_.find(li); it != loaded_.end()) return it->second;
   const Access& a = k_.loads[li];
   llvm::Type* mt = mem_type(b_, a.dtype);
-  Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), index(a.strides, a.offset));
+  Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), index(stride_v_[li], offset_v_[li]));
   TV r{from_memory(b_, b_.CreateAlignedLoad(mt, p, llvm::Align(ir::element_size(a.dtype))), a.dtype),
        a.dtype};
   return loaded_[li] = r;

@@ -18,6 +18,7 @@
 
 #include "lowering/cpu/codegen.h"
 #include "lowering/cpu/op_emitter.h"
+#include "lowering/kernel_key.h"
 
 namespace lazyjit::lowering::cpu::emit {
 
@@ -43,8 +44,11 @@ class LoopEmitter {
   // Guards begin < end and the emptiness of dims [1, last), then rotated loops
   // over dims [0, last) around `body`, then returns.
   void emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body);
+  // The sizes, strides and offsets as values, in the entry block: constants,
+  // or (shape-generic code) read from KernelFn's `dims` (kernel_dims order).
+  void load_shape();
   // Rotated (do-while) loops over dims [d, last), the first from start to stop
-  // (start < stop known), the others over their constant nonzero sizes. Row
+  // (start < stop known), the others over their nonzero sizes. Row
   // dims (d < nrow_) get row_loop_md().
   void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
   // A plain kernel's loop body: every node, then every store.
@@ -72,7 +76,7 @@ class LoopEmitter {
   void emit_col_loop(const ColLoop& w, const std::function<void()>& body,
                      const BlockHooks* blocks = nullptr);
   // A do-while loop of `n` >= 1 iterations, `body` given the index (0, 1, ...).
-  void emit_counted_loop(int64_t n, const std::function<void(Value* i)>& body);
+  void emit_counted_loop(Value* n, const std::function<void(Value* i)>& body);
   void emit_row_body();
   // The accumulator lives in an entry-block alloca that SROA turns into the
   // loop's reduction phi. No cols (empty rows): the reduction is its identity.
@@ -85,10 +89,11 @@ class LoopEmitter {
   void emit_kernel_node(const ir::Node& n);
   MathContext math() { return {b_, m_, cfg_, avx2_, avx512_, declared_}; }
   OperandSource operands();
-  Value* index(const std::vector<int64_t>& strides, int64_t offset);
+  // offset + sum_d idx_d * strides[d]; a null stride or offset is zero.
+  Value* index(const std::vector<Value*>& strides, Value* offset);
   // Contiguous offset over dims [first, last) of the iteration space.
   Value* contiguous_index(size_t first, size_t last);
-  TV load_scalar(const Access& a);
+  TV load_scalar(size_t load);
   // A computed value, else the load's value (loaded on first use in the loop body).
   TV operand(ValueId v);
   bool is_scalar_argument(ValueId v) const;
@@ -105,6 +110,10 @@ class LoopEmitter {
   std::string name_;
   bool avx2_ = false, avx512_ = false;
   std::vector<int64_t> sizes_;
+  std::vector<Value*> size_v_;                  // per dim
+  std::vector<std::vector<Value*>> stride_v_;   // per load, per dim; null: 0
+  std::vector<Value*> offset_v_;                // per load; null: 0
+  std::vector<Value*> slot_v_;                  // per load: a scalar's slot; null for buffers
   llvm::Function* fn_ = nullptr;
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
   std::vector<int> buffer_of_;       // per load: its buffer parameter, -1 for scalars

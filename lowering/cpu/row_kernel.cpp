@@ -35,6 +35,9 @@ void LoopEmitter::alloc_scratch() {
   if (k_.schedule.scratch.empty()) return;
   int64_t cols = 1;
   for (size_t d = nrow_; d < sizes_.size(); ++d) cols *= sizes_[d];
+  // Shape-generic code: room for the most cols a schedule keeps scratch for
+  // (row_schedule.h: cols x 8 bytes x arrays <= kRowScratchBytes).
+  if (cfg_.generic) cols = kRowScratchBytes / 8 / static_cast<int64_t>(k_.schedule.scratch.size());
   llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
   for (int32_t p : k_.schedule.scratch) {
     DType t = g_.value(g_.nodes().at(k_.nodes.at(p)).outputs[0]).type.dtype;
@@ -72,31 +75,32 @@ void LoopEmitter::emit_col_loop(const ColLoop& w, const std::function<void()>& b
   };
   const size_t last = sizes_.size();
   if (!blocks) {
-    emit_loops(nrow_, last, b_.getInt64(0), b_.getInt64(sizes_[nrow_]), element);
+    emit_loops(nrow_, last, b_.getInt64(0), size_v_[nrow_], element);
   } else {
     const auto d = static_cast<size_t>(blocks->blocks.dim);
     const int64_t chunk = blocks->blocks.chunk;
-    if (d < nrow_ || d >= last || chunk < 1 || chunk >= sizes_[d])
+    if (d < nrow_ || d >= last || chunk < 1 || (!cfg_.generic && chunk >= sizes_[d]))
       unsupported("malformed sum blocks (dim " + std::to_string(d) + ", chunk " + std::to_string(chunk) + ")");
-    const int64_t n = sizes_[d];
+    Value* n = size_v_[d];
     auto block_loop = [&] {
-      emit_counted_loop((n + chunk - 1) / chunk, [&](Value* c) {
+      Value* nblocks = b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(chunk - 1)), b_.getInt64(chunk));
+      emit_counted_loop(nblocks, [&](Value* c) {
         Value* start = b_.CreateMul(c, b_.getInt64(chunk), "", /*NUW=*/true, /*NSW=*/true);
         Value* stop = b_.CreateBinaryIntrinsic(
-            llvm::Intrinsic::smin, b_.CreateAdd(start, b_.getInt64(chunk), "", true, true), b_.getInt64(n));
+            llvm::Intrinsic::smin, b_.CreateAdd(start, b_.getInt64(chunk), "", true, true), n);
         blocks->begin_block();
         emit_loops(d, last, start, stop, element);
         blocks->end_block();
       });
     };
-    if (d > nrow_) emit_loops(nrow_, d, b_.getInt64(0), b_.getInt64(sizes_[nrow_]), block_loop);
+    if (d > nrow_) emit_loops(nrow_, d, b_.getInt64(0), size_v_[nrow_], block_loop);
     else block_loop();
   }
   values_ = std::move(saved_values);
   loaded_ = std::move(saved_loaded);
 }
 
-void LoopEmitter::emit_counted_loop(int64_t n, const std::function<void(Value* i)>& body) {
+void LoopEmitter::emit_counted_loop(Value* n, const std::function<void(Value* i)>& body) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "block", fn_);
   b_.CreateBr(head);
@@ -107,7 +111,7 @@ void LoopEmitter::emit_counted_loop(int64_t n, const std::function<void(Value* i
   Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*NUW=*/true, /*NSW=*/true);
   i->addIncoming(next, b_.GetInsertBlock());
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "block.end", fn_);
-  b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(n)), head, after);
+  b_.CreateCondBr(b_.CreateICmpSLT(next, n), head, after);
   b_.SetInsertPoint(after);
 }
 

@@ -64,6 +64,28 @@ def clear_cache() -> None:
     _C.clear_cache()
 
 
+def _dims(dim):
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def mark_dynamic(t: torch.Tensor, dim) -> None:
+    """Graphs that read ``t`` get shape-generic kernels from their first compile.
+
+    Use it for an input whose size you know will change (a batch, a sequence):
+    without it (``LAZYJIT_DYNAMIC=auto``) a kernel is first compiled for its exact
+    sizes and made generic when a second size comes. ``dim`` (an int or a list)
+    is checked against ``t``; the choice applies to the whole graph.
+    """
+    for d in _dims(dim):
+        _C.mark_dynamic(t, d)
+
+
+def mark_static(t: torch.Tensor, dim) -> None:
+    """Graphs that read ``t`` get kernels for their exact sizes only."""
+    for d in _dims(dim):
+        _C.mark_static(t, d)
+
+
 class _DeviceModule:
     """torch.lazyjit: what PyTorch expects of a backend module."""
 

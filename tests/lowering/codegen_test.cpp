@@ -66,7 +66,8 @@ void call(const Plan& p, size_t k, std::vector<Buf*> bufs, const std::vector<int
           int64_t begin, int64_t end) {
   std::vector<void*> ptrs;
   for (Buf* b : bufs) ptrs.push_back(b->bytes.data());
-  p.kernel_fns.at(k)(ptrs.data(), scalars.data(), begin, end);
+  std::vector<int64_t> dims = kernel_dims(p.kernels.at(k));
+  p.kernel_fns.at(k)(ptrs.data(), scalars.data(), begin, end, dims.data());
 }
 
 FusedKernel kernel(std::vector<int64_t> sizes, std::vector<uint32_t> nodes, std::vector<Access> loads,
@@ -621,7 +622,8 @@ TEST(CpuCodegen, EmptyAndRankEdgeCases) {
     auto code = target().compile(g, p);
     float dummy = 42;
     void* bufs[] = {&dummy, &dummy};
-    p.kernel_fns[0](bufs, nullptr, 0, sizes[0]);
+    std::vector<int64_t> dims = kernel_dims(p.kernels[0]);
+    p.kernel_fns[0](bufs, nullptr, 0, sizes[0], dims.data());
     EXPECT_EQ(dummy, 42);
   }
   // Rank 0 (a single element).

@@ -1,6 +1,8 @@
 // What the lowering tests share: the CPU target, small IR builders, and typed
 // buffers holding a dtype's exact memory image (bf16 rounded to nearest even).
 #pragma once
+#include <cstdlib>
+#include <string>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,9 +20,34 @@ using ir::Attr;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-inline Target& target() {
-  static std::unique_ptr<Target> t = make_cpu_target();
-  return *t;
+// The CPU target, with the kind of kernel code LAZYJIT_TEST_SHAPES asks for
+// ("all": every kernel shape-generic, "off": exact sizes; unset: auto). ctest
+// runs lowering_tests both ways (CMakeLists.txt), so every kernel test checks
+// shape-generic code too.
+class TestTarget : public Target {
+ public:
+  TestTarget() : t_(make_cpu_target()) {
+    const char* e = std::getenv("LAZYJIT_TEST_SHAPES");
+    std::string s = e ? e : "";
+    shapes_ = s == "all" ? Shapes::All : s == "off" ? Shapes::Off : Shapes::Auto;
+  }
+  std::string fingerprint() const override { return t_->fingerprint(); }
+  std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan, Shapes shapes = Shapes::Auto) override {
+    return t_->compile(g, plan, shapes == Shapes::Auto ? shapes_ : shapes);
+  }
+  std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override { return t_->load(object, plan); }
+  void clear_kernels() override { t_->clear_kernels(); }
+  size_t kernel_count() const override { return t_->kernel_count(); }
+  Shapes shapes() const { return shapes_; }
+
+ private:
+  std::unique_ptr<Target> t_;
+  Shapes shapes_;
+};
+
+inline TestTarget& target() {
+  static TestTarget t;
+  return t;
 }
 
 inline ir::TensorType tt(DType t, std::vector<int64_t> sizes) {

@@ -96,7 +96,12 @@ int cmd_show(const Common& c, const ShowOptions& o) {
     ObjectCode obj = object_code(read_whole_file(e.path), m);
     if (!obj.error.empty()) asm_note = obj.error;
     else if (obj.bytes.empty()) asm_note = "no object code: every step of this program is a library (ATen) call";
-    else asm_text = disassemble(obj.bytes, &asm_note);
+    else
+      for (const ObjectCode::Unit& u : obj.units) {
+        std::string text = disassemble(u.object, &asm_note);
+        if (text.empty()) break;
+        asm_text += "== kernel " + u.symbol + (u.generic ? " (shape-generic)" : "") + "\n" + text;
+      }
   }
 
   if (c.json) {

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "cache/entry_file.h"
+#include "graph_ir/bytes.h"
 
 namespace lazyjit::cache_tool {
 
@@ -50,6 +51,25 @@ ObjectCode object_code(const std::string& file, const nlohmann::json& manifest) 
     return out;
   }
   out.bytes.assign(payload.substr(start, n));
+  if (out.bytes.empty()) return out;
+  try {
+    ir::ByteReader r(out.bytes);
+    r.expect_header("LJKO", 1, "kernel objects");
+    uint32_t units = r.u32();
+    for (uint32_t u = 0; u < units; ++u) {
+      r.u64();
+      r.u64();
+      ObjectCode::Unit unit;
+      unit.generic = r.u8() != 0;
+      unit.symbol = r.str();
+      unit.object = r.str();
+      out.units.push_back(std::move(unit));
+    }
+    r.u32s();
+    r.expect_end("kernel objects");
+  } catch (const std::exception& e) {
+    out.error = std::string("object code is not a kernel archive: ") + e.what();
+  }
   return out;
 }
 

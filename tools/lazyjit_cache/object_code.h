@@ -4,15 +4,26 @@
 // the object file as a u32-length-prefixed string, then a u64 checksum. The
 // graph and plan before it need lowering's readers (LLVM), so instead the
 // object is found from the end: the manifest's object_bytes says its length,
-// and the u32 just before it must say the same.
+// and the u32 just before it must say the same. That string holds one object
+// file per compiled kernel, in the CPU target's kernel archive
+// (lowering/cpu/cpu_target.cpp):
+//   "LJKO" u32 version 1, u32 unit count, per unit: u64 key lo, u64 key hi,
+//   u8 generic, str symbol, str object; then u32 kernel count + u32 unit each.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace lazyjit::cache_tool {
 
 struct ObjectCode {
-  std::string bytes;  // empty: the program has no kernels
+  std::string bytes;  // the archive; empty: the program has no kernels
+  struct Unit {
+    std::string symbol;  // the kernel function (named for the kernel it was first compiled for)
+    bool generic = false;  // shape-generic code (serves other sizes)
+    std::string object;  // a relocatable object file
+  };
+  std::vector<Unit> units;  // distinct compiled kernels, in the archive's order
   std::string error;  // set when the entry does not hold what its manifest says
 };
 

@@ -79,6 +79,9 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
     t[py::str(k)] = e;
   }
   d["timings"] = t;
+  // Time spent building programs on a miss (graph passes, planning, codegen).
+  auto compile = s.timings.find("compile");
+  d["compile_ms"] = compile == s.timings.end() ? 0.0 : compile->second.total_ms;
   // Time spent loading programs from the on-disk cache (linking, no codegen).
   auto load = s.timings.find("disk_load");
   d["load_ms"] = load == s.timings.end() ? 0.0 : load->second.total_ms;
@@ -169,4 +172,6 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("clear_cache", &lazyjit::clear_cache);
+  m.def("mark_dynamic", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_dynamic(t, dim); });
+  m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
 }
