@@ -4,11 +4,15 @@
 
 namespace lazyjit::lowering {
 
-//  - Auto: code for its exact sizes, until a kernel with the same generic key
-//    comes with other sizes; from then on shape-generic code, which serves
-//    every later size.
-//  - Off: code for exact sizes only.
-//  - All: shape-generic code from the first compile.
+//  - Auto (the default) and All: shape-generic code, specialised only on what
+//    changes the code that matters (dtype, rank after coalescing, which dims
+//    broadcast, unit strides: the generic key), so a kernel compiles once
+//    for every size. Measured against exact code on the bench's kernels
+//    (docs/design.md, "Shapes that vary"): no difference beyond noise. The two
+//    names differ only in what marks mean: under Auto, lazyjit.mark_static
+//    asks for exact code; All is what the issue calls every dim dynamic.
+//  - Off: code for exact sizes (every new shape compiles its kernels anew; for
+//    comparisons, and for a kernel whose constant sizes would pay).
 enum class Shapes { Auto, Off, All };
 
 }  // namespace lazyjit::lowering

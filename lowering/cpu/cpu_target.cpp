@@ -150,16 +150,12 @@ class CpuTarget : public Target {
       std::lock_guard<std::mutex> lock(mu_);
       for (size_t i = 0; i < n; ++i) {
         KernelKey key = kernel_key(g, plan.kernels[i]);
-        if (shapes != Shapes::All)
-          if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
-        if (shapes != Shapes::Off)
+        // Code for exact sizes serves whoever finds it (Off compiled it, or a
+        // program read from disk brought it); Off uses nothing else.
+        if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
+        const bool generic = shapes != Shapes::Off;
+        if (generic)
           if (KernelRef c = use(key.generic)) { found[i] = c; ++hits; continue; }
-        bool generic = shapes == Shapes::All || (shapes == Shapes::Auto && sized_.count(key.generic));
-        // Auto: the next kernel with this generic key and other sizes gets generic code.
-        if (!generic) {
-          if (sized_.size() >= 16 * kMaxKernels) sized_.clear();  // bounded; forgetting only delays generic code
-          sized_.insert(key.generic);
-        }
         ir::Hash128 k = generic ? key.generic : key.exact;
         auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
         if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
@@ -240,7 +236,6 @@ class CpuTarget : public Target {
     std::lock_guard<std::mutex> lock(mu_);
     kernels_.clear();
     lru_.clear();
-    sized_.clear();
   }
   size_t kernel_count() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -345,8 +340,6 @@ class CpuTarget : public Target {
   mutable std::mutex mu_;
   std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
   std::list<ir::Hash128> lru_;
-  // Generic keys compiled for exact sizes (Shapes::Auto).
-  std::unordered_set<ir::Hash128, Hash128Hash> sized_;
 };
 
 }  // namespace

@@ -21,9 +21,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The CPU target, with the kind of kernel code LAZYJIT_TEST_SHAPES asks for
-// ("all": every kernel shape-generic, "off": exact sizes; unset: auto). ctest
-// runs lowering_tests both ways (CMakeLists.txt), so every kernel test checks
-// shape-generic code too.
+// ("off": exact sizes; "all", or unset: auto, shape-generic). ctest runs
+// lowering_tests both ways (CMakeLists.txt), so every kernel test checks both
+// kinds of code.
 class TestTarget : public Target {
  public:
   TestTarget() : t_(make_cpu_target()) {
