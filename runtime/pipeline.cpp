@@ -68,16 +68,16 @@ void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& pro
 }  // namespace
 
 RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
-                       std::optional<lowering::Shapes> shapes) {
+                       std::optional<lowering::Shapes> shapes, const NodeSites& node_sites) {
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
   cache::Lookup<executor::Executable> lookup;
   try {
     lookup = cache_.get_or_compile(key, [&] {
       if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.count(site) >= config_.recompile_limit) {
-        explain_compile(graph, site, /*eager=*/true);
+        explain_compile(graph, site, /*eager=*/true, node_sites);
         throw RunEagerly{};
       }
-      return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site, shapes));
+      return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site, shapes, node_sites));
     });
   } catch (const RunEagerly&) {
     return run_eagerly(graph, bindings);
@@ -101,11 +101,12 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
 
 std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                                   const std::string& site,
-                                                                  std::optional<lowering::Shapes> shapes) {
+                                                                  std::optional<lowering::Shapes> shapes,
+                                                                  const NodeSites& node_sites) {
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
-    explain_compile(graph, site);  // what differs from the nearest program compiled at this site
+    explain_compile(graph, site, false, node_sites);  // what differs from the nearest program compiled at this site
     auto program = compile(ir::Graph(graph), key.str(), shapes);
     trim_heap();
     return program;
@@ -144,8 +145,9 @@ std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& 
   return lowering::program_from_bytes(bytes, *target_);
 }
 
-void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, bool eager) {
-  Recompile r = explainer_.explain(graph, site);
+void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, bool eager,
+                              const NodeSites& node_sites) {
+  Recompile r = explainer_.explain(graph, site, node_sites);
   if (eager) r.kind += " (run op by op: past the recompile limit)";
   if (config_.log_recompiles)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),

@@ -47,7 +47,7 @@ std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorT
   static const char* const kViewAttrs[] = {"sizes", "strides", "offset"};
   for (size_t k = 0; k < std::min(a.attrs.size(), b.attrs.size()); ++k)
     if (!(a.attrs[k] == b.attrs[k]))
-      return op + (view ? " (a view): " : ": attr ") + (view && k < 3 ? kViewAttrs[k] : std::to_string(k)) + " " +
+      return op + (view ? " (a view): " : ": attr ") + (view && k < 3 ? kViewAttrs[k] : std::to_string(k) + ":") + " " +
              attr_text(a.attrs[k].value) + " → " + attr_text(b.attrs[k].value);
   if (a.attrs.size() != b.attrs.size()) return op + ": different attributes";
   for (size_t k = 0; k < std::min(a.outputs.size(), b.outputs.size()); ++k) {
@@ -59,7 +59,7 @@ std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorT
 
 }  // namespace
 
-Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& site) {
+Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& site, const NodeSites& node_sites) {
   std::lock_guard<std::mutex> lock(mu_);
   Recompile r{site, "", "", ++count_[site]};
   std::vector<Seen>& seen = seen_[site];
@@ -120,6 +120,11 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
       if (b.kind == ir::OpKind::Input || b.kind == ir::OpKind::Scalar) continue;
       std::string d = node_diff(i, near->nodes[i], near->types, b, g);
       if (d.empty() || (same_structure && d.find(": output ") != std::string::npos)) continue;
+      // Where the user recorded it, after "op #i name".
+      if (std::string where = node_sites ? node_sites(static_cast<uint32_t>(i)) : ""; !where.empty()) {
+        size_t colon = d.find(": ");
+        d.insert(colon == std::string::npos ? d.size() : colon, " (" + where + ")");
+      }
       lines.push_back(same_structure ? d : d + " (first op that differs)");
       break;
     }

@@ -2,11 +2,12 @@
 // nearest graph compiled before at the same sync call site.
 //
 //   input 0 dim 0: 7 → 8 (sizes seen: 7, 8) — now dynamic
-//   op #14 aten::slice.Tensor: attr 4: 17 → 18
+//   op #14 aten::slice.Tensor (model.py:88): attr 4: 17 → 18
 //   op #3: gelu → silu (first op that differs; 40 → 41 ops)
 //
 // Needs no libtorch or LLVM: it reads graphs. One per runtime; thread-safe.
 #pragma once
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -16,6 +17,10 @@
 #include "graph_ir/graph.h"
 
 namespace lazyjit::runtime {
+
+// The user's file:line that recorded a node, "" when not known (the tracer
+// keeps it for the nodes that can fail: library calls).
+using NodeSites = std::function<std::string(uint32_t node)>;
 
 struct Recompile {
   std::string site;    // the sync's call site ("" when unknown)
@@ -27,7 +32,7 @@ struct Recompile {
 class RecompileExplainer {
  public:
   // Explains compiling `g` at `site`, then remembers `g` for later misses there.
-  Recompile explain(const ir::Graph& g, const std::string& site);
+  Recompile explain(const ir::Graph& g, const std::string& site, const NodeSites& node_sites = {});
   // Whether a dim that takes a second size becomes dynamic (LAZYJIT_DYNAMIC is
   // not off): its explanation says so, and it is counted (dynamic_dims).
   void set_dynamic(bool on) { dynamic_ = on; }

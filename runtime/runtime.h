@@ -57,8 +57,9 @@ class Runtime {
   // told). Throws on a malformed graph or a failed compile.
   // `shapes`, when set, overrides LAZYJIT_DYNAMIC for the kernels compiled
   // (lazyjit.mark_dynamic / mark_static on an input).
+  // `node_sites`, when set, names where a node was recorded (explanations).
   RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
-                std::optional<lowering::Shapes> shapes = std::nullopt);
+                std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {});
   static constexpr uint32_t kNoNode = ~uint32_t{0};
 
   // A compiled program as bytes, and back (links its object code: no codegen).
@@ -78,13 +79,15 @@ class Runtime {
   static void trim_heap();
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
   // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
-  void explain_compile(const ir::Graph& graph, const std::string& site, bool eager = false);
+  void explain_compile(const ir::Graph& graph, const std::string& site, bool eager = false,
+                       const NodeSites& node_sites = {});
   // Past the limit with the eager stance: `graph` runs op by op, uncompiled and
   // uncached (lowering::plan_eager).
   RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);
   std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                            const std::string& site,
-                                                           std::optional<lowering::Shapes> shapes);
+                                                           std::optional<lowering::Shapes> shapes,
+                                                           const NodeSites& node_sites);
 
   Config config_;
   std::unique_ptr<lowering::Target> target_;

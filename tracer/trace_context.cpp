@@ -280,7 +280,10 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     std::optional<runtime::Shapes> shapes;
     if (marks_ & LazyStorage::kMarkStatic) shapes = runtime::Shapes::Off;
     if (marks_ & LazyStorage::kMarkDynamic) shapes = runtime::Shapes::All;
-    r = runtime::Runtime::get().run(*graph_, b, site, shapes);
+    r = runtime::Runtime::get().run(*graph_, b, site, shapes, [this](uint32_t node) {
+      const NodeOrigin* o = origin(node);
+      return o ? o->site : std::string();
+    });
   } catch (const std::exception& e) {
     if (runtime::interrupt_seen()) {
       // Ctrl-C stopped the compile: nothing ran, so the graph goes back to

@@ -444,6 +444,23 @@ def test_second_size_is_explained_and_now_dynamic(fresh):
     assert m["dynamic_dims"] >= 1 and m["generic_compiles"] >= 1, m
 
 
+def test_changed_op_is_named_with_where_it_was_recorded(fresh):
+    # An attribute of a library op changes (gather's dim): the explanation names
+    # the op, the user's line that recorded it, and the old and new value.
+    import inspect
+    x = torch.randn(4, 4)
+    idx = torch.tensor([[0, 1, 2, 3]] * 4)
+    xl, il = x.to(DEV), idx.to(DEV)
+    lines = []
+    for d in (0, 1):
+        lines.append(inspect.currentframe().f_lineno + 1)
+        y = torch.gather(xl, d, il) * 2
+        torch.testing.assert_close(y.cpu(), torch.gather(x, d, idx) * 2)
+    r = fresh.explain_recompiles()[-1]
+    assert r["kind"] == "new graph", r
+    assert f"aten::gather (" in r["detail"] and f"test_dynamic_shapes.py:{lines[1]}): attr 2: 0 → 1" in r["detail"], r
+
+
 EXPLAIN_OFF = """
 import json, torch, lazyjit
 for n in (7, 8, 9):
