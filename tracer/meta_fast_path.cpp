@@ -115,15 +115,13 @@ using Shape = c10::SmallVector<int64_t, 6>;
 
 // PyTorch's broadcast; false where it fails (the meta kernel raises eager's error).
 bool broadcast_into(Shape* shape, at::IntArrayRef s) {
-  size_t n = std::max(shape->size(), s.size());
-  Shape r(n, 1);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t a = i < shape->size() ? (*shape)[shape->size() - 1 - i] : 1;
-    int64_t b = i < s.size() ? s[s.size() - 1 - i] : 1;
-    if (a != b && a != 1 && b != 1) return false;
-    r[n - 1 - i] = a == 1 ? b : a;
+  if (s.size() > shape->size()) shape->insert(shape->begin(), s.size() - shape->size(), 1);
+  size_t off = shape->size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    int64_t& a = (*shape)[off + i];
+    if (a != s[i] && a != 1 && s[i] != 1) return false;
+    if (a == 1) a = s[i];
   }
-  *shape = std::move(r);
   return true;
 }
 
@@ -341,27 +339,36 @@ bool tri(const Stack& args, Stack* rets) {
   return true;
 }
 
-// cat: eager's result type over the inputs, sizes summed along `dim`, and a
-// contiguous result where every input suggests the contiguous format
-// (cat_compute_output_memory_format), whatever their strides.
+// cat: eager's result type over all inputs, sizes summed along `dim`, and a
+// contiguous result when any input suggests the contiguous format
+// (cat_compute_output_memory_format), whatever their strides. 1-d empty inputs
+// (an empty cache) are skipped, as eager's legacy rule does.
 bool cat(const Stack& args, Stack* rets) {
   if (args.size() != 2 || !args[0].isTensorList() || !args[1].isInt()) return false;
   std::vector<at::Tensor> ts = args[0].toTensorVector();
-  if (ts.empty()) return false;
-  int64_t ndim = ts[0].dim(), dim = args[1].toInt();
+  const at::Tensor* first = nullptr;
+  bool contiguous = false;
+  at::native::ResultTypeState state{};
+  for (const at::Tensor& t : ts) {
+    if (!t.defined() || !is_lazy(t) || !plain_dtype(t.scalar_type())) return false;
+    state = at::native::update_result_type_state(t, state);
+    contiguous |= t.suggest_memory_format() == at::MemoryFormat::Contiguous;
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    if (t.numel() == 0) return false;
+    if (!first) first = &t;
+  }
+  if (!first || !contiguous) return false;
+  int64_t ndim = first->dim(), dim = args[1].toInt();
   if (ndim == 0 || dim < -ndim || dim >= ndim) return false;
   if (dim < 0) dim += ndim;
-  at::native::ResultTypeState state{};
-  Shape out(ts[0].sizes().begin(), ts[0].sizes().end());
+  Shape out(first->sizes().begin(), first->sizes().end());
   out[dim] = 0;
   for (const at::Tensor& t : ts) {
-    if (!t.defined() || !is_lazy(t) || t.numel() == 0 || t.dim() != ndim || !plain_dtype(t.scalar_type()) ||
-        t.suggest_memory_format() != at::MemoryFormat::Contiguous)
-      return false;
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    if (t.dim() != ndim) return false;
     for (int64_t d = 0; d < ndim; ++d)
       if (d != dim && t.size(d) != out[d]) return false;
     out[dim] += t.size(dim);
-    state = at::native::update_result_type_state(t, state);
   }
   rets->push_back(meta_empty(out, at::native::result_type(state)));
   return true;

@@ -272,3 +272,11 @@ def test_sum_mean(dtype):
     check(lambda a: a.mean(-1, dtype=torch.float32), x)
     check(lambda a: a.sum((1, 1)), x)  # eager's error
     check(lambda a: a.pow(2).mean(-1, keepdim=True), _make((1, 5, 8), dtype, 2))
+
+
+def test_cat_skips_legacy_empty_and_keeps_eager_layout():
+    k = _make((2, 5, 4, 16), torch.float32).transpose(1, 2)  # a permuted key, as in an attention cache
+    check(lambda e, k: torch.cat([e, k], -2), torch.empty(0), k)
+    check(lambda e, k: torch.cat([k, e, k], 1), torch.empty(0, dtype=torch.float64), k)
+    check(lambda e: torch.cat([e, e]), torch.empty(0))
+    check(lambda k: torch.cat([k, k], -1), k)
