@@ -34,6 +34,7 @@ enum class Kind : uint8_t {
   Tri,          // triu / tril
   Cat,
   Reduce,       // sum / mean over dims
+  IndexSelect,
 };
 
 struct OpDesc {
@@ -75,6 +76,7 @@ OpDesc classify(const c10::FunctionSchema& s) {
   if (any({"triu", "tril"}) && o.empty()) return {Kind::Tri};
   if (n == "cat" && o.empty()) return {Kind::Cat};
   if ((n == "sum" && o == "dim_IntList") || (n == "mean" && o == "dim")) return {Kind::Reduce, false, false, false, n == "mean"};
+  if (n == "index_select" && o.empty()) return {Kind::IndexSelect};
   return {};
 }
 
@@ -410,6 +412,23 @@ bool reduce(bool mean, const Stack& args, Stack* rets) {
   return true;
 }
 
+// index_select (embedding's lookup): the input's sizes with `dim` the index's
+// length, contiguous, whatever the input's layout (eager resizes a fresh result).
+bool index_select(const Stack& args, Stack* rets) {
+  if (args.size() != 3 || !args[1].isInt()) return false;
+  const at::Tensor* x = lazy_tensor(args[0]);
+  const at::Tensor* idx = lazy_tensor(args[2]);
+  if (!x || !idx || x->dim() == 0 || idx->dim() > 1 || !plain_dtype(x->scalar_type())) return false;
+  if (idx->scalar_type() != at::kLong && idx->scalar_type() != at::kInt) return false;
+  int64_t ndim = x->dim(), dim = args[1].toInt();
+  if (dim < -ndim || dim >= ndim) return false;
+  if (dim < 0) dim += ndim;
+  Shape out(x->sizes().begin(), x->sizes().end());
+  out[dim] = idx->numel();
+  rets->push_back(meta_empty(out, x->scalar_type()));
+  return true;
+}
+
 }  // namespace
 
 bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* rets) {
@@ -423,6 +442,7 @@ bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* ret
     case Kind::Tri: ok = tri(args, rets); break;
     case Kind::Cat: ok = cat(args, rets); break;
     case Kind::Reduce: ok = reduce(d.mean, args, rets); break;
+    case Kind::IndexSelect: ok = index_select(args, rets); break;
     default: ok = pointwise(d, args, rets); break;
   }
   if (!ok) rets->clear();

@@ -280,3 +280,17 @@ def test_cat_skips_legacy_empty_and_keeps_eager_layout():
     check(lambda e, k: torch.cat([k, e, k], 1), torch.empty(0, dtype=torch.float64), k)
     check(lambda e: torch.cat([e, e]), torch.empty(0))
     check(lambda k: torch.cat([k, k], -1), k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_index_select_embedding(dtype):
+    w = _make((10, 4), dtype, 1)
+    idx = torch.tensor([3, 0, 9, 3])
+    check(lambda w, i: torch.index_select(w, 0, i), w, idx)
+    check(lambda w, i: torch.index_select(w, 1, i[:2] % 4), w, idx)
+    check(lambda w, i: torch.index_select(w.t(), -1, i), w, idx)
+    check(lambda w, i: torch.index_select(w, 0, i.int()), w, idx)
+    check(lambda w, i: torch.index_select(w, 0, i[0]), w, idx)
+    check(lambda w, i: torch.index_select(w, 2, i), w, idx)  # eager's error
+    if dtype.is_floating_point:
+        check(lambda w, i: F.embedding(i.view(2, 2), w), w, idx)
