@@ -10,6 +10,7 @@
 #include "graph_ir/hash.h"
 #include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
+#include "tracer/meta_fast_path.h"
 
 namespace lazyjit::tracer {
 
@@ -63,8 +64,7 @@ struct SilentWarnings : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
 
-bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
-  if (!probe_worth_it(op.schema(), args)) return false;
+bool run_dtype_probe(const c10::OperatorHandle& op, const Stack& args) {
   Stack probe;
   for (const IValue& v : args) {
     if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) probe.push_back(c10::Device(at::kCPU));
@@ -90,13 +90,25 @@ bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
 // are included too (arange's size depends on them); a changing scalar costs a
 // meta call, never a recompile. Every kind of argument starts with its own tag,
 // and lists with their length. False for an argument it cannot key: no memo.
-bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key) {
+//
+// With `probe`, the key of the dtype probe instead, which sees a lazyjit
+// tensor only as its dtype and its sizes clipped to 1 (to_probe): one probe
+// serves every batch size.
+bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key, bool probe = false) {
   static ir::BufferHasher h;  // guarded by the trace lock
   h.clear();
   const void* opp = &op.schema();
   h.update(&opp, sizeof opp);
+  h.update_i64(probe ? -12 : -11);
   auto tensor = [&](const at::Tensor& t) {
     if (!t.defined()) return h.update_i64(-7);
+    if (probe && is_lazy(t)) {
+      h.update_i64(-8);
+      h.update_i64(static_cast<int64_t>(t.scalar_type()));
+      h.update_i64(t.dim());
+      for (int64_t s : t.sizes()) h.update_i64(std::min<int64_t>(s, 1));
+      return;
+    }
     int64_t head[5] = {static_cast<int64_t>(t.scalar_type()), t.dim(), t.storage_offset(),
                        is_lazy(t) ? static_cast<int64_t>(t.storage().nbytes()) : -1,
                        t.unsafeGetTensorImpl()->is_wrapped_number()};
@@ -160,6 +172,20 @@ std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
   return *m;
 }
 
+// The probe's answer, memoized by what it depends on (meta_key's probe key).
+bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
+  if (!probe_worth_it(op.schema(), args)) return false;
+  ir::Hash128 key;
+  if (!meta_key(op, args, &key, /*probe=*/true)) return run_dtype_probe(op, args);
+  static auto* memo = new std::unordered_map<ir::Hash128, bool, Hash128Hasher>();  // guarded by the trace lock
+  auto hit = memo->find(key);
+  if (hit != memo->end()) return hit->second;
+  bool e = run_dtype_probe(op, args);
+  if (memo->size() > (1 << 14)) memo->clear();
+  memo->emplace(key, e);
+  return e;
+}
+
 }  // namespace
 
 const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, MetaResult* scratch) {
@@ -171,12 +197,16 @@ const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, M
   }
   MetaResult fresh;
   for (const IValue& v : args) fresh.args.push_back(ivalue_to_meta(v));
-  fresh.rets = fresh.args;
-  try {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    op.callBoxed(&fresh.rets);
-  } catch (const std::exception&) {
-    return nullptr;
+  // Common ops in plain cases are computed natively (tracer/meta_fast_path.h);
+  // the rest run their meta kernels.
+  if (!meta_fast_path(op, args, &fresh.rets)) {
+    fresh.rets = fresh.args;
+    try {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.callBoxed(&fresh.rets);
+    } catch (const std::exception&) {
+      return nullptr;
+    }
   }
   for (const IValue& v : fresh.rets) for_each_tensor(v, [&](const at::Tensor& t) { fresh.outs.push_back(t); });
   fresh.dtype_error = dtype_error(op, args);

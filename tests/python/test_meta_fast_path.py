@@ -1,0 +1,296 @@
+"""The tracer's native meta fast path (tracer/meta_fast_path.h), eager PyTorch on the CPU as
+the oracle: pointwise ops, native_layer_norm, addmm/mm, triu/tril over dtypes, broadcasting,
+0-d CPU tensors and Python scalars give eager's values, dtypes, shapes and strides; invalid
+arguments raise eager's exception type; and the common ops never import torch._dynamo (what
+the Python meta kernels they replace do)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from conftest import DEV, lazyjit, run_python  # noqa: F401
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
+
+
+def _id(x):
+    return str(x).split(".")[-1]
+
+
+def _make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) + 0.1).to(dtype)
+    return torch.randint(1, 6, shape, generator=g).to(dtype)  # no zero divisors
+
+
+def _to_dev(a):
+    """Non-0-d tensors to lazyjit; 0-d ones marked ("cpu0d", t) stay on the CPU."""
+    if isinstance(a, tuple) and a and a[0] == "cpu0d":
+        return a[1]
+    if isinstance(a, torch.Tensor):
+        return a.to(DEV)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_to_dev(x) for x in a)
+    return a
+
+
+def _to_cpu_arg(a):
+    if isinstance(a, tuple) and a and a[0] == "cpu0d":
+        return a[1]
+    return a
+
+
+def _outs(r):
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+def check(fn, *args):
+    cpu_args = [_to_cpu_arg(a) for a in args]
+    try:
+        want = fn(*cpu_args)
+    except Exception as e:  # eager's error: lazyjit raises the same type
+        with pytest.raises(type(e)):
+            for o in _outs(fn(*[_to_dev(a) for a in args])):
+                o.cpu()
+        return
+    got = fn(*[_to_dev(a) for a in args])
+    for g, w in zip(_outs(got), _outs(want)):
+        assert g.device.type == "lazyjit"
+        assert (g.dtype, g.shape, g.stride()) == (w.dtype, w.shape, w.stride())
+        gc = g.cpu()
+        if w.dtype.is_floating_point:
+            assert_close(gc, w, equal_nan=True, atol=1e-2 if w.dtype == torch.bfloat16 else 1e-5,
+                         rtol=1e-2 if w.dtype == torch.bfloat16 else 1e-5)
+        else:
+            assert torch.equal(gc, w)
+
+
+BINARY = {
+    "add": torch.add,
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=2),
+    "sub": torch.sub,
+    "sub_alpha_float": lambda a, b: torch.sub(a, b, alpha=0.5),
+    "mul": torch.mul,
+    "div": torch.div,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "pow": torch.pow,
+    "eq": torch.eq,
+    "ne": torch.ne,
+    "lt": torch.lt,
+    "ge": torch.ge,
+}
+
+SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((1, 4), (3, 1)), ((4, 1), (4, 1)), ((5,), ())]
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_binary_tensor_tensor(name, dtype):
+    fn = BINARY[name]
+    for i, (sa, sb) in enumerate(SHAPES):
+        check(fn, _make(sa, dtype, i), _make(sb, dtype, i + 10))
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_mixed_dtypes_scalars_and_cpu_0d(name):
+    fn = BINARY[name]
+    pairs = [(torch.int64, torch.float32), (torch.bfloat16, torch.float32), (torch.bool, torch.int64),
+             (torch.float64, torch.bfloat16), (torch.bool, torch.float32)]
+    for i, (da, db) in enumerate(pairs):
+        check(fn, _make((3, 4), da, i), _make((4,), db, i + 1))
+        # 0-d operands: a 0-d CPU tensor, a 0-d lazyjit tensor, on either side
+        check(fn, _make((3, 4), da, i), ("cpu0d", _make((), db, i + 2)))
+        check(fn, ("cpu0d", _make((), db, i + 2)), _make((2, 3), da, i))
+        check(fn, _make((3, 4), da, i), _make((), db, i + 3))
+    for dtype in DTYPES:
+        for s in [2, 3.5, True]:
+            check(fn, _make((2, 3), dtype, 5), s)
+            check(lambda a, b: fn(b, a), _make((2, 3), dtype, 6), s)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_operators_with_python_scalars(dtype):
+    x = _make((3, 4), dtype, 1)
+    check(lambda a: a * 2 + 1, x)
+    check(lambda a: a * 0.5 - 1, x)
+    check(lambda a: (a > 1) & (a < 3), x)
+    check(lambda a: 2 / (a + 3), x)
+
+
+UNARY = ["neg", "abs", "relu", "floor", "ceil", "trunc", "exp", "exp2", "expm1", "log", "log2", "log1p",
+         "sin", "cos", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "erf", "erfc"]
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_unary(name, dtype):
+    fn = getattr(torch, name)
+    for i, shape in enumerate([(3, 4), (2, 1, 5), (7,), ()]):
+        check(fn, _make(shape, dtype, i))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_activations(dtype):
+    for i, shape in enumerate([(3, 4), (1, 5), ()]):
+        x = _make(shape, dtype, i)
+        check(F.gelu, x)
+        check(lambda a: F.gelu(a, approximate="tanh"), x)
+        check(F.silu, x)
+    check(lambda a: F.gelu(a, approximate="bogus"), _make((3,), dtype))  # eager's error
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_where_clamp_pow_scalar(dtype):
+    for i, (sc, sa, sb) in enumerate([((3, 4), (3, 4), (3, 4)), ((3, 1), (4,), (3, 4)), ((4,), (2, 4), ())]):
+        cond = _make(sc, torch.bool, i)
+        check(torch.where, cond, _make(sa, dtype, i), _make(sb, dtype, i + 1))
+        check(torch.where, cond, _make(sa, dtype, i), _make(sb, torch.float32, i + 1))
+        check(torch.where, cond, _make(sa, dtype, i), ("cpu0d", torch.tensor(1.5)))
+        check(lambda c, a: torch.where(c, a, 0.5), cond, _make(sa, dtype, i))
+    x = _make((3, 4), dtype, 3)
+    check(lambda a: torch.clamp(a, min=2), x)
+    check(lambda a: torch.clamp(a, min=0.5, max=2.5), x)
+    check(lambda a: torch.clamp(a, max=1), x)
+    check(lambda a: torch.clamp_min(a, 1), x)
+    check(lambda a: a.pow(2), x)
+    check(lambda a: a.pow(0.5), x)
+    check(lambda a: a.pow(-1), x)
+    check(lambda a: a ** 3, _make((), dtype, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=_id)
+def test_layer_norm(dtype):
+    for shape, norm in [((4, 8), (8,)), ((2, 3, 8), (8,)), ((2, 3, 8), (3, 8)), ((1, 1, 8), (8,))]:
+        x = _make(shape, dtype, 1)
+        w, b = _make(norm, dtype, 2), _make(norm, dtype, 3)
+        check(lambda a, w, b: torch.native_layer_norm(a, list(norm), w, b, 1e-5), x, w, b)
+        check(lambda a: torch.native_layer_norm(a, list(norm), None, None, 1e-5), x)
+        check(lambda a, w: torch.native_layer_norm(a, list(norm), w, None, 1e-5), x, w)
+        check(lambda a, w, b: F.layer_norm(a, norm, w, b), x, w, b)
+        if dtype == torch.bfloat16:  # mixed: float parameters, float statistics
+            check(lambda a, w, b: torch.native_layer_norm(a, list(norm), w, b, 1e-5), x, w.float(), b.float())
+    x = _make((2, 8), dtype)
+    # eager's errors: normalized_shape or weight not matching the input
+    check(lambda a: torch.native_layer_norm(a, [4], None, None, 1e-5), x)
+    check(lambda a, w: torch.native_layer_norm(a, [8], w, None, 1e-5), x, _make((4,), dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=_id)
+def test_addmm_mm_linear(dtype):
+    x, w, bias = _make((5, 8), dtype, 1), _make((6, 8), dtype, 2), _make((6,), dtype, 3)
+    check(F.linear, x, w, bias)
+    check(F.linear, x, w)
+    check(F.linear, _make((2, 3, 8), dtype, 4), w, bias)
+    check(torch.mm, x, w.t())
+    check(lambda a, b: torch.mm(a, b.t()), x, w)
+    check(lambda c, a, b: torch.addmm(c, a, b.t(), beta=0.5, alpha=2), bias, x, w)
+    check(lambda c, a, b: torch.addmm(c, a, b.t()), _make((5, 6), dtype, 5), x, w)
+    check(lambda c, a, b: torch.addmm(c, a, b.t()), _make((5, 1), dtype, 5), x, w)
+    check(torch.mm, x, x)  # eager's shape error
+    check(lambda c, a, b: torch.addmm(c, a, b.t()), _make((4,), dtype), x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_triu_tril(dtype):
+    for shape in [(4, 5), (2, 3, 3)]:
+        x = _make(shape, dtype)
+        check(torch.triu, x)
+        check(lambda a: torch.tril(a, -1), x)
+        check(lambda a: torch.triu(a, 2), x)
+    check(torch.triu, _make((4,), dtype))  # eager's error
+
+
+def test_errors_match_eager():
+    check(torch.add, _make((3,), torch.float32), _make((4,), torch.float32))
+    check(torch.mul, _make((2, 3), torch.float32), _make((3, 2), torch.float32))
+    check(torch.where, _make((3,), torch.bool), _make((4,), torch.float32), _make((3,), torch.float32))
+    check(torch.sub, _make((3,), torch.bool), _make((3,), torch.bool))
+    check(torch.neg, _make((3,), torch.bool))
+    check(lambda a: torch.add(a, 1, alpha=0.5), _make((3,), torch.int64))
+    check(lambda a: a.pow(-1), _make((3,), torch.int64))
+
+
+def test_non_contiguous_and_varying_shapes():
+    """Permuted and expanded inputs (the meta kernel's layout rules) and a new size per call."""
+    x = _make((4, 6), torch.float32)
+    check(lambda a: a.t() * 2, x)
+    check(lambda a: a.t() + a.t(), x)
+    check(lambda a: a[:, ::2].exp(), x)
+    check(lambda a: a[:1].expand(3, 6) + 1, x)
+    for b in range(1, 6):
+        check(lambda a: F.gelu(a * 2 + 1) - a / 3, _make((b, 6), torch.float32, b))
+
+
+def test_common_ops_do_not_import_dynamo():
+    code = """
+import sys, torch, lazyjit
+x = torch.ones(4, 4).to('lazyjit')
+(x * 2 + 1).cpu()
+assert 'torch._dynamo' not in sys.modules, 'pointwise'
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8),
+                        torch.nn.LayerNorm(8)).to('lazyjit')
+g = torch.nn.GELU(approximate='tanh')
+for b in (3, 5):
+    x = torch.randn(b, 8).to('lazyjit')
+    with torch.no_grad():
+        m(x).cpu()
+        (x + m(x)).cpu()
+        g(x).cpu()
+    m(x).cpu()
+print('torch._dynamo' in sys.modules)
+"""
+    assert run_python(code).stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_cat(dtype):
+    a, b = _make((2, 3, 4), dtype, 1), _make((2, 5, 4), dtype, 2)
+    check(lambda a, b: torch.cat([a, b], 1), a, b)
+    check(lambda a, b: torch.cat([a, a, a], -1), a, b)
+    check(lambda a, b: torch.cat([a[..., :2], -b[:, :3, 2:]], -1), a, b)  # slices: non-contiguous inputs
+    check(lambda a, b: torch.cat([a.float(), b.double()], 1), a, b)  # promotion
+    check(lambda a, b: torch.cat([a, b], 0), a, b)  # eager's size error
+    x = _make((2, 3, 4, 5), dtype, 3)
+    check(lambda x: torch.cat([x, x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)], 1), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_sum_mean(dtype):
+    x = _make((2, 3, 4), dtype, 1)
+    for dims in [(-1,), (1,), (0, 2), ()]:
+        for keep in [False, True]:
+            check(lambda a: torch.sum(a, dims, keepdim=keep), x)
+            check(lambda a: torch.mean(a, dims, keepdim=keep), x)
+    check(lambda a: a.sum(-1, dtype=torch.float64), x)
+    check(lambda a: a.mean(-1, dtype=torch.float32), x)
+    check(lambda a: a.sum((1, 1)), x)  # eager's error
+    check(lambda a: a.pow(2).mean(-1, keepdim=True), _make((1, 5, 8), dtype, 2))
+
+
+def test_cat_skips_legacy_empty_and_keeps_eager_layout():
+    k = _make((2, 5, 4, 16), torch.float32).transpose(1, 2)  # a permuted key, as in an attention cache
+    check(lambda e, k: torch.cat([e, k], -2), torch.empty(0), k)
+    check(lambda e, k: torch.cat([k, e, k], 1), torch.empty(0, dtype=torch.float64), k)
+    check(lambda e: torch.cat([e, e]), torch.empty(0))
+    check(lambda k: torch.cat([k, k], -1), k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_index_select_embedding(dtype):
+    w = _make((10, 4), dtype, 1)
+    idx = torch.tensor([3, 0, 9, 3])
+    check(lambda w, i: torch.index_select(w, 0, i), w, idx)
+    check(lambda w, i: torch.index_select(w, 1, i[:2] % 4), w, idx)
+    check(lambda w, i: torch.index_select(w.t(), -1, i), w, idx)
+    check(lambda w, i: torch.index_select(w, 0, i.int()), w, idx)
+    check(lambda w, i: torch.index_select(w, 0, i[0]), w, idx)
+    check(lambda w, i: torch.index_select(w, 2, i), w, idx)  # eager's error
+    if dtype.is_floating_point:
+        check(lambda w, i: F.embedding(i.view(2, 2), w), w, idx)
