@@ -92,7 +92,9 @@ void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& 
   for (ir::ValueId v : made) failed_by[v] = failure;
 }
 
-RunResult Executable::run(const Bindings& b, int threads) const {
+RunResult Executable::run(const Bindings& b, int threads) const { return run(b, threads, StepObserver()); }
+
+RunResult Executable::run(const Bindings& b, int threads, const StepObserver& after) const {
   auto t0 = std::chrono::steady_clock::now();
   const lowering::Program& p = *program_;
   const ir::Graph& g = p.graph;
@@ -117,6 +119,7 @@ RunResult Executable::run(const Bindings& b, int threads) const {
         mark_results(si, static_cast<int32_t>(r.failures.size() - 1), failed_by);
       }
     }
+    if (after && skip < 0) after(si, env);
     // The buffer plan: results no later step reads go back to the pool now.
     if (si < p.plan.frees.size())
       for (ir::ValueId v : p.plan.frees[si]) env[v].reset();

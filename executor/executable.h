@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <exception>
+#include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -30,6 +32,9 @@ struct StepFailure {
 // a failed step is computed.
 struct RunResult {
   std::vector<at::Tensor> outputs;    // per graph output; undefined when lost
+  // With NaN checks on (LAZYJIT_DEBUG_NANS): which op first made a NaN or Inf
+  // among the outputs, and its inputs; empty when none (runtime/nan_check.h).
+  std::string nan_report;
   std::vector<StepFailure> failures;  // in step order; empty when every step ran
   std::vector<int32_t> lost_by;       // per output: the failure it depends on, or -1; empty when none failed
 };
@@ -42,6 +47,10 @@ class Executable {
   // One CPU tensor per graph output, dense with the declared strides, and the
   // steps that failed. Kernels split over `threads` oneTBB workers.
   RunResult run(const Bindings& bindings, int threads) const;
+  // The same, calling `after(step, env)` once each step has run (before the
+  // buffer plan frees anything): env holds every value made so far.
+  using StepObserver = std::function<void(size_t step, const std::vector<at::Tensor>& env)>;
+  RunResult run(const Bindings& bindings, int threads, const StepObserver& after) const;
 
   const lowering::Program& program() const { return *program_; }
 

@@ -58,7 +58,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
-                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
@@ -89,6 +89,8 @@ Config Config::from_env() {
     if (parse_int(s, 128, 512, &v) && (v == 128 || v == 256 || v == 512)) c.vector_bits = static_cast<int>(v);
     else bad("LAZYJIT_VECTOR_BITS", s, "128, 256 or 512", "512");
   }
+  if (std::string s = env("LAZYJIT_DEBUG_NANS"); s == "1") c.debug_nans = true;
+  else if (!s.empty() && s != "0") bad("LAZYJIT_DEBUG_NANS", s, "0 or 1", "0");
   if (std::string s = env("LAZYJIT_OPT_LEVEL"); !s.empty()) {
     if (parse_int(s, 0, 3, &v)) c.opt_level = static_cast<int>(v);
     else bad("LAZYJIT_OPT_LEVEL", s, "0, 1, 2 or 3", std::to_string(c.opt_level));

@@ -28,6 +28,7 @@ struct Config {
   // LAZYJIT_DYNAMIC=auto|off|all: exact kernels until a size changes, then
   // shape-generic (auto); exact only (off); shape-generic from the start (all).
   lowering::Shapes dynamic = lowering::Shapes::Auto;
+  bool debug_nans = false;                   // LAZYJIT_DEBUG_NANS=1: pin a NaN/Inf to the op that made it
   int64_t max_graph_ops = 10000;             // LAZYJIT_MAX_GRAPH_OPS: a graph this big is cut and run
   int64_t max_programs = 256;                // LAZYJIT_MAX_PROGRAMS: programs kept in memory (LRU)
   // The on-disk compile cache (runtime/disk_tier.h).

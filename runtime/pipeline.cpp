@@ -26,6 +26,7 @@
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
 #include "runtime/disk_tier.h"
+#include "runtime/nan_check.h"
 #include "runtime/runtime.h"
 #include "runtime/traced_node.h"
 
@@ -48,6 +49,7 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
+  debug_nans_ = config_.debug_nans;
 }
 
 Runtime::~Runtime() = default;
@@ -85,7 +87,32 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   RunResult r = lookup.entry->run(bindings, threads());
   // A program is kept when a run fails: its data was bad, not its code.
   to_traced_nodes(r, graph, lookup.entry->program().graph);
+  if (debug_nans_ && r.failures.empty()) {
+    bool bad = false;
+    for (const at::Tensor& t : r.outputs) bad = bad || has_nonfinite(t);
+    if (bad) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+  }
   return r;
+}
+
+std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+  lowering::LowerOptions opts;
+  opts.plan.disabled = config_.disabled_passes;
+  opts.plan.buffers = false;  // keep every value: the report shows the op's inputs
+  opts.eager = true;
+  executor::Executable e(lowering::lower(ir::Graph(graph), *target_, opts));
+  const ir::Graph& pg = e.program().graph;
+  std::string found = find_first_nonfinite(e, bindings, threads(), [&](uint32_t node) {
+    const ir::Node& n = pg.nodes()[node];
+    std::string op = n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
+    int64_t t = traced_node(graph, pg, node);
+    std::string site = t >= 0 && node_sites ? node_sites(static_cast<uint32_t>(t)) : "";
+    return op + (t >= 0 ? " (op #" + std::to_string(t) + " of the graph)" : "") + (site.empty() ? "" : " at " + site);
+  });
+  if (found.empty())
+    return "the outputs hold a NaN or Inf that the op-by-op run did not make (a difference between the generated "
+           "code and ATen's kernels: rerun with LAZYJIT_DISABLE_PASSES=fuse to bisect)";
+  return found;
 }
 
 RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings) {

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,12 @@ class Runtime {
   std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name,
                                                    std::optional<lowering::Shapes> shapes = std::nullopt) const;
 
+  // NaN/Inf checks of every run's outputs (runtime/nan_check.h); a run whose
+  // outputs hold one comes back with RunResult::nan_report set. Starts as
+  // LAZYJIT_DEBUG_NANS says.
+  void set_debug_nans(bool on) { debug_nans_ = on; }
+  bool debug_nans() const { return debug_nans_; }
+
   // Empties the in-memory cache (the disk tier keeps its entries).
   // Drops every program (their JIT code with them) and the pooled buffers.
   void clear_cache();
@@ -95,6 +102,9 @@ class Runtime {
   uint64_t code_hash_ = 0;        // its hash: the key's target part
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   RecompileExplainer explainer_;
+  std::atomic<bool> debug_nans_{false};
+  // With NaN checks on: the report of which op made a NaN/Inf in `graph`'s outputs.
+  std::string pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
   std::mutex eager_mu_;
   std::set<std::string> eager_sites_;  // sites whose misses run op by op (warned once each)
   cache::CompileCache<executor::Executable> cache_;

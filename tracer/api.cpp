@@ -122,6 +122,11 @@ void mark(const at::Tensor& t, int64_t dim, uint8_t m, const char* what) {
 }
 }  // namespace
 
+void debug_nans(bool on) {
+  sync();  // what was recorded before is checked as it was asked then
+  runtime::Runtime::get().set_debug_nans(on);
+}
+
 void mark_dynamic(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkDynamic, "mark_dynamic"); }
 void mark_static(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkStatic, "mark_static"); }
 void set_interrupt_handlers(bool (*poll)(), void (*raise)()) { runtime::set_interrupt_handlers(poll, raise); }

@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ void clear_cache();
 // names what the user expects to vary; the choice is per graph, not per dim.
 // Throws std::invalid_argument unless t is a lazyjit tensor with that dim.
 void mark_dynamic(const at::Tensor& t, int64_t dim);
+// NaN/Inf checks (also LAZYJIT_DEBUG_NANS=1): each sync checks what it computed
+// and, when a NaN or Inf appears, raises NonFiniteError naming the op that
+// first made it, the line that recorded it, and its inputs' statistics (Python:
+// RuntimeError, as any error a sync raises through torch). The tensors keep the
+// values computed.
+void debug_nans(bool on);
+struct NonFiniteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 void mark_static(const at::Tensor& t, int64_t dim);
 
 // Where the current op was called from, for sync and fallback accounting. The

@@ -6,6 +6,7 @@
 
 #include "debug/metrics.h"
 #include "runtime/config.h"
+#include "runtime/runtime.h"
 #include "tracer/aten_node.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
@@ -159,11 +160,13 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
     return;
   }
   stack->erase(stack->end() - nargs, stack->end());
+  TraceContext& ctx = TraceContext::get();
+  const auto first = static_cast<uint32_t>(ctx.graph().nodes().size());
   if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
+  if (runtime::Runtime::get().debug_nans()) ctx.note_op_nodes(first);
   // A runaway graph (a loop that never syncs) is cut here and run, so compile
   // time and memory stay bounded; the cut is counted with its reason. (A
   // failing step of it already names its own op.)
-  TraceContext& ctx = TraceContext::get();
   if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
     ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", TraceContext::call_site());
 }

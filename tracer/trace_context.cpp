@@ -11,6 +11,7 @@
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
 #include "tracer/call_site.h"
+#include "tracer/lazyjit.h"
 
 namespace lazyjit::tracer {
 
@@ -223,6 +224,15 @@ void TraceContext::note_fallible_node(uint32_t node) {
   origins_.push_back({node, std::this_thread::get_id(), call_site()});
 }
 
+void TraceContext::note_op_nodes(uint32_t first) {
+  const auto end = static_cast<uint32_t>(graph_->nodes().size());
+  if (first >= end) return;
+  // Kept in node order: the op's own library node may already be noted.
+  while (!origins_.empty() && origins_.back().node >= first) origins_.pop_back();
+  std::string site = call_site();
+  for (uint32_t n = first; n < end; ++n) origins_.push_back({n, std::this_thread::get_id(), site});
+}
+
 const TraceContext::NodeOrigin* TraceContext::origin(uint32_t node) const {
   auto it = std::lower_bound(origins_.begin(), origins_.end(), node,
                              [](const NodeOrigin& o, uint32_t n) { return o.node < n; });
@@ -318,6 +328,10 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   }
   if (!r.failures.empty()) return fail_steps(r, results, site);
   reset();
+  // The tensors keep what was computed; the sync says where a NaN/Inf came from.
+  if (!r.nan_report.empty())
+    throw NonFiniteError("lazyjit.debug_nans: a NaN or Inf in what the sync" +
+                                  (site.empty() ? std::string() : " at " + site) + " computed: " + r.nan_report);
 }
 
 void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,

@@ -137,6 +137,11 @@ class TraceContext {
     std::string site;  // the user's file:line; empty on a thread without user frames (autograd's)
   };
   const NodeOrigin* origin(uint32_t node) const;
+ public:
+  // Every node from `first` on, recorded by the current op, gets its call site
+  // (with NaN checks on, so a report can name the line of any op).
+  void note_op_nodes(uint32_t first);
+ private:
   // After a run with failed steps: loses what depends on them, resets, raises.
   void fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
                   const std::string& site);

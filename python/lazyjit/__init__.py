@@ -64,6 +64,14 @@ def clear_cache() -> None:
     _C.clear_cache()
 
 
+def debug_nans(on: bool = True) -> None:
+    """NaN/Inf checks (also ``LAZYJIT_DEBUG_NANS=1``): each sync checks what it
+    computed; when a NaN or Inf appears it raises ``RuntimeError`` naming the
+    op that first made it, the line that recorded it and its inputs' statistics
+    (the tensors keep the computed values)."""
+    _C.debug_nans(bool(on))
+
+
 def _dims(dim):
     return [dim] if isinstance(dim, int) else list(dim)
 

@@ -134,6 +134,7 @@ PYBIND11_MODULE(_C, m) {
       std::rethrow_exception(p);
     } catch (python_error& e) {  // e.g. a KeyboardInterrupt that stopped a compile
       e.restore();
+
     } catch (const c10::Error&) {
       torch::translate_exception_to_python(p);
     }
@@ -172,6 +173,7 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("clear_cache", &lazyjit::clear_cache);
+  m.def("debug_nans", [](bool on) { lazyjit::debug_nans(on); });
   m.def("mark_dynamic", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_dynamic(t, dim); });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
 }

@@ -1,0 +1,85 @@
+"""NaN/Inf pinned to the op that made them (lazyjit.debug_nans, LAZYJIT_DEBUG_NANS=1).
+
+With checks on, a sync whose outputs hold a NaN or Inf re-runs its graph op by op
+and raises naming the first op that made one, the user's line that recorded it,
+and its inputs' statistics; the tensors keep the values eager computes."""
+import inspect
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import lazyjit
+from conftest import DEV, PYTHON_DIR, ROOT
+
+
+@pytest.fixture
+def nans():
+    lazyjit.debug_nans(True)
+    yield
+    lazyjit.debug_nans(False)
+
+
+def line_after():
+    return inspect.currentframe().f_back.f_lineno + 1
+
+
+def test_log_of_a_negative_value_inside_a_fused_chain_after_a_matmul(nans):
+    torch.manual_seed(0)
+    w, x = torch.randn(8, 8), torch.randn(4, 8)
+    wl, xl = w.to(DEV), x.to(DEV)
+    h = torch.tanh(xl @ wl) * 2
+    at = line_after()
+    y = torch.log(h - 0.5) + 1
+    z = (y * 3).sum(-1)
+    with pytest.raises(RuntimeError) as e:
+        z.cpu()
+    msg = str(e.value)
+    assert "lazyjit.debug_nans" in msg and f"log (op #" in msg and f"test_debug_nans.py:{at}" in msg, msg
+    # The op's input is finite, its result is not: both described.
+    assert "its inputs: [4, 8] Float" in msg and " 0 NaN, 0 Inf" in msg.split("its inputs:")[1], msg
+    # Nothing is lost: the values are eager's, NaN included.
+    want = (torch.log(torch.tanh(x @ w) * 2 - 0.5) + 1) * 3
+    torch.testing.assert_close(z.cpu(), want.sum(-1), equal_nan=True)
+
+
+def test_a_library_op_that_makes_an_inf_is_named(nans):
+    x = torch.tensor([[1.0, 0.0], [2.0, 3.0]])
+    xl = x.to(DEV)
+    at = line_after()
+    d = torch.div(torch.ones(2, 2).to(DEV), xl @ torch.zeros(2, 2).to(DEV))  # 1 / 0 after a matmul
+    with pytest.raises(RuntimeError) as e:
+        d.cpu()
+    msg = str(e.value)
+    assert "div" in msg and f"test_debug_nans.py:{at}" in msg and "4 Inf" in msg, msg
+
+
+def test_an_input_that_already_holds_a_nan_is_said_to(nans):
+    x = torch.tensor([1.0, float("nan")])
+    with pytest.raises(RuntimeError, match="graph input 0 already holds one"):
+        (x.to(DEV) * 2).cpu()
+
+
+def test_finite_results_raise_nothing_and_checks_can_be_turned_off(nans):
+    x = torch.randn(16, 16)
+    torch.testing.assert_close((torch.tanh(x.to(DEV)) @ x.to(DEV)).cpu(), torch.tanh(x) @ x)
+    lazyjit.debug_nans(False)
+    y = (torch.zeros(3).to(DEV) / 0).cpu()
+    assert torch.isnan(y).all()
+
+
+def test_env_switch_turns_checks_on():
+    code = """
+import torch, lazyjit
+try:
+    (torch.zeros(3).to("lazyjit") / 0).cpu()
+    print("no error")
+except RuntimeError as e:
+    print(str(e).splitlines()[0])
+"""
+    env = {"PYTHONPATH": str(PYTHON_DIR), "LAZYJIT_CACHE": "off", "LAZYJIT_DEBUG_NANS": "1", "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "lazyjit.debug_nans" in p.stdout and "div" in p.stdout and "3 NaN" in p.stdout, p.stdout
