@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "bridge/aten_ir.h"
@@ -10,6 +11,13 @@ namespace lazyjit::runtime {
 
 bool has_nonfinite(const at::Tensor& t) {
   if (!t.defined() || !(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()))) return false;
+  // One read, no allocation: a sum of finite elements is finite unless it
+  // overflows, which the exact test below then tells apart. (isfinite().all()
+  // alone allocated a mask: 8x the time of a memory-bound kernel's output.)
+  if (at::isFloatingType(t.scalar_type())) {
+    at::ScalarType acc = at::isReducedFloatingType(t.scalar_type()) ? at::kFloat : t.scalar_type();
+    if (std::isfinite(t.sum(acc).item<double>())) return false;
+  }
   return !at::isfinite(t).all().item<bool>();
 }
 
