@@ -9,8 +9,8 @@ namespace lazyjit::lowering {
 //    broadcast, unit strides: the generic key), so a kernel compiles once
 //    for every size. Measured against exact code on the bench's kernels
 //    (docs/design.md, "Shapes that vary"): no difference beyond noise. The two
-//    names differ only in what marks mean: under Auto, lazyjit.mark_static
-//    asks for exact code; All is what the issue calls every dim dynamic.
+//    give the same kernels today; `all` names the intent (every dim dynamic)
+//    for when programs, not only kernels, serve every size.
 //  - Off: code for exact sizes (every new shape compiles its kernels anew; for
 //    comparisons, and for a kernel whose constant sizes would pay).
 enum class Shapes { Auto, Off, All };

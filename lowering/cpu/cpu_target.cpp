@@ -18,7 +18,6 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "graph_ir/bytes.h"
 #include "lowering/cpu/codegen.h"
