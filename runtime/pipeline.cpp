@@ -58,6 +58,7 @@ namespace {
 // Thrown out of the cache's compile callback (so nothing is cached) when the
 // graph is to run op by op instead.
 struct RunEagerly {};
+thread_local int t_no_compile = 0;
 
 // A failed step names a node of the program's graph (after the graph passes);
 // the caller knows its own.
@@ -69,12 +70,23 @@ void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& pro
 }
 }  // namespace
 
+NoCompileScope::NoCompileScope() { ++t_no_compile; }
+NoCompileScope::~NoCompileScope() { --t_no_compile; }
+
 RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                        std::optional<lowering::Shapes> shapes, const NodeSites& node_sites) {
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
   cache::Lookup<executor::Executable> lookup;
   try {
     lookup = cache_.get_or_compile(key, [&] {
+      if (t_no_compile) {
+        Recompile r = explainer_.explain(graph, site, node_sites);
+        debug::Metrics::get().recompile({r.site, r.kind + " (refused: a strict region)", r.detail});
+        throw CompileRefused("lazyjit.strict: a compile in a strict region, for the sync at " +
+                             (site.empty() ? std::string("(unknown site)") : site) + ": " + r.kind +
+                             (r.detail.empty() ? "" : ": " + r.detail) +
+                             " (nothing ran; the tensors are still pending)");
+      }
       if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.count(site) >= config_.recompile_limit) {
         explain_compile(graph, site, /*eager=*/true, node_sites);
         throw RunEagerly{};

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,21 @@ using lowering::Interrupted;
 using lowering::set_interrupt_handlers;
 // Exact or shape-generic kernels (LAZYJIT_DYNAMIC; lowering/shapes.h).
 using lowering::Shapes;
+
+// Thrown by Runtime::run, before anything runs, when the calling thread has
+// forbidden compiles (a strict region) and the graph misses the cache.
+struct CompileRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// While one lives, Runtime::run on this thread refuses to build a program
+// (lazyjit.strict()); nests.
+struct NoCompileScope {
+  NoCompileScope();
+  ~NoCompileScope();
+  NoCompileScope(const NoCompileScope&) = delete;
+  NoCompileScope& operator=(const NoCompileScope&) = delete;
+};
 
 class Runtime {
  public:

@@ -122,6 +122,22 @@ void mark(const at::Tensor& t, int64_t dim, uint8_t m, const char* what) {
 }
 }  // namespace
 
+namespace {
+thread_local int t_strict = 0;
+thread_local std::vector<std::unique_ptr<runtime::NoCompileScope>> t_no_compile;
+}  // namespace
+
+void strict_enter() {
+  ++t_strict;
+  t_no_compile.push_back(std::make_unique<runtime::NoCompileScope>());
+}
+void strict_exit() {
+  if (t_strict == 0) throw std::logic_error("lazyjit.strict: exit without a matching enter");
+  --t_strict;
+  t_no_compile.pop_back();
+}
+bool in_strict_region() { return t_strict > 0; }
+
 void debug_nans(bool on) {
   sync();  // what was recorded before is checked as it was asked then
   runtime::Runtime::get().set_debug_nans(on);

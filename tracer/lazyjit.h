@@ -76,6 +76,17 @@ void debug_nans(bool on);
 struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Strict regions, for hot loops that must stay compiled: while one is open on
+// this thread, an implicit sync (anything but lazyjit::sync()), an op run
+// eagerly (a fallback) or a compile raises StrictError naming the op or reason
+// and the user's line, before anything runs; nothing is lost. They nest.
+struct StrictError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void strict_enter();
+void strict_exit();
+bool in_strict_region();
 void mark_static(const at::Tensor& t, int64_t dim);
 
 // Where the current op was called from, for sync and fallback accounting. The

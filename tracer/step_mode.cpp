@@ -80,6 +80,9 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   std::string name = full_name(op);
   bool step = lazyjit::mode() == Mode::Step;
   std::string site = ctx.call_site();
+  if (!step && in_strict_region())
+    throw StrictError("lazyjit.strict: " + name + " would run eagerly in a strict region (" + reason + ")" +
+                      (site.empty() ? std::string() : " at " + site) + " (nothing ran)");
   if (!step) debug::Metrics::get().fallback(name, reason, site);
   if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
   Stack args = *stack;

@@ -260,6 +260,10 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
 void TraceContext::run_pending(const std::string& reason, const std::string& site) {
   std::lock_guard<std::recursive_mutex> lock(mutex());
   if (graph_->nodes().empty()) return;
+  if (in_strict_region() && reason != "lazyjit.sync()")
+    throw StrictError("lazyjit.strict: an implicit sync in a strict region (" + reason + ")" +
+                      (site.empty() ? std::string() : " at " + site) +
+                      "; call lazyjit.sync() where the region may sync (nothing ran)");
   // Live storages whose elements the graph changed, ordered by the value each
   // holds: value numbers follow the trace, so the same program gets the same
   // output order (and key) whichever tensors the caller happens to keep.
@@ -295,10 +299,10 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
       return o ? o->site : std::string();
     });
   } catch (const std::exception& e) {
-    if (runtime::interrupt_seen()) {
+    if (runtime::interrupt_seen() || dynamic_cast<const runtime::CompileRefused*>(&e)) {
       // Ctrl-C stopped the compile: nothing ran, so the graph goes back to
       // recording as it was before this sync, and everything stays pending.
-      runtime::clear_interrupt();
+      if (runtime::interrupt_seen()) runtime::clear_interrupt();
       graph_->rewind_outputs(mark);
       inputs_ = std::move(b.inputs);
       scalars_ = std::move(b.scalars);

@@ -5,6 +5,8 @@
     y = (x * 2 + 1).relu()        # recorded, not run
     print(y.cpu())                # sync: compile (or hit the cache) and run
 """
+import contextlib
+
 import torch
 
 from . import _C  # registers the "lazyjit" device (PrivateUse1) with PyTorch
@@ -62,6 +64,19 @@ def explain_recompiles() -> list:
 
 def clear_cache() -> None:
     _C.clear_cache()
+
+
+@contextlib.contextmanager
+def strict():
+    """A region that must stay compiled: inside it an implicit sync (``.item()``,
+    ``.cpu()``, printing; anything but ``lazyjit.sync()``), an op run eagerly (a
+    fallback) or a compile raises ``RuntimeError`` naming the op or reason and the
+    line, before anything runs; nothing is lost. Regions nest, per thread."""
+    _C.strict_enter()
+    try:
+        yield
+    finally:
+        _C.strict_exit()
 
 
 def debug_nans(on: bool = True) -> None:

@@ -173,6 +173,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("clear_cache", &lazyjit::clear_cache);
+  m.def("strict_enter", &lazyjit::strict_enter);
+  m.def("strict_exit", &lazyjit::strict_exit);
   m.def("debug_nans", [](bool on) { lazyjit::debug_nans(on); });
   m.def("mark_dynamic", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_dynamic(t, dim); });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
