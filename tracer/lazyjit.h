@@ -30,6 +30,10 @@ void sync();
 enum class Mode { Lazy, Step };
 void set_mode(Mode m);
 void set_mode(const std::string& m);  // "lazy" or "step"
+// Step mode on this thread only, while a region is open (they nest): entering
+// runs what the thread recorded; mode() says Step inside. The global mode stays.
+void step_region_enter();
+void step_region_exit();
 Mode mode();
 
 struct OpEvent {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <map>
 #include <mutex>
 
@@ -19,6 +20,7 @@ namespace lazyjit {
 namespace {
 
 std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
+thread_local int t_step_regions = 0;
 
 std::mutex hooks_mu;
 std::map<uint64_t, OpHook>& hooks() {
@@ -53,7 +55,17 @@ void set_mode(const std::string& m) {
   else TORCH_CHECK(false, "lazyjit: unknown mode '", m, "' (expected \"lazy\" or \"step\")");
 }
 
-Mode mode() { return g_mode; }
+Mode mode() { return t_step_regions > 0 ? Mode::Step : g_mode.load(); }
+
+void step_region_enter() {
+  sync();  // step mode starts from materialized tensors
+  ++t_step_regions;
+}
+
+void step_region_exit() {
+  if (t_step_regions == 0) throw std::logic_error("lazyjit.step_mode: exit without a matching enter");
+  --t_step_regions;
+}
 
 void HookHandle::remove() {
   std::lock_guard<std::mutex> lock(hooks_mu);

@@ -67,6 +67,18 @@ def clear_cache() -> None:
 
 
 @contextlib.contextmanager
+def step_mode():
+    """Step mode for this region, on this thread: each op runs at once through its
+    eager CPU kernel, calling the op hooks (``add_op_hook``); what was recorded
+    before runs first. The global mode (``set_mode``) is left as it is."""
+    _C.step_region_enter()
+    try:
+        yield
+    finally:
+        _C.step_region_exit()
+
+
+@contextlib.contextmanager
 def strict():
     """A region that must stay compiled: inside it an implicit sync (``.item()``,
     ``.cpu()``, printing; anything but ``lazyjit.sync()``), an op run eagerly (a

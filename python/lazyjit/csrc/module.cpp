@@ -173,6 +173,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("clear_cache", &lazyjit::clear_cache);
+  m.def("step_region_enter", &lazyjit::step_region_enter);
+  m.def("step_region_exit", &lazyjit::step_region_exit);
   m.def("strict_enter", &lazyjit::strict_enter);
   m.def("strict_exit", &lazyjit::strict_exit);
   m.def("debug_nans", [](bool on) { lazyjit::debug_nans(on); });
