@@ -50,6 +50,7 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
     const Step& s = p.plan.steps[si];
     if (s.kind == Step::Kind::Aten) aten_[si] = std::make_unique<AtenCall>(p.graph, p.graph.nodes()[s.node]);
   }
+  for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));
 }
 
 void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const {
@@ -57,7 +58,8 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
   const Step& s = p.plan.steps[si];
   switch (s.kind) {
     case Step::Kind::Kernel:
-      launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], p.graph, env, b.scalars, threads);
+      launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
+                    b.scalars, threads);
       break;
     case Step::Kind::Aten:
       aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);

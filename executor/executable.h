@@ -63,6 +63,7 @@ class Executable {
 
   std::shared_ptr<const lowering::Program> program_;
   std::vector<std::unique_ptr<AtenCall>> aten_;  // per step; null for other kinds
+  std::vector<std::vector<int64_t>> dims_;       // per kernel: lowering::kernel_dims
 };
 
 }  // namespace lazyjit::executor

@@ -30,7 +30,7 @@ tbb::task_arena& arena_for(int threads) {
 
 }  // namespace
 
-void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir::Graph& g,
+void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
                    std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads) {
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
@@ -49,20 +49,18 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
   }
   // A row kernel over empty rows still writes its row results (sum 0, max -inf).
   if (k.sizes[0] == 0 || (numel == 0 && !k.row)) return;
-  const std::vector<int64_t> dims = lowering::kernel_dims(k);
-  const int64_t* dp = dims.data();
   int64_t outer = k.sizes[0];
   int64_t inner = std::max<int64_t>(numel / outer, 1);
   constexpr int64_t kMinElemsPerTask = 1 << 15;
   if (threads <= 1 || numel < 2 * kMinElemsPerTask || outer < 2) {
-    fn(bufs.data(), scalars.data(), 0, outer, dp);
+    fn(bufs.data(), scalars.data(), 0, outer, dims);
     return;
   }
   int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
   arena_for(threads).execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer, grain),
                       [&](const tbb::blocked_range<int64_t>& r) {
-                        fn(bufs.data(), scalars.data(), r.begin(), r.end(), dp);
+                        fn(bufs.data(), scalars.data(), r.begin(), r.end(), dims);
                       });
   });
 }

@@ -10,7 +10,8 @@
 
 namespace lazyjit::executor {
 
-void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const ir::Graph& g,
+// `dims` is lowering::kernel_dims(k) (the caller computes it once per program).
+void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
                    std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads);
 
 }  // namespace lazyjit::executor

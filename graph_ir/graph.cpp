@@ -1,5 +1,7 @@
 #include "graph_ir/graph.h"
 
+#include "graph_ir/attr_hash.h"
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -141,6 +143,8 @@ void hash_attr(H& h, const AttrValue& a) {
       a);
 }
 }  // namespace
+
+void hash_attr(BufferHasher& h, const AttrValue& a) { hash_attr<BufferHasher>(h, a); }
 
 namespace {
 // Appends to memory sized beforehand (see node_bytes_bound): no checks, inlined.

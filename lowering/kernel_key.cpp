@@ -1,40 +1,12 @@
 #include "lowering/kernel_key.h"
 
-#include <type_traits>
 #include <unordered_map>
-#include <variant>
 
-#include "graph_ir/hash.h"
+#include "graph_ir/attr_hash.h"
 
 namespace lazyjit::lowering {
 
 namespace {
-
-void put_attr(ir::BufferHasher& h, const ir::AttrValue& a) {
-  h.update_i64(static_cast<int64_t>(a.index()));
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) {
-        } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t>) {
-          h.update_i64(static_cast<int64_t>(x));
-        } else if constexpr (std::is_same_v<T, double>) {
-          h.update(&x, sizeof x);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          h.update_str(x);
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
-          h.update_i64(static_cast<int64_t>(x.size()));
-          h.update(x.data(), x.size() * sizeof(x[0]));
-        } else if constexpr (std::is_same_v<T, ir::OperandRef>) {
-          h.update_i64(x.index);
-        } else {
-          // Any other alternative: never shared (its address makes the key unique).
-          const void* p = &x;
-          h.update(&p, sizeof p);
-        }
-      },
-      a);
-}
 
 void put_loop(ir::BufferHasher& h, const ColLoop& l) {
   for (const auto* v : {&l.reload, &l.compute, &l.keep}) {
@@ -73,7 +45,7 @@ KernelKey kernel_key(const ir::Graph& g, const FusedKernel& k) {
     const ir::Node& n = g.nodes().at(k.nodes[p]);
     h.update_i64(static_cast<int64_t>(n.kind));
     h.update_i64(static_cast<int64_t>(n.attrs.size()));
-    for (const ir::Attr& a : n.attrs) put_attr(h, a.value);
+    for (const ir::Attr& a : n.attrs) ir::hash_attr(h, a.value);
     h.update_i64(static_cast<int64_t>(n.operands.size()));
     for (ir::ValueId v : n.operands) {
       auto it = local.find(v);

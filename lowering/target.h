@@ -65,7 +65,6 @@ class Target {
   virtual std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) = 0;
   // Drops the kernels it keeps for reuse (programs keep the ones they use).
   virtual void clear_kernels() {}
-  virtual size_t kernel_count() const { return 0; }
 };
 
 // The host CPU through LLVM's ORC LLJIT. Thread-safe.

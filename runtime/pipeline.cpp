@@ -79,16 +79,9 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   cache::Lookup<executor::Executable> lookup;
   try {
     lookup = cache_.get_or_compile(key, [&] {
-      if (t_no_compile) {
-        Recompile r = explainer_.explain(graph, site, node_sites);
-        debug::Metrics::get().recompile({r.site, r.kind + " (refused: a strict region)", r.detail});
-        throw CompileRefused("lazyjit.strict: a compile in a strict region, for the sync at " +
-                             (site.empty() ? std::string("(unknown site)") : site) + ": " + r.kind +
-                             (r.detail.empty() ? "" : ": " + r.detail) +
-                             " (nothing ran; the tensors are still pending)");
-      }
+      if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
       if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.count(site) >= config_.recompile_limit) {
-        explain_compile(graph, site, /*eager=*/true, node_sites);
+        explain_compile(graph, site, Miss::Eager, node_sites);
         throw RunEagerly{};
       }
       return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site, shapes, node_sites));
@@ -107,12 +100,17 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   return r;
 }
 
-std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+executor::Executable Runtime::eager_program(const ir::Graph& graph, bool keep_values) const {
   lowering::LowerOptions opts;
   opts.plan.disabled = config_.disabled_passes;
-  opts.plan.buffers = false;  // keep every value: the report shows the op's inputs
+  opts.plan.buffers = !keep_values;
   opts.eager = true;
-  executor::Executable e(lowering::lower(ir::Graph(graph), *target_, opts));
+  return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
+}
+
+std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+  // Every value kept: the report shows the op's inputs.
+  executor::Executable e = eager_program(graph, /*keep_values=*/true);
   const ir::Graph& pg = e.program().graph;
   std::string found = find_first_nonfinite(e, bindings, threads(), [&](uint32_t node) {
     const ir::Node& n = pg.nodes()[node];
@@ -128,10 +126,7 @@ std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindi
 }
 
 RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings) {
-  lowering::LowerOptions opts;
-  opts.plan.disabled = config_.disabled_passes;
-  opts.eager = true;
-  executor::Executable e(lowering::lower(ir::Graph(graph), *target_, opts));
+  executor::Executable e = eager_program(graph, /*keep_values=*/false);
   debug::Metrics::get().add(debug::Counter::EagerSyncs);
   RunResult r = e.run(bindings, threads());
   to_traced_nodes(r, graph, e.program().graph);
@@ -145,7 +140,7 @@ std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Grap
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
-    explain_compile(graph, site, false, node_sites);  // what differs from the nearest program compiled at this site
+    explain_compile(graph, site, Miss::Compile, node_sites);  // what differs from the nearest program compiled at this site
     auto program = compile(ir::Graph(graph), key.str(), shapes);
     trim_heap();
     return program;
@@ -184,15 +179,20 @@ std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& 
   return lowering::program_from_bytes(bytes, *target_);
 }
 
-void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, bool eager,
+void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, Miss miss,
                               const NodeSites& node_sites) {
   Recompile r = explainer_.explain(graph, site, node_sites);
-  if (eager) r.kind += " (run op by op: past the recompile limit)";
-  if (config_.log_recompiles)
+  if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
+  if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
+  if (config_.log_recompiles && miss == Miss::Compile)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
   debug::Metrics::get().recompile({r.site, r.kind, r.detail});
-  if (eager) {
+  if (miss == Miss::Refused)
+    throw CompileRefused("lazyjit.strict: a compile in a strict region, for the sync at " +
+                         (site.empty() ? std::string("(unknown site)") : site) + ": " + r.kind +
+                         (r.detail.empty() ? "" : ": " + r.detail) + " (nothing ran; the tensors are still pending)");
+  if (miss == Miss::Eager) {
     std::lock_guard<std::mutex> lock(eager_mu_);
     if (eager_sites_.insert(site).second)
       std::fprintf(stderr,

@@ -102,8 +102,12 @@ class Runtime {
   static void trim_heap();
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
   // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
-  void explain_compile(const ir::Graph& graph, const std::string& site, bool eager = false,
-                       const NodeSites& node_sites = {});
+  // A refused miss (a strict region) throws CompileRefused with the explanation.
+  enum class Miss { Compile, Eager, Refused };
+  void explain_compile(const ir::Graph& graph, const std::string& site, Miss miss, const NodeSites& node_sites);
+  // `graph` as a program without kernels: every node run op by op through ATen
+  // (lowering::plan_eager); `keep_values`: no buffer frees.
+  executor::Executable eager_program(const ir::Graph& graph, bool keep_values) const;
   // Past the limit with the eager stance: `graph` runs op by op, uncompiled and
   // uncached (lowering::plan_eager).
   RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);

@@ -145,10 +145,13 @@ class CpuTarget : public Target {
     std::vector<Job> jobs;
     std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
     int hits = 0;
+    std::vector<KernelKey> keys;
+    keys.reserve(n);
+    for (const FusedKernel& k : plan.kernels) keys.push_back(kernel_key(g, k));  // hashing needs no lock
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (size_t i = 0; i < n; ++i) {
-        KernelKey key = kernel_key(g, plan.kernels[i]);
+        const KernelKey& key = keys[i];
         // Code for exact sizes serves whoever finds it (Off compiled it, or a
         // program read from disk brought it); Off uses nothing else.
         if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
@@ -235,10 +238,6 @@ class CpuTarget : public Target {
     std::lock_guard<std::mutex> lock(mu_);
     kernels_.clear();
     lru_.clear();
-  }
-  size_t kernel_count() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return kernels_.size();
   }
 
  private:
@@ -336,7 +335,7 @@ class CpuTarget : public Target {
   CodegenOptions opts_;
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
   std::list<ir::Hash128> lru_;
 };

@@ -37,7 +37,6 @@ class TestTarget : public Target {
   }
   std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override { return t_->load(object, plan); }
   void clear_kernels() override { t_->clear_kernels(); }
-  size_t kernel_count() const override { return t_->kernel_count(); }
   Shapes shapes() const { return shapes_; }
 
  private:
