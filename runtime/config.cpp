@@ -1,5 +1,7 @@
 #include "runtime/config.h"
 
+#include "graph_ir/op_kind.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -58,10 +60,16 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
-                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
+                              "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_CHECK", "LAZYJIT_FAULT", "LAZYJIT_TRACE", "LAZYJIT_DEBUG", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
+bool is_op_name(const std::string& s) {
+  for (int k = 0; k <= static_cast<int>(ir::kLastOpKind); ++k)
+    if (ir::op_name(static_cast<ir::OpKind>(k)) == s) return true;
+  return false;
+}
+
 const char* const kPasses[] = {"dce", "fold", "cse", "fuse", "buffers"};
 
 }  // namespace
@@ -76,7 +84,8 @@ Config Config::from_env() {
   c.dump_dir = env("LAZYJIT_DUMP");
   for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
     if (what == "recompiles") c.log_recompiles = true;
-    else bad("LAZYJIT_LOG", what, "a log name (recompiles)", "no such log");
+    else if (what == "syncs") c.log_syncs = true;
+    else bad("LAZYJIT_LOG", what, "a log name (recompiles, syncs)", "no such log");
   }
   for (const std::string& p : split_commas(env("LAZYJIT_DISABLE_PASSES"))) {
     bool known = false;
@@ -91,6 +100,21 @@ Config Config::from_env() {
   }
   if (std::string s = env("LAZYJIT_DEBUG_NANS"); s == "1") c.debug_nans = true;
   else if (!s.empty() && s != "0") bad("LAZYJIT_DEBUG_NANS", s, "0 or 1", "0");
+  if (std::string s = env("LAZYJIT_CHECK"); s == "1") c.check_graphs = true;
+  else if (!s.empty() && s != "0") bad("LAZYJIT_CHECK", s, "0 or 1", "0");
+  if (std::string s = env("LAZYJIT_FAULT"); !s.empty()) {
+    if (is_op_name(s)) c.fault = s;
+    else bad("LAZYJIT_FAULT", s, "the name of an IR op (mul, exp, reduce_sum, ...)", "no fault");
+  }
+  c.trace_file = env("LAZYJIT_TRACE");
+  if (std::string s = env("LAZYJIT_DEBUG"); !s.empty()) {
+    if (parse_int(s, 0, 4, &v)) c.debug_level = static_cast<int>(v);
+    else bad("LAZYJIT_DEBUG", s, "0, 1, 2, 3 or 4", "0");
+  }
+  if (c.debug_level >= 1) c.log_recompiles = c.log_syncs = true;
+  if (c.debug_level >= 2 && c.dump_dir.empty()) c.dump_dir = "lazyjit_debug";
+  if (c.debug_level == 2) c.dump_llvm = false;
+  if (c.debug_level >= 4) c.debug_nans = c.op_timing = true;
   if (std::string s = env("LAZYJIT_OPT_LEVEL"); !s.empty()) {
     if (parse_int(s, 0, 3, &v)) c.opt_level = static_cast<int>(v);
     else bad("LAZYJIT_OPT_LEVEL", s, "0, 1, 2 or 3", std::to_string(c.opt_level));
@@ -147,6 +171,7 @@ std::string Config::codegen_text() const {
   // Vector width reaches the code through the target's own fingerprint.
   std::string s = "passes off:";
   for (const std::string& p : disabled_passes) s += p + ",";
+  if (!fault.empty()) s += ";fault:" + fault;  // faulty code never shares a key with good code
   return s;
 }
 

@@ -29,6 +29,16 @@ struct Config {
   // shape-generic (auto); exact only (off); shape-generic from the start (all).
   lowering::Shapes dynamic = lowering::Shapes::Auto;
   bool debug_nans = false;                   // LAZYJIT_DEBUG_NANS=1: pin a NaN/Inf to the op that made it
+  bool check_graphs = false;                 // LAZYJIT_CHECK=1: every compiled value against eager's (runtime/graph_check.h)
+  std::string fault;                         // LAZYJIT_FAULT=<op>: tests only: that op's generated code is wrong
+  std::string trace_file;                    // LAZYJIT_TRACE=<file.json>: Chrome trace events (debug/trace.h)
+  // LAZYJIT_DEBUG=0..4, one ladder over the switches above (each also on its own):
+  // 1 sync and recompile log; 2 + graph, plan and DOT dumps (LAZYJIT_DUMP, else
+  // ./lazyjit_debug); 3 + LLVM IR and assembly dumps; 4 + NaN checks and a per-op timing table.
+  int debug_level = 0;
+  bool log_syncs = false;                    // LAZYJIT_LOG=syncs (and level >= 1): one line per sync
+  bool dump_llvm = true;                     // with dump_dir: LLVM IR and assembly too (level 2: not)
+  bool op_timing = false;                    // level 4: per-op timing table at exit
   int64_t max_graph_ops = 10000;             // LAZYJIT_MAX_GRAPH_OPS: a graph this big is cut and run
   int64_t max_programs = 256;                // LAZYJIT_MAX_PROGRAMS: programs kept in memory (LRU)
   // The on-disk compile cache (runtime/disk_tier.h).
