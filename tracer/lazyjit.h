@@ -41,6 +41,18 @@ struct OpEvent {
   std::vector<c10::IValue> inputs;  // tensors as CPU tensors (copies)
   std::vector<c10::IValue> outputs; // tensors as CPU tensors
   std::string site;                 // the caller's file:line when known
+  // Lazy events (add_op_hook(hook, true)): one per op recorded into a compiled
+  // graph, after the graph ran, in recording order. Their inputs are what the op
+  // read from outside itself (other ops' results, graph inputs, scalars), their
+  // outputs what it made that others read or the sync returned, as the compiled
+  // code computed them. View ops make no event (they record no node).
+  bool lazy = false;
+  int64_t index = -1;               // lazy: the op's index among its graph's ops; step mode: -1
+  // Step mode: the eager kernel's wall time. Lazy: this op's share of the steps
+  // that computed it (a fused kernel's time split evenly among its ops).
+  double duration_ms = 0;
+  std::string kernel;               // lazy: those steps, "fused_2 [mul, add, exp]" or "aten::mm"
+  double kernel_ms = 0;             // lazy: their whole time
 };
 using OpHook = std::function<void(const OpEvent&)>;
 
@@ -54,8 +66,10 @@ class HookHandle {
  private:
   uint64_t id_ = 0;
 };
-// Hooks run in step mode, once per op, in program order.
-HookHandle add_op_hook(OpHook hook);
+// Hooks run in step mode, once per op, in program order. With `lazy` also for
+// every op of every compiled graph, after it runs (OpEvent::lazy): the graph is
+// then compiled with every op's result stored (slower; a debugging tool).
+HookHandle add_op_hook(OpHook hook, bool lazy = false);
 
 debug::MetricsSnapshot metrics();
 void reset_metrics();
@@ -80,6 +94,23 @@ void debug_nans(bool on);
 struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Compiled vs eager (also LAZYJIT_CHECK=1): each sync compiles its graph with
+// every op's result stored, runs it, and re-runs every op that generated code
+// computed through ATen's eager kernel on the same operands. The first op whose
+// results differ beyond tolerance raises CheckError naming the op, the line
+// that recorded it, the fused kernel that computed it and the errors, and a
+// standalone repro is written under `repro_dir` (default ./lazyjit_repro; runs
+// with `python -m lazyjit.repro DIR` or `lazyjit-repro DIR`). The tensors keep
+// the values computed.
+void check_graphs(bool on, const std::string& repro_dir = {});
+struct CheckError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Runs a repro directory's check: its report, or "" when compiled and eager
+// agree now. Throws std::runtime_error when the directory is unreadable or this
+// process's switches differ from the repro's env.txt (which says how to run it).
+std::string run_repro(const std::string& dir);
 
 // Strict regions, for hot loops that must stay compiled: while one is open on
 // this thread, an implicit sync (anything but lazyjit::sync()), an op run

@@ -30,7 +30,8 @@ namespace lazyjit::lowering {
 
 std::string CodegenOptions::str() const {
   return "O" + std::to_string(opt_level) + ",vecmath=" + (vectorize_math ? "1" : "0") +
-         ",vbits=" + std::to_string(vector_bits);
+         ",vbits=" + std::to_string(vector_bits) +
+         (fault.empty() ? "" : ",FAULT=" + fault);
 }
 
 namespace {
