@@ -47,7 +47,9 @@ struct OpEvent {
   // outputs what it made that others read or the sync returned, as the compiled
   // code computed them. View ops make no event (they record no node).
   bool lazy = false;
-  int64_t index = -1;               // lazy: the op's index among its graph's ops; step mode: -1
+  // Lazy: the op's place in its graph, as the graph node number of its first
+  // node (the "op #N" that NaN, check and recompile reports give); step mode: -1.
+  int64_t index = -1;
   // Step mode: the eager kernel's wall time. Lazy: this op's share of the steps
   // that computed it (a fused kernel's time split evenly among its ops).
   double duration_ms = 0;

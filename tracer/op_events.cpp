@@ -63,7 +63,7 @@ std::vector<OpEvent> op_events(const runtime::ObservedRun& run, const std::funct
     const Group& gr = groups[gi];
     OpEvent& e = events[gi];
     e.lazy = true;
-    e.index = static_cast<int64_t>(gi);
+    e.index = gr.nodes.front();  // the "op #N" of the NaN, check and recompile reports
     e.op = gr.op.op.empty() ? ir_op_name(g.nodes()[gr.nodes.front()]) : gr.op.op;
     e.site = gr.op.site;
     std::set<ir::ValueId> seen;

@@ -55,8 +55,8 @@ def add_op_hook(fn, lazy: bool = False):
     graph ran, in recording order, with the values the compiled code computed
     (the graph is then compiled with every op's result stored: a debugging
     tool, slower). A hook that takes a fourth argument gets a dict: ``lazy``
-    (from a compiled graph), ``index`` (the op's index in its graph; -1 in step
-    mode), ``site`` (the line that recorded it), ``duration_ms`` (step mode:
+    (from a compiled graph), ``index`` (the op's place in its graph: the node
+    number that NaN, check and recompile reports give as "op #N"; -1 in step mode), ``site`` (the line that recorded it), ``duration_ms`` (step mode:
     the eager kernel's time; lazy: the op's share of the kernels that computed
     it), ``kernel`` (those kernels, e.g. ``"fused_2 [mul, add, exp]"``) and
     ``kernel_ms`` (their whole time)."""

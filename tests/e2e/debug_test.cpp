@@ -62,7 +62,7 @@ TEST(LazyHooks, SeeEachOpOfACompiledGraphWithItsValues) {
   EXPECT_EQ(seen[2].op, "aten::mm");
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_TRUE(seen[i].lazy);
-    EXPECT_EQ(seen[i].index, static_cast<int64_t>(i));
+    if (i) EXPECT_GT(seen[i].index, seen[i - 1].index);
     EXPECT_GE(seen[i].kernel_ms, seen[i].duration_ms);
   }
   EXPECT_EQ(seen[0].kernel.rfind("fused_", 0), 0u) << seen[0].kernel;
