@@ -15,12 +15,14 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <optional>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <stdexcept>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
@@ -50,6 +52,8 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;
+  // LAZYJIT_TRACE: Chrome trace events, written at exit (debug/trace.h).
+  if (!config_.trace_file.empty() && debug::trace_path().empty()) debug::start_trace(config_.trace_file);
 }
 
 Runtime::~Runtime() = default;
@@ -59,6 +63,8 @@ namespace {
 // graph is to run op by op instead.
 struct RunEagerly {};
 thread_local int t_no_compile = 0;
+// Set by explain_compile while tracing: the lookup that missed said why.
+thread_local bool t_miss_explained = false;
 
 // A failed step names a node of the program's graph (after the graph passes);
 // the caller knows its own.
@@ -75,7 +81,11 @@ NoCompileScope::~NoCompileScope() { --t_no_compile; }
 
 RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                        std::optional<lowering::Shapes> shapes, const NodeSites& node_sites) {
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("hash", "cache key", debug::TraceArgs{{"nodes", graph.nodes().size()}});
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  span.reset();
+  t_miss_explained = false;
   cache::Lookup<executor::Executable> lookup;
   try {
     lookup = cache_.get_or_compile(key, [&] {
@@ -89,6 +99,11 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   } catch (const RunEagerly&) {
     return run_eagerly(graph, bindings);
   }
+  if (debug::trace_enabled() && (lookup.hit || !t_miss_explained))  // a miss explained said so already
+    debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
+                         lookup.hit ? debug::TraceArgs{{"key", key.str()}, {"site", site}}
+                                    : debug::TraceArgs{{"key", key.str()}, {"site", site}, {"reason", lookup.miss_reason},
+                                                       {"kind", "loaded from the on-disk cache"}});
   RunResult r = lookup.entry->run(bindings, threads());
   // A program is kept when a run fails: its data was bad, not its code.
   to_traced_nodes(r, graph, lookup.entry->program().graph);
@@ -184,6 +199,11 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
   Recompile r = explainer_.explain(graph, site, node_sites);
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
+  if (debug::trace_enabled()) {
+    t_miss_explained = true;
+    debug::trace_instant("cache", "cache miss",
+                         {{"site", site}, {"kind", r.kind}, {"detail", r.detail}, {"compiles_at_site", r.count}});
+  }
   if (config_.log_recompiles && miss == Miss::Compile)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
