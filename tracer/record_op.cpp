@@ -134,6 +134,8 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
 namespace {
 
 void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
+  // The runtime starts with the first op, so LAZYJIT_TRACE's trace holds it.
+  [[maybe_unused]] static const bool runtime_started = (runtime::Runtime::get(), true);
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("record", info.name);
   if (info.bool_array_args) unbox_bool_arrays(op.schema(), stack);

@@ -89,7 +89,9 @@ def test_env_trace_of_a_model(tmp_path):
 
     # record: one span per recorded op, named by its ATen op.
     recorded = {e["name"] for e in spans(events, "record")}
-    assert {"aten::mm", "aten::relu", "aten::tanh"} <= recorded, recorded
+    assert {"aten::copy_", "aten::mm", "aten::relu", "aten::tanh"} <= recorded, recorded
+    # From the first op on (the runtime, and the trace, start with it).
+    assert [e["name"] for e in spans(events, "record")].count("aten::mm") == 6
 
     # sync: reason, the script's own line, the graph's size.
     syncs = spans(events, "sync")
