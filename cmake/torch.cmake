@@ -24,8 +24,8 @@ set_target_properties(lazyjit PROPERTIES
   BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
 
-add_executable(e2e_tests tests/e2e/device_test.cpp tests/e2e/debug_test.cpp)
-target_link_libraries(e2e_tests lazyjit GTest::gtest_main)
+add_executable(e2e_tests tests/e2e/device_test.cpp tests/e2e/debug_test.cpp tests/e2e/trace_test.cpp)
+target_link_libraries(e2e_tests lazyjit GTest::gtest_main nlohmann_json::nlohmann_json)
 set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 # Tests count compiles: each process starts with no on-disk cache (the disk
 # tier has tests of its own).

@@ -15,12 +15,14 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <optional>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <stdexcept>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
@@ -52,6 +54,8 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;
   check_graphs_ = config_.check_graphs;
+  // LAZYJIT_TRACE: Chrome trace events, written at exit (debug/trace.h).
+  if (!config_.trace_file.empty() && debug::trace_path().empty()) debug::start_trace(config_.trace_file);
 }
 
 Runtime::~Runtime() = default;
@@ -61,6 +65,8 @@ namespace {
 // graph is to run op by op instead.
 struct RunEagerly {};
 thread_local int t_no_compile = 0;
+// Set by explain_compile while tracing: the lookup that missed said why.
+thread_local bool t_miss_explained = false;
 }  // namespace
 
 // A failed step names a node of the program's graph (after the graph passes);
@@ -93,9 +99,14 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
 std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph& graph, const std::string& site,
                                                                  std::optional<lowering::Shapes> shapes,
                                                                  const NodeSites& node_sites) {
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("hash", "cache key", debug::TraceArgs{{"nodes", graph.nodes().size()}});
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  span.reset();
+  t_miss_explained = false;
+  cache::Lookup<executor::Executable> lookup;
   try {
-    return cache_
+    lookup = cache_
         .get_or_compile(key,
                         [&] {
                           if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
@@ -106,11 +117,16 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                           }
                           return std::make_shared<const executor::Executable>(
                               load_or_compile(graph, key, site, shapes, node_sites));
-                        })
-        .entry;
+                        });
   } catch (const RunEagerly&) {
     return nullptr;
   }
+  if (debug::trace_enabled() && (lookup.hit || !t_miss_explained))  // a miss explained said so already
+    debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
+                         lookup.hit ? debug::TraceArgs{{"key", key.str()}, {"site", site}}
+                                    : debug::TraceArgs{{"key", key.str()}, {"site", site}, {"reason", lookup.miss_reason},
+                                                       {"kind", "loaded from the on-disk cache"}});
+  return lookup.entry;
 }
 
 void Runtime::check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
@@ -226,6 +242,11 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
   Recompile r = explainer_.explain(graph, site, node_sites);
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
+  if (debug::trace_enabled()) {
+    t_miss_explained = true;
+    debug::trace_instant("cache", "cache miss",
+                         {{"site", site}, {"kind", r.kind}, {"detail", r.detail}, {"compiles_at_site", r.count}});
+  }
   if (config_.log_recompiles && miss == Miss::Compile)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());

@@ -126,6 +126,16 @@ void strict_exit();
 bool in_strict_region();
 void mark_static(const at::Tensor& t, int64_t dim);
 
+// A trace you can look at (also LAZYJIT_TRACE=<file.json>): Chrome trace-event
+// JSON for Perfetto (ui.perfetto.dev) or chrome://tracing, with what each
+// thread did (record, cache key, lookup hit or miss and why, compile per
+// program and per kernel, execute per step, each sync with its reason and call
+// site). start_trace creates `path` now (std::runtime_error when it cannot be
+// written; a trace already running is written out first); stop_trace writes it
+// and stops. A trace still running at exit is written then.
+void start_trace(const std::string& path);
+void stop_trace();
+
 // Where the current op was called from, for sync and fallback accounting. The
 // Python module installs one that reads the Python stack.
 void set_call_site_provider(std::function<std::string()> provider);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
 #include "tracer/call_site.h"
@@ -293,6 +294,11 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     return;
   }
   debug::Metrics::get().sync(reason, site);
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("sync", "sync " + reason,
+                 debug::TraceArgs{{"reason", reason}, {"site", site}, {"nodes", graph_->nodes().size()},
+                                  {"outputs", graph_->outputs().size()}, {"inputs", inputs_.size()}});
   runtime::RunResult r;
   std::vector<OpEvent> events;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};

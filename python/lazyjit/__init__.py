@@ -7,6 +7,7 @@
 """
 import contextlib
 import inspect
+import os
 
 import torch
 
@@ -130,6 +131,43 @@ def debug_nans(on: bool = True) -> None:
     op that first made it, the line that recorded it and its inputs' statistics
     (the tensors keep the computed values)."""
     _C.debug_nans(bool(on))
+
+
+def start_trace(path) -> None:
+    """Records a trace (also ``LAZYJIT_TRACE=<file.json>``): Chrome trace-event
+    JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open, with what
+    each thread did: record (per op), cache key, cache hit or miss (and why),
+    compile (per program and per kernel), execute (per kernel and library step),
+    each sync with its reason and line. ``path`` is created now (``RuntimeError``
+    when it cannot be written); a trace already running is written out first.
+    The file is written by ``stop_trace()``, or at exit."""
+    _C.start_trace(os.fspath(path))
+
+
+def stop_trace() -> None:
+    """Writes the trace started by ``start_trace`` and stops recording."""
+    _C.stop_trace()
+
+
+class trace:
+    """``with lazyjit.trace("out.json"):`` traces the region; on leaving it,
+    what the region recorded is run (``sync()``, unless it raised), so its
+    compiles and steps are in the file, then the file is written."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        start_trace(self.path)
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                sync()  # a class, not a generator: the sync's call site is the with statement
+        finally:
+            stop_trace()
+        return False
 
 
 def _dims(dim):

@@ -198,5 +198,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("strict_exit", &lazyjit::strict_exit);
   m.def("debug_nans", [](bool on) { lazyjit::debug_nans(on); });
   m.def("mark_dynamic", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_dynamic(t, dim); });
+  m.def("start_trace", [](const std::string& path) { lazyjit::start_trace(path); });
+  m.def("stop_trace", [] {
+    py::gil_scoped_release nogil;
+    lazyjit::stop_trace();
+  });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
 }
