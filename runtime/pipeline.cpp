@@ -42,7 +42,9 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
   codegen.opt_level = config_.opt_level;
-  codegen.keep_llvm_ir = !config_.dump_dir.empty();  // the text of every module costs memory
+  // The text of every module costs memory, its assembly a second codegen:
+  // only when dumping them (LAZYJIT_DUMP, LAZYJIT_DEBUG=3; not at level 2).
+  codegen.keep_llvm_ir = codegen.keep_asm = !config_.dump_dir.empty() && config_.dump_llvm;
   target_ = lowering::make_cpu_target(codegen);
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
