@@ -14,6 +14,7 @@
 // this and writes the results back into its storages after it.
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -28,6 +29,7 @@
 #include "runtime/disk_tier.h"
 #include "runtime/nan_check.h"
 #include "runtime/runtime.h"
+#include "runtime/sync_log.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
@@ -132,6 +134,7 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
   debug::Metrics::get().add(debug::Counter::EagerSyncs);
   RunResult r = e.run(bindings, threads());
   to_traced_nodes(r, graph, e.program().graph);
+  sync_note().how = SyncNote::How::Eager;
   return r;
 }
 
@@ -142,12 +145,17 @@ std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Grap
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
+    sync_note().how = SyncNote::How::Compiled;
     explain_compile(graph, site, Miss::Compile, node_sites);  // what differs from the nearest program compiled at this site
     auto program = compile(ir::Graph(graph), key.str(), shapes);
     trim_heap();
     return program;
   };
-  return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+  auto t0 = std::chrono::steady_clock::now();
+  sync_note().how = SyncNote::How::Loaded;  // unless compile_it runs
+  auto program = disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+  sync_note().prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return program;
 }
 
 // A compile leaves the heap fragmented: LLVM's short-lived objects interleave
@@ -186,6 +194,7 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
   Recompile r = explainer_.explain(graph, site, node_sites);
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
+  if (miss == Miss::Compile) sync_note().why = r.kind;
   if (config_.log_recompiles && miss == Miss::Compile)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
