@@ -97,9 +97,7 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   // A program is kept when a run fails: its data was bad, not its code.
   to_traced_nodes(r, graph, lookup.entry->program().graph);
   if (debug_nans_ && r.failures.empty()) {
-    bool bad = false;
-    for (const at::Tensor& t : r.outputs) bad = bad || has_nonfinite(t);
-    if (bad) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+    if (any_nonfinite(r.outputs)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
   }
   return r;
 }
