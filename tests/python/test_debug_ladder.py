@@ -75,6 +75,15 @@ def test_level1_logs_each_sync_with_the_line_and_each_recompile(tmp_path):
     assert not (tmp_path / "lazyjit_debug").exists()  # level 1 writes no files
 
 
+def test_level1_says_when_a_program_came_from_the_disk_cache(tmp_path):
+    cache = str(tmp_path / "cache")
+    run_level(tmp_path, 1, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=cache)  # compiles, writes
+    p = run_level(tmp_path, 1, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=cache)
+    at_item = [l for l in sync_lines(p.stderr) if f"train.py:{ITEM_LINE} (item())" in l]
+    assert len(at_item) == 3 and all(" -> loaded from disk in " in at_item[i] for i in (0, 2)), p.stderr
+    assert "cache hit" in at_item[1] and "compiling at" not in p.stderr, p.stderr
+
+
 def _dumps(d: Path):
     return sorted(f.name for f in d.iterdir())
 
