@@ -13,9 +13,10 @@ add_library(lazyjit SHARED
   bridge/aten_ir.cpp
   executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/buffer_pool.cpp executor/eager_node.cpp
   runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/recompile_explainer.cpp runtime/traced_node.cpp runtime/nan_check.cpp
+  runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/lazy_storage.cpp tracer/trace_context.cpp
   tracer/trace_threads.cpp tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/meta_fast_path.cpp tracer/aten_to_ir.cpp tracer/aten_node.cpp
-  tracer/step_mode.cpp tracer/device_ops.cpp tracer/api.cpp)
+  tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/api.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb nlohmann_json::nlohmann_json)
@@ -23,18 +24,26 @@ set_target_properties(lazyjit PROPERTIES
   BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
 
-add_executable(e2e_tests tests/e2e/device_test.cpp)
-target_link_libraries(e2e_tests lazyjit GTest::gtest_main)
+add_executable(e2e_tests tests/e2e/device_test.cpp tests/e2e/debug_test.cpp tests/e2e/trace_test.cpp)
+target_link_libraries(e2e_tests lazyjit GTest::gtest_main nlohmann_json::nlohmann_json)
 set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 # Tests count compiles: each process starts with no on-disk cache (the disk
 # tier has tests of its own).
 gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off")
+# The compiled-vs-eager check against a fault planted in every generated mul.
+add_test(NAME e2e_fault_mul COMMAND e2e_tests --gtest_filter=CheckGraphs.FindsAPlantedFault)
+set_tests_properties(e2e_fault_mul PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off;LAZYJIT_FAULT=mul")
 
 add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp
                tests/executor/buffer_pool_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST)
+
+# lazyjit-repro DIR: reruns a compiled-vs-eager repro (runtime/repro.h).
+add_executable(lazyjit-repro tools/lazyjit_repro/main.cpp)
+target_link_libraries(lazyjit-repro lazyjit)
+set_target_properties(lazyjit-repro PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 
 add_executable(demo_cpp examples/demo.cpp)
 target_link_libraries(demo_cpp lazyjit)

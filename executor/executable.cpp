@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <optional>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "executor/eager_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
@@ -41,6 +43,21 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
   env[n.outputs[0]] = out;
 }
 
+// A step's name and kind in the trace: the fused kernel, or the ATen op a
+// library (or op-by-op) step runs, or the view it makes.
+std::pair<std::string, const char*> step_label(const lowering::Program& p, const Step& s) {
+  switch (s.kind) {
+    case Step::Kind::Kernel: return {p.plan.kernels[s.kernel].name, "kernel"};
+    case Step::Kind::AsStrided: return {"as_strided", "view"};
+    case Step::Kind::AsStridedScatter: return {"as_strided_scatter", "view"};
+    case Step::Kind::Aten:
+    case Step::Kind::Eager: break;
+  }
+  const ir::Node& n = p.graph.nodes()[s.node];
+  std::string op = n.kind == OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : "lazyjit::" + std::string(ir::op_name(n.kind));
+  return {op, s.kind == Step::Kind::Aten ? "library" : "eager"};
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program) : program_(std::move(program)) {
@@ -56,6 +73,11 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
 void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const {
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) {
+    auto [name, kind] = step_label(p, s);
+    span.emplace("execute", std::move(name), debug::TraceArgs{{"step", si}, {"kind", kind}});
+  }
   switch (s.kind) {
     case Step::Kind::Kernel:
       launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
@@ -100,6 +122,10 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   auto t0 = std::chrono::steady_clock::now();
   const lowering::Program& p = *program_;
   const ir::Graph& g = p.graph;
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("execute", "program",
+                 debug::TraceArgs{{"steps", p.plan.steps.size()}, {"kernels", p.plan.kernels.size()}, {"threads", threads}});
   std::vector<at::Tensor> env(g.values().size());
   for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = b.inputs.at(i);
   RunResult r;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "debug/dump.h"
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "graph_ir/graph_dot.h"
 #include "lowering/passes.h"
 #include "lowering/plan_dot.h"
@@ -14,6 +16,12 @@ namespace lazyjit::lowering {
 
 std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
+  // The whole compile, and its phases, in the trace (debug/trace.h).
+  std::optional<debug::TraceSpan> span, phase;
+  const bool tracing = debug::trace_enabled();
+  if (tracing)
+    span.emplace("compile", opts.eager ? "program (op by op)" : "program",
+                 debug::TraceArgs{{"key", opts.dump_name}, {"nodes", graph.nodes().size()}});
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: malformed graph: " + err + "\n" + graph.str());
   auto program = std::make_shared<Program>();
@@ -26,19 +34,27 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   const std::vector<std::string>& disabled = opts.plan.disabled;
   auto off = [&](const char* name) { return std::find(disabled.begin(), disabled.end(), name) != disabled.end(); };
   int pass_no = 0;
+  if (tracing) phase.emplace("compile", "graph passes");
   graph = run_graph_passes(std::move(graph), disabled, [&](const std::string& pass, const ir::Graph& g) {
     ++pass_no;
     if (dumping) dump(".pass" + std::to_string(pass_no) + "-" + pass + ".txt", g.str());
   });
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: a graph pass made a malformed graph: " + err + "\n" + graph.str());
+  if (tracing) phase.emplace("compile", "plan", debug::TraceArgs{{"nodes", graph.nodes().size()}});
   PlanOptions plan_opts = opts.plan;
   plan_opts.fuse = opts.plan.fuse && !off("fuse");
   plan_opts.buffers = opts.plan.buffers && !off("buffers");
   program->plan = opts.eager ? plan_eager(graph, plan_opts) : plan_graph(graph, plan_opts);
   dump(".plan.txt", program->plan.str(graph));
   if (dumping) dump(".plan.dot", plan_dot(graph, program->plan, opts.dump_name));
+  phase.reset();
+  if (span) {
+    span->arg("steps", program->plan.steps.size());
+    span->arg("kernels", program->plan.kernels.size());
+  }
   if (!program->plan.kernels.empty()) {
+    if (tracing) phase.emplace("compile", "codegen", debug::TraceArgs{{"kernels", program->plan.kernels.size()}});
     auto c0 = std::chrono::steady_clock::now();
     program->code = target.compile(graph, program->plan, opts.shapes);
     debug::Metrics& m = debug::Metrics::get();
@@ -50,6 +66,11 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
     // Only when the target kept them (CodegenOptions::keep_llvm_ir, keep_asm).
     if (!program->code->llvm_ir().empty()) dump(".ll", program->code->llvm_ir());
     if (!program->code->assembly().empty()) dump(".s", program->code->assembly());
+    if (phase) {
+      phase->arg("llvm_compiles", program->code->llvm_compiles);
+      phase->arg("kernel_hits", program->code->kernel_hits);
+    }
+    phase.reset();
   }
   program->graph = std::move(graph);
   program->compile_ms =

@@ -24,6 +24,10 @@ struct CodegenOptions {
   bool keep_asm = false;
   // Threads that compile a plan's kernels at once (0: the hardware's).
   int compile_threads = 0;
+  // Tests of the compiled-vs-eager check only (LAZYJIT_FAULT): every node of
+  // this op kind (ir::op_name) computes a wrong result (x * 1.25 + 0.5 for
+  // floats, x + 1 for integers, !x for bools). Part of the fingerprint.
+  std::string fault;
   std::string str() const;
 };
 

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "lowering/program_bytes.h"
 
 namespace lazyjit::runtime {
@@ -76,7 +78,10 @@ bool DiskTier::expected(const std::string& manifest) const {
 
 std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& key) {
   auto t0 = std::chrono::steady_clock::now();
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("cache", "disk load", debug::TraceArgs{{"key", key.str()}});
   auto read = store_->get(key.str(), [&](const std::string& m) { return expected(m); });
+  if (span) span->arg("result", read ? "hit" : "miss");
   if (!read) return nullptr;
   std::shared_ptr<const lowering::Program> program;
   try {
@@ -85,6 +90,7 @@ std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& k
     // Checksummed bytes that still do not read back (a format this build does
     // not know): never run; set aside like any damaged entry.
     store_->reject(key.str(), cache::DiskError::Corrupt, e.what());
+    if (span) span->arg("rejected", e.what());
     return nullptr;
   }
   store_->record_hit(key.str());
@@ -154,6 +160,8 @@ std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::
   if (auto program = load(key)) return program;
   Metrics::get().add(Counter::DiskMisses);
   auto program = compile();
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("cache", "disk store", debug::TraceArgs{{"key", key.str()}});
   store(key, *program, site);
   return program;
 }

@@ -16,12 +16,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <stdexcept>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
 #include "lowering/lower.h"
@@ -44,6 +46,7 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
   codegen.opt_level = config_.opt_level;
+  codegen.fault = config_.fault;
   // The text of every module costs memory, its assembly a second codegen:
   // only when dumping them (LAZYJIT_DUMP, LAZYJIT_DEBUG=3; not at level 2).
   codegen.keep_llvm_ir = codegen.keep_asm = !config_.dump_dir.empty() && config_.dump_llvm;
@@ -54,6 +57,9 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;
+  check_graphs_ = config_.check_graphs;
+  // LAZYJIT_TRACE: Chrome trace events, written at exit (debug/trace.h).
+  if (!config_.trace_file.empty() && debug::trace_path().empty()) debug::start_trace(config_.trace_file);
 }
 
 Runtime::~Runtime() = default;
@@ -63,43 +69,96 @@ namespace {
 // graph is to run op by op instead.
 struct RunEagerly {};
 thread_local int t_no_compile = 0;
+// Set by explain_compile while tracing: the lookup that missed said why.
+thread_local bool t_miss_explained = false;
+}  // namespace
 
 // A failed step names a node of the program's graph (after the graph passes);
 // the caller knows its own.
-void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program) {
+void Runtime::to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program) {
   for (executor::StepFailure& f : r.failures) {
     int64_t n = traced_node(traced, program, f.node);
     f.node = n < 0 ? Runtime::kNoNode : static_cast<uint32_t>(n);
   }
 }
-}  // namespace
 
 NoCompileScope::NoCompileScope() { ++t_no_compile; }
 NoCompileScope::~NoCompileScope() { --t_no_compile; }
 
 RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
-                       std::optional<lowering::Shapes> shapes, const NodeSites& node_sites) {
+                       std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
+                       const RunObserver& observer) {
+  // Hooks on compiled ops or the compiled-vs-eager check: every value kept (observed_run.cpp).
+  if (observer || check_graphs_)
+    return run_observed(graph, bindings, site, shapes, node_sites, observer, check_graphs_, /*repro=*/true);
+  std::shared_ptr<const executor::Executable> program = program_for(graph, site, shapes, node_sites);
+  if (!program) return run_eagerly(graph, bindings);
+  RunResult r = program->run(bindings, threads());
+  // A program is kept when a run fails: its data was bad, not its code.
+  to_traced_nodes(r, graph, program->program().graph);
+  check_nans(r, graph, bindings, node_sites);
+  return r;
+}
+
+std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph& graph, const std::string& site,
+                                                                 std::optional<lowering::Shapes> shapes,
+                                                                 const NodeSites& node_sites) {
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("hash", "cache key", debug::TraceArgs{{"nodes", graph.nodes().size()}});
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  span.reset();
+  t_miss_explained = false;
   cache::Lookup<executor::Executable> lookup;
   try {
-    lookup = cache_.get_or_compile(key, [&] {
-      if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
-      if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.count(site) >= config_.recompile_limit) {
-        explain_compile(graph, site, Miss::Eager, node_sites);
-        throw RunEagerly{};
-      }
-      return std::make_shared<const executor::Executable>(load_or_compile(graph, key, site, shapes, node_sites));
-    });
+    lookup = cache_
+        .get_or_compile(key,
+                        [&] {
+                          if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
+                          if (config_.on_recompile_limit == RecompileStance::Eager &&
+                              explainer_.count(site) >= config_.recompile_limit) {
+                            explain_compile(graph, site, Miss::Eager, node_sites);
+                            throw RunEagerly{};
+                          }
+                          return std::make_shared<const executor::Executable>(
+                              load_or_compile(graph, key, site, shapes, node_sites));
+                        });
   } catch (const RunEagerly&) {
-    return run_eagerly(graph, bindings);
+    return nullptr;
   }
-  RunResult r = lookup.entry->run(bindings, threads());
-  // A program is kept when a run fails: its data was bad, not its code.
-  to_traced_nodes(r, graph, lookup.entry->program().graph);
-  if (debug_nans_ && r.failures.empty()) {
-    if (any_nonfinite(r.outputs)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
-  }
-  return r;
+  if (debug::trace_enabled() && (lookup.hit || !t_miss_explained))  // a miss explained said so already
+    debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
+                         lookup.hit ? debug::TraceArgs{{"key", key.str()}, {"site", site}}
+                                    : debug::TraceArgs{{"key", key.str()}, {"site", site}, {"reason", lookup.miss_reason},
+                                                       {"kind", "loaded from the on-disk cache"}});
+  return lookup.entry;
+}
+
+void Runtime::check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+  if (!debug_nans_ || !r.failures.empty()) return;
+  if (any_nonfinite(r.outputs)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+}
+
+std::string Runtime::describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
+  const ir::Node& n = graph.nodes()[node];
+  std::string op = n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
+  std::string site = node_sites ? node_sites(node) : "";
+  return op + " (op #" + std::to_string(node) + " of the graph)" + (site.empty() ? "" : " at " + site);
+}
+
+void Runtime::set_check_graphs(bool on, const std::string& repro_dir) {
+  std::lock_guard<std::mutex> lock(repro_mu_);
+  if (!repro_dir.empty()) repro_dir_ = repro_dir;
+  check_graphs_ = on;
+}
+
+std::string Runtime::check_graph(const ir::Graph& graph, const Bindings& bindings) {
+  RunResult r = run_observed(graph, bindings, "lazyjit.repro", std::nullopt, {}, {}, /*check=*/true, /*repro=*/false);
+  return r.check_report;
+}
+
+std::string Runtime::repro_dir() const {
+  std::lock_guard<std::mutex> lock(repro_mu_);
+  return repro_dir_;
 }
 
 executor::Executable Runtime::eager_program(const ir::Graph& graph, bool keep_values) const {
@@ -115,11 +174,10 @@ std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindi
   executor::Executable e = eager_program(graph, /*keep_values=*/true);
   const ir::Graph& pg = e.program().graph;
   std::string found = find_first_nonfinite(e, bindings, threads(), [&](uint32_t node) {
-    const ir::Node& n = pg.nodes()[node];
-    std::string op = n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
     int64_t t = traced_node(graph, pg, node);
-    std::string site = t >= 0 && node_sites ? node_sites(static_cast<uint32_t>(t)) : "";
-    return op + (t >= 0 ? " (op #" + std::to_string(t) + " of the graph)" : "") + (site.empty() ? "" : " at " + site);
+    if (t >= 0) return describe_node(graph, static_cast<uint32_t>(t), node_sites);
+    const ir::Node& n = pg.nodes()[node];
+    return n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
   });
   if (found.empty())
     return "the outputs hold a NaN or Inf that the op-by-op run did not make (a difference between the generated "
@@ -193,6 +251,11 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
   if (miss == Miss::Compile) sync_note().why = r.kind;
+  if (debug::trace_enabled()) {
+    t_miss_explained = true;
+    debug::trace_instant("cache", "cache miss",
+                         {{"site", site}, {"kind", r.kind}, {"detail", r.detail}, {"compiles_at_site", r.count}});
+  }
   if (config_.log_recompiles && miss == Miss::Compile)
     std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
                  r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());

@@ -22,6 +22,7 @@
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"
 #include "runtime/config.h"
+#include "runtime/observed_run.h"
 #include "runtime/recompile_explainer.h"
 
 namespace lazyjit::lowering {
@@ -75,8 +76,13 @@ class Runtime {
   // `shapes`, when set, overrides LAZYJIT_DYNAMIC for the kernels compiled
   // (lazyjit.mark_dynamic / mark_static on an input).
   // `node_sites`, when set, names where a node was recorded (explanations).
+  // `observer`, when set, sees every value the run computed, per node, and
+  // each step's time (observed_run.h: the program then stores every result).
+  // With the check on, every value computed by generated code is compared with
+  // eager's and RunResult::check_report says where they first differ.
   RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
-                std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {});
+                std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {},
+                const RunObserver& observer = {});
   static constexpr uint32_t kNoNode = ~uint32_t{0};
 
   // A compiled program as bytes, and back (links its object code: no codegen).
@@ -91,6 +97,18 @@ class Runtime {
   // LAZYJIT_DEBUG_NANS says.
   void set_debug_nans(bool on) { debug_nans_ = on; }
   bool debug_nans() const { return debug_nans_; }
+  // The compiled-vs-eager check (runtime/graph_check.h; LAZYJIT_CHECK=1): a run
+  // whose generated code disagrees with eager's on some op comes back with
+  // RunResult::check_report set, and a standalone repro written under
+  // `repro_dir` (unchanged when empty; default ./lazyjit_repro).
+  void set_check_graphs(bool on, const std::string& repro_dir = {});
+  bool check_graphs() const { return check_graphs_; }
+  std::string repro_dir() const;
+  // The check on one graph, whatever the switch says, writing no repro (what a
+  // repro runs): the report, or "" when generated code agrees with eager.
+  std::string check_graph(const ir::Graph& graph, const Bindings& bindings);
+  // "mul (op #7 of the graph) at model.py:12".
+  static std::string describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites);
 
   // Empties the in-memory cache (the disk tier keeps its entries).
   // Drops every program (their JIT code with them) and the pooled buffers.
@@ -100,6 +118,17 @@ class Runtime {
  private:
   int threads() const;
   static void trim_heap();
+  static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
+  // The cached program for `graph`, compiled (or loaded) on a miss; null when,
+  // past the recompile limit with the eager stance, it is to run op by op.
+  std::shared_ptr<const executor::Executable> program_for(const ir::Graph& graph, const std::string& site,
+                                                          std::optional<lowering::Shapes> shapes,
+                                                          const NodeSites& node_sites);
+  RunResult run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
+                         std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
+                         const RunObserver& observer, bool check, bool repro);
+  // With NaN checks on: sets r.nan_report when an output holds a NaN or Inf.
+  void check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
   // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
   // A refused miss (a strict region) throws CompileRefused with the explanation.
@@ -123,6 +152,9 @@ class Runtime {
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   RecompileExplainer explainer_;
   std::atomic<bool> debug_nans_{false};
+  std::atomic<bool> check_graphs_{false};
+  mutable std::mutex repro_mu_;
+  std::string repro_dir_ = "lazyjit_repro";
   // With NaN checks on: the report of which op made a NaN/Inf in `graph`'s outputs.
   std::string pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
   std::mutex eager_mu_;

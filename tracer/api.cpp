@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "debug/trace.h"
 #include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/lazyjit.h"
@@ -146,6 +147,14 @@ void debug_nans(bool on) {
 void mark_dynamic(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkDynamic, "mark_dynamic"); }
 void mark_static(const at::Tensor& t, int64_t dim) { mark(t, dim, tracer::LazyStorage::kMarkStatic, "mark_static"); }
 void set_interrupt_handlers(bool (*poll)(), void (*raise)()) { runtime::set_interrupt_handlers(poll, raise); }
+
+void start_trace(const std::string& path) {
+  runtime::Runtime::get();  // LAZYJIT_TRACE's trace, if any, starts first: this one follows it
+  std::string error;
+  if (!debug::start_trace(path, &error)) throw std::runtime_error("lazyjit.start_trace: " + error);
+}
+
+void stop_trace() { debug::stop_trace(); }
 
 void set_call_site_provider(std::function<std::string()> p) {
   tracer::TraceContext::set_call_site_provider(std::move(p));

@@ -41,6 +41,20 @@ struct OpEvent {
   std::vector<c10::IValue> inputs;  // tensors as CPU tensors (copies)
   std::vector<c10::IValue> outputs; // tensors as CPU tensors
   std::string site;                 // the caller's file:line when known
+  // Lazy events (add_op_hook(hook, true)): one per op recorded into a compiled
+  // graph, after the graph ran, in recording order. Their inputs are what the op
+  // read from outside itself (other ops' results, graph inputs, scalars), their
+  // outputs what it made that others read or the sync returned, as the compiled
+  // code computed them. View ops make no event (they record no node).
+  bool lazy = false;
+  // Lazy: the op's place in its graph, as the graph node number of its first
+  // node (the "op #N" that NaN, check and recompile reports give); step mode: -1.
+  int64_t index = -1;
+  // Step mode: the eager kernel's wall time. Lazy: this op's share of the steps
+  // that computed it (a fused kernel's time split evenly among its ops).
+  double duration_ms = 0;
+  std::string kernel;               // lazy: those steps, "fused_2 [mul, add, exp]" or "aten::mm"
+  double kernel_ms = 0;             // lazy: their whole time
 };
 using OpHook = std::function<void(const OpEvent&)>;
 
@@ -54,8 +68,10 @@ class HookHandle {
  private:
   uint64_t id_ = 0;
 };
-// Hooks run in step mode, once per op, in program order.
-HookHandle add_op_hook(OpHook hook);
+// Hooks run in step mode, once per op, in program order. With `lazy` also for
+// every op of every compiled graph, after it runs (OpEvent::lazy): the graph is
+// then compiled with every op's result stored (slower; a debugging tool).
+HookHandle add_op_hook(OpHook hook, bool lazy = false);
 
 debug::MetricsSnapshot metrics();
 void reset_metrics();
@@ -81,6 +97,23 @@ struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Compiled vs eager (also LAZYJIT_CHECK=1): each sync compiles its graph with
+// every op's result stored, runs it, and re-runs every op that generated code
+// computed through ATen's eager kernel on the same operands. The first op whose
+// results differ beyond tolerance raises CheckError naming the op, the line
+// that recorded it, the fused kernel that computed it and the errors, and a
+// standalone repro is written under `repro_dir` (default ./lazyjit_repro; runs
+// with `python -m lazyjit.repro DIR` or `lazyjit-repro DIR`). The tensors keep
+// the values computed.
+void check_graphs(bool on, const std::string& repro_dir = {});
+struct CheckError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Runs a repro directory's check: its report, or "" when compiled and eager
+// agree now. Throws std::runtime_error when the directory is unreadable or this
+// process's switches differ from the repro's env.txt (which says how to run it).
+std::string run_repro(const std::string& dir);
+
 // Strict regions, for hot loops that must stay compiled: while one is open on
 // this thread, an implicit sync (anything but lazyjit::sync()), an op run
 // eagerly (a fallback) or a compile raises StrictError naming the op or reason
@@ -92,6 +125,16 @@ void strict_enter();
 void strict_exit();
 bool in_strict_region();
 void mark_static(const at::Tensor& t, int64_t dim);
+
+// A trace you can look at (also LAZYJIT_TRACE=<file.json>): Chrome trace-event
+// JSON for Perfetto (ui.perfetto.dev) or chrome://tracing, with what each
+// thread did (record, cache key, lookup hit or miss and why, compile per
+// program and per kernel, execute per step, each sync with its reason and call
+// site). start_trace creates `path` now (std::runtime_error when it cannot be
+// written; a trace already running is written out first); stop_trace writes it
+// and stops. A trace still running at exit is written then.
+void start_trace(const std::string& path);
+void stop_trace();
 
 // Where the current op was called from, for sync and fallback accounting. The
 // Python module installs one that reads the Python stack.

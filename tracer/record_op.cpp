@@ -4,7 +4,10 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
 
+#include <optional>
+
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
 #include "tracer/aten_node.h"
@@ -131,6 +134,10 @@ void record_op(const c10::OperatorHandle& op, Stack* stack) {
 namespace {
 
 void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
+  // The runtime starts with the first op, so LAZYJIT_TRACE's trace holds it.
+  [[maybe_unused]] static const bool runtime_started = (runtime::Runtime::get(), true);
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("record", info.name);
   if (info.bool_array_args) unbox_bool_arrays(op.schema(), stack);
   size_t nargs = op.schema().arguments().size();
   Stack args(stack->end() - nargs, stack->end());
@@ -163,7 +170,7 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   TraceContext& ctx = TraceContext::get();
   const auto first = static_cast<uint32_t>(ctx.graph().nodes().size());
   if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
-  if (runtime::Runtime::get().debug_nans()) ctx.note_op_nodes(first);
+  if (TraceContext::wants_op_origins()) ctx.note_op_nodes(first, info.name);
   // A runaway graph (a loop that never syncs) is cut here and run, so compile
   // time and memory stay bounded; the cut is counted with its reason. (A
   // failing step of it already names its own op.)

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <map>
 #include <mutex>
@@ -22,24 +23,39 @@ namespace {
 std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
 thread_local int t_step_regions = 0;
 
+struct Hook {
+  OpHook fn;
+  bool lazy;
+};
 std::mutex hooks_mu;
-std::map<uint64_t, OpHook>& hooks() {
-  static auto* h = new std::map<uint64_t, OpHook>();
+std::map<uint64_t, Hook>& hooks() {
+  static auto* h = new std::map<uint64_t, Hook>();
   return *h;
 }
 std::atomic<uint64_t> next_hook{1};
 std::atomic<bool> any_hooks{false};
+std::atomic<bool> any_lazy_hooks{false};
 
 bool has_op_hooks() { return any_hooks; }
 
 // A copy of the registry, so a hook may add or remove hooks.
-void call_op_hooks(const OpEvent& e) {
+std::vector<OpHook> hooks_copy(bool lazy_only) {
   std::vector<OpHook> copy;
-  {
-    std::lock_guard<std::mutex> lock(hooks_mu);
-    for (auto& [id, h] : hooks()) copy.push_back(h);
-  }
-  for (auto& h : copy) h(e);
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  for (auto& [id, h] : hooks())
+    if (!lazy_only || h.lazy) copy.push_back(h.fn);
+  return copy;
+}
+
+void call_op_hooks(const OpEvent& e) {
+  for (auto& h : hooks_copy(false)) h(e);
+}
+
+void update_flags() {
+  any_hooks = !hooks().empty();
+  bool lazy = false;
+  for (auto& [id, h] : hooks()) lazy |= h.lazy;
+  any_lazy_hooks = lazy;
 }
 
 }  // namespace
@@ -70,18 +86,26 @@ void step_region_exit() {
 void HookHandle::remove() {
   std::lock_guard<std::mutex> lock(hooks_mu);
   hooks().erase(id_);
-  any_hooks = !hooks().empty();
+  update_flags();
 }
 
-HookHandle add_op_hook(OpHook hook) {
+HookHandle add_op_hook(OpHook hook, bool lazy) {
   std::lock_guard<std::mutex> lock(hooks_mu);
   uint64_t id = next_hook++;
-  hooks()[id] = std::move(hook);
-  any_hooks = true;
+  hooks()[id] = {std::move(hook), lazy};
+  update_flags();
   return HookHandle(id);
 }
 
 namespace tracer {
+
+bool has_lazy_op_hooks() { return any_lazy_hooks; }
+
+void call_lazy_op_hooks(const std::vector<OpEvent>& events) {
+  std::vector<OpHook> copy = hooks_copy(true);
+  for (const OpEvent& e : events)
+    for (auto& h : copy) h(e);
+}
 
 using c10::IValue;
 using torch::jit::Stack;
@@ -119,10 +143,9 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
     for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
   }
   Stack in_cpu = cpu;
-  {
-    // The CPU kernel must not see our keys excluded by the caller.
-    op.callBoxed(&cpu);
-  }
+  auto t0 = std::chrono::steady_clock::now();
+  op.callBoxed(&cpu);
+  if (hooked) event.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // out= arguments the CPU kernel resized got new CPU memory: the lazyjit
   // tensor follows, as it would on any device.
   for (size_t i = 0; i < schema.arguments().size(); ++i) {

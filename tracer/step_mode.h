@@ -7,7 +7,18 @@
 
 #include <string>
 
+#include <vector>
+
+namespace lazyjit {
+struct OpEvent;
+}
+
 namespace lazyjit::tracer {
+
+// Whether a hook asked for the ops of compiled graphs (add_op_hook(.., true)).
+bool has_lazy_op_hooks();
+// Calls those hooks with each event, in order.
+void call_lazy_op_hooks(const std::vector<OpEvent>& events);
 
 // Runs `op` through its eager CPU kernel on materialized inputs (syncing what is
 // pending first); outputs are lazyjit tensors holding the results. Outside step

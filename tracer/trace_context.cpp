@@ -9,12 +9,15 @@
 #include <unordered_map>
 
 #include "debug/metrics.h"
+#include "debug/trace.h"
 #include "bridge/aten_ir.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
 #include "runtime/sync_log.h"
 #include "tracer/call_site.h"
 #include "tracer/lazyjit.h"
+#include "tracer/op_events.h"
+#include "tracer/step_mode.h"
 
 namespace lazyjit::tracer {
 
@@ -224,16 +227,21 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
 }
 
 void TraceContext::note_fallible_node(uint32_t node) {
-  origins_.push_back({node, std::this_thread::get_id(), call_site()});
+  origins_.push_back({node, std::this_thread::get_id(), call_site(), node, {}});
 }
 
-void TraceContext::note_op_nodes(uint32_t first) {
+bool TraceContext::wants_op_origins() {
+  const runtime::Runtime& rt = runtime::Runtime::get();
+  return rt.debug_nans() || rt.check_graphs() || has_lazy_op_hooks() || runtime::process_config().op_timing;
+}
+
+void TraceContext::note_op_nodes(uint32_t first, const std::string& op) {
   const auto end = static_cast<uint32_t>(graph_->nodes().size());
   if (first >= end) return;
   // Kept in node order: the op's own library node may already be noted.
   while (!origins_.empty() && origins_.back().node >= first) origins_.pop_back();
   std::string site = call_site();
-  for (uint32_t n = first; n < end; ++n) origins_.push_back({n, std::this_thread::get_id(), site});
+  for (uint32_t n = first; n < end; ++n) origins_.push_back({n, std::this_thread::get_id(), site, first, op});
 }
 
 const TraceContext::NodeOrigin* TraceContext::origin(uint32_t node) const {
@@ -294,7 +302,13 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   const size_t log_ops = log_syncs ? graph_->nodes().size() - graph_->inputs().size() - graph_->scalars().size() : 0;
   const auto log_t0 = log_syncs ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   if (log_syncs) runtime::sync_note() = {};
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("sync", "sync " + reason,
+                 debug::TraceArgs{{"reason", reason}, {"site", site}, {"nodes", graph_->nodes().size()},
+                                  {"outputs", graph_->outputs().size()}, {"inputs", inputs_.size()}});
   runtime::RunResult r;
+  std::vector<OpEvent> events;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
     // Inputs marked dynamic get shape-generic kernels from the first compile;
@@ -302,10 +316,20 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     std::optional<runtime::Shapes> shapes;
     if (marks_ & LazyStorage::kMarkStatic) shapes = runtime::Shapes::Off;
     if (marks_ & LazyStorage::kMarkDynamic) shapes = runtime::Shapes::All;
+    // Hooks on compiled ops and the per-op timing table see every op's values.
+    runtime::RunObserver observer;
+    const bool hooks = has_lazy_op_hooks();
+    if (hooks || runtime::process_config().op_timing)
+      observer = [&](const runtime::ObservedRun& run) {
+        events = op_events(run, [this](uint32_t node) {
+          const NodeOrigin* o = origin(node);
+          return o ? NodeOp{o->first, o->op, o->site} : NodeOp{};
+        }, /*copy=*/hooks);
+      };
     r = runtime::Runtime::get().run(*graph_, b, site, shapes, [this](uint32_t node) {
       const NodeOrigin* o = origin(node);
       return o ? o->site : std::string();
-    });
+    }, observer);
   } catch (const std::exception& e) {
     if (runtime::interrupt_seen() || dynamic_cast<const runtime::CompileRefused*>(&e)) {
       // Ctrl-C stopped the compile: nothing ran, so the graph goes back to
@@ -345,6 +369,15 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   }
   if (!r.failures.empty()) return fail_steps(r, results, site);
   reset();
+  // After the reset: a hook may record ops, or raise, on a clean graph.
+  if (!events.empty()) {
+    if (runtime::process_config().op_timing) add_to_timing_table(events);
+    if (has_lazy_op_hooks()) call_lazy_op_hooks(events);
+  }
+  // The tensors keep what was computed; the sync says which op's code is wrong.
+  if (!r.check_report.empty())
+    throw CheckError("lazyjit.check: in what the sync" + (site.empty() ? std::string() : " at " + site) +
+                     " computed, " + r.check_report);
   // The tensors keep what was computed; the sync says where a NaN/Inf came from.
   if (!r.nan_report.empty())
     throw NonFiniteError("lazyjit.debug_nans: a NaN or Inf in what the sync" +

@@ -135,12 +135,17 @@ class TraceContext {
     uint32_t node;
     std::thread::id thread;
     std::string site;  // the user's file:line; empty on a thread without user frames (autograd's)
+    uint32_t first;    // the first node of the op that recorded it
+    std::string op;    // that op's schema name; empty when not noted
   };
   const NodeOrigin* origin(uint32_t node) const;
  public:
-  // Every node from `first` on, recorded by the current op, gets its call site
-  // (with NaN checks on, so a report can name the line of any op).
-  void note_op_nodes(uint32_t first);
+  // Every node from `first` on, recorded by the current op `op`, gets its call
+  // site (with NaN checks, the compiled-vs-eager check or lazy op hooks on, so
+  // a report or a hook can name the op and line of any node).
+  void note_op_nodes(uint32_t first, const std::string& op);
+  // Whether note_op_nodes is wanted (one of those is on).
+  static bool wants_op_origins();
  private:
   // After a run with failed steps: loses what depends on them, resets, raises.
   void fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,

@@ -20,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "debug/trace.h"
 #include "graph_ir/bytes.h"
 #include "lowering/cpu/codegen.h"
 #include "lowering/cpu/jit.h"
@@ -31,7 +32,8 @@ namespace lazyjit::lowering {
 
 std::string CodegenOptions::str() const {
   return "O" + std::to_string(opt_level) + ",vecmath=" + (vectorize_math ? "1" : "0") +
-         ",vbits=" + std::to_string(vector_bits);
+         ",vbits=" + std::to_string(vector_bits) +
+         (fault.empty() ? "" : ",FAULT=" + fault);
 }
 
 namespace {
@@ -200,6 +202,13 @@ class CpuTarget : public Target {
         job_of[i] = it->second;
       }
     }
+    if (debug::trace_enabled())  // the kernels this plan found compiled (those compiled say so in compile_jobs)
+      for (size_t i = 0; i < n; ++i)
+        if (job_of[i] < 0 || static_cast<size_t>(jobs[job_of[i]].kernel) != i)
+          debug::trace_instant("compile", "kernel " + plan.kernels[i].name + " (cached)",
+                               {{"kernel", plan.kernels[i].name}, {"kernel_cache_hit", true},
+                                {"shared_with", job_of[i] < 0 ? std::string("a kernel compiled before")
+                                                              : plan.kernels[jobs[job_of[i]].kernel].name}});
     compile_jobs(g, plan, jobs);
     std::vector<KernelRef> refs(n);
     std::vector<KernelFn> fns(n);
@@ -312,6 +321,14 @@ class CpuTarget : public Target {
     cpu::Jit& j = jit();
     const std::thread::id caller = std::this_thread::get_id();
     auto one = [&](auto& job) {
+      std::optional<debug::TraceSpan> span;
+      if (debug::trace_enabled()) {
+        if (std::this_thread::get_id() != caller)
+          debug::name_trace_thread("tbb worker " + std::to_string(tbb::this_task_arena::current_thread_index()));
+        span.emplace("compile", "kernel " + plan.kernels[job.kernel].name,
+                     debug::TraceArgs{{"kernel", plan.kernels[job.kernel].name}, {"kernel_cache_hit", false},
+                                      {"generic", job.generic}, {"nodes", plan.kernels[job.kernel].nodes.size()}});
+      }
       try {
         job.code = compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic);
       } catch (...) {

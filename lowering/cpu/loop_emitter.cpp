@@ -204,7 +204,7 @@ bool LoopEmitter::is_scalar_argument(ValueId v) const {
 
 void LoopEmitter::emit_kernel_node(const ir::Node& n) {
   DType out = g_.value(n.outputs[0]).type.dtype;
-  TV r = emit_elementwise(math(), n, operands());
+  TV r = inject_fault(math(), n.kind, emit_elementwise(math(), n, operands()));
   values_[n.outputs[0]] = {convert(b_, r, out), out};
 }
 

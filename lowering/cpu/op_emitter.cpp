@@ -62,6 +62,15 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
   unsupported(std::string(ir::op_name(n.kind)) + " is not an elementwise op");
 }
 
+TV inject_fault(const MathContext& c, OpKind k, TV r) {
+  if (c.cfg.opts.fault.empty() || c.cfg.opts.fault != ir::op_name(k)) return r;
+  Builder& b = c.b;
+  Value* x = r.v;
+  if (r.t == DType::Bool) return {b.CreateNot(x), r.t};
+  if (ir::is_floating(r.t)) return {b.CreateFAdd(b.CreateFMul(x, fconst(x, 1.25)), fconst(x, 0.5)), r.t};
+  return {b.CreateAdd(x, llvm::ConstantInt::get(x->getType(), 1)), r.t};
+}
+
 Value* reduction_identity(Builder& b, OpKind k, DType at) {
   llvm::Type* T = reg_type(b, at);
   bool fl = ir::is_floating(at), u = is_unsigned(at);

@@ -21,6 +21,10 @@ struct OperandSource {
 // attr 0), or bool for predicates; the caller converts it to the output dtype.
 TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource& in);
 
+// `r`, the result of a node of kind `k`, made wrong when the options ask for a
+// fault in that kind (CodegenOptions::fault, tests of LAZYJIT_CHECK); else `r`.
+TV inject_fault(const MathContext& c, OpKind k, TV r);
+
 // A reduction's starting accumulator, in register type of its accumulate dtype
 // `at`: 0, or the lowest/highest value for max/min (-inf/+inf for floats).
 Value* reduction_identity(Builder& b, OpKind k, DType at);

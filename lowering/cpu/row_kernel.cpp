@@ -152,7 +152,7 @@ void LoopEmitter::emit_reduction(const ir::Node& n, const RowStep& st) {
   };
   if (!blocked) {
     if (st.cols) emit_col_loop(*st.cols, step);
-    values_[n.outputs[0]] = {convert(b_, {b_.CreateLoad(T, acc), at}, out), out};
+    values_[n.outputs[0]] = {convert(b_, inject_fault(math(), n.kind, {b_.CreateLoad(T, acc), at}), out), out};
     return;
   }
   // Neumaier's compensated sum of the block sums.
@@ -180,7 +180,7 @@ void LoopEmitter::emit_reduction(const ir::Node& n, const RowStep& st) {
   Value* use = b_.CreateAnd(b_.CreateFCmpOLT(fabs(s), llvm::ConstantFP::getInfinity(T)),
                             b_.CreateFCmpONE(c, llvm::ConstantFP::getZero(T)));
   Value* sum = convert(b_, {b_.CreateSelect(use, b_.CreateFAdd(s, c), s), t}, at);
-  values_[n.outputs[0]] = {convert(b_, {sum, at}, out), out};
+  values_[n.outputs[0]] = {convert(b_, inject_fault(math(), n.kind, {sum, at}), out), out};
 }
 
 }  // namespace lazyjit::lowering::cpu::emit

@@ -6,6 +6,8 @@
     print(y.cpu())                # sync: compile (or hit the cache) and run
 """
 import contextlib
+import inspect
+import os
 
 import torch
 
@@ -35,10 +37,31 @@ def mode() -> str:
     return _C.mode()
 
 
-def add_op_hook(fn):
+def _takes_info(fn) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 4
+
+
+def add_op_hook(fn, lazy: bool = False):
     """Calls fn(op_name, inputs, outputs) for every op run in step mode, in order.
-    Tensors arrive as CPU tensors. Returns a handle with .remove()."""
-    return _C.add_op_hook(fn)
+    Tensors arrive as CPU tensors. Returns a handle with .remove().
+
+    With ``lazy=True`` also for every op of every compiled graph, after the
+    graph ran, in recording order, with the values the compiled code computed
+    (the graph is then compiled with every op's result stored: a debugging
+    tool, slower). A hook that takes a fourth argument gets a dict: ``lazy``
+    (from a compiled graph), ``index`` (the op's place in its graph: the node
+    number that NaN, check and recompile reports give as "op #N"; -1 in step mode), ``site`` (the line that recorded it), ``duration_ms`` (step mode:
+    the eager kernel's time; lazy: the op's share of the kernels that computed
+    it), ``kernel`` (those kernels, e.g. ``"fused_2 [mul, add, exp]"``) and
+    ``kernel_ms`` (their whole time)."""
+    return _C.add_op_hook(fn, bool(lazy), _takes_info(fn))
 
 
 def metrics() -> dict:
@@ -91,12 +114,60 @@ def strict():
         _C.strict_exit()
 
 
+def check_graphs(on: bool = True, repro_dir: str = "") -> None:
+    """Compiled vs eager, op by op (also ``LAZYJIT_CHECK=1``): each sync
+    compiles its graph with every op's result stored, runs it, and runs every
+    op that generated code computed again through ATen's eager kernel on the
+    same operands. The first op whose results differ beyond tolerance raises
+    ``RuntimeError`` naming the op, the line that recorded it, the fused kernel
+    and the errors, and writes a standalone repro under ``repro_dir`` (default
+    ``./lazyjit_repro``): ``python -m lazyjit.repro DIR`` reruns it."""
+    _C.check_graphs(bool(on), str(repro_dir))
+
+
 def debug_nans(on: bool = True) -> None:
     """NaN/Inf checks (also ``LAZYJIT_DEBUG_NANS=1``): each sync checks what it
     computed; when a NaN or Inf appears it raises ``RuntimeError`` naming the
     op that first made it, the line that recorded it and its inputs' statistics
     (the tensors keep the computed values)."""
     _C.debug_nans(bool(on))
+
+
+def start_trace(path) -> None:
+    """Records a trace (also ``LAZYJIT_TRACE=<file.json>``): Chrome trace-event
+    JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open, with what
+    each thread did: record (per op), cache key, cache hit or miss (and why),
+    compile (per program and per kernel), execute (per kernel and library step),
+    each sync with its reason and line. ``path`` is created now (``RuntimeError``
+    when it cannot be written); a trace already running is written out first.
+    The file is written by ``stop_trace()``, or at exit."""
+    _C.start_trace(os.fspath(path))
+
+
+def stop_trace() -> None:
+    """Writes the trace started by ``start_trace`` and stops recording."""
+    _C.stop_trace()
+
+
+class trace:
+    """``with lazyjit.trace("out.json"):`` traces the region; on leaving it,
+    what the region recorded is run (``sync()``, unless it raised), so its
+    compiles and steps are in the file, then the file is written."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        start_trace(self.path)
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                sync()  # a class, not a generator: the sync's call site is the with statement
+        finally:
+            stop_trace()
+        return False
 
 
 def _dims(dim):

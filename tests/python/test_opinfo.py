@@ -131,3 +131,17 @@ def test_committed_report_exists_and_parses():
     # ~17,000 float32 samples.
     assert nops > 600 and s["total"] > 15000, (nops, s["total"])
     assert s["pass_rate_all"] == pytest.approx(s["pass"] / s["total"], abs=1e-4)
+
+
+def test_common_ops_subset_under_the_compiled_vs_eager_check(tmp_path):
+    """LAZYJIT_CHECK=1 compares every value generated code computes with eager's
+    kernel on the same operands: on correct code it must never raise."""
+    out = str(tmp_path / "checked.md")
+    r = _run(["--exact-ops", ",".join(COMMON_OPS), "--max-samples-per-op", str(SAMPLES_PER_OP),
+              "--out", out, "--quiet"], env_extra={"LAZYJIT_CHECK": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = _load(out)
+    alarms = [(o["op"], x["index"], x.get("reason", "")) for o in doc["ops"] for x in o["samples"]
+              if "lazyjit.check" in x.get("reason", "")]
+    assert not alarms, alarms
+    assert doc["summary"]["float32"]["pass"] >= len(COMMON_OPS) * 2

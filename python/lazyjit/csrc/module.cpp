@@ -149,12 +149,31 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("mode", [] { return lazyjit::mode() == lazyjit::Mode::Step ? "step" : "lazy"; });
   py::class_<lazyjit::HookHandle>(m, "HookHandle").def("remove", &lazyjit::HookHandle::remove);
-  m.def("add_op_hook", [](py::function fn) {
+  m.def("add_op_hook", [](py::function fn, bool lazy, bool with_info) {
     auto holder = std::make_shared<py::function>(std::move(fn));
-    return lazyjit::add_op_hook([holder](const lazyjit::OpEvent& e) {
+    return lazyjit::add_op_hook([holder, with_info](const lazyjit::OpEvent& e) {
       py::gil_scoped_acquire gil;
-      (*holder)(e.op, to_py(e.inputs), to_py(e.outputs));
-    });
+      if (!with_info) {
+        (*holder)(e.op, to_py(e.inputs), to_py(e.outputs));
+        return;
+      }
+      py::dict info;
+      info["lazy"] = e.lazy;
+      info["index"] = e.index;
+      info["site"] = e.site;
+      info["duration_ms"] = e.duration_ms;
+      info["kernel"] = e.kernel;
+      info["kernel_ms"] = e.kernel_ms;
+      (*holder)(e.op, to_py(e.inputs), to_py(e.outputs), info);
+    }, lazy);
+  }, py::arg("fn"), py::arg("lazy") = false, py::arg("with_info") = false);
+  m.def("check_graphs", [](bool on, const std::string& repro_dir) {
+    py::gil_scoped_release nogil;
+    lazyjit::check_graphs(on, repro_dir);
+  });
+  m.def("run_repro", [](const std::string& dir) {
+    py::gil_scoped_release nogil;
+    return lazyjit::run_repro(dir);
   });
   m.def("metrics", [] { return to_dict(lazyjit::metrics()); });
   m.def("reset_metrics", &lazyjit::reset_metrics);
@@ -179,5 +198,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("strict_exit", &lazyjit::strict_exit);
   m.def("debug_nans", [](bool on) { lazyjit::debug_nans(on); });
   m.def("mark_dynamic", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_dynamic(t, dim); });
+  m.def("start_trace", [](const std::string& path) { lazyjit::start_trace(path); });
+  m.def("stop_trace", [] {
+    py::gil_scoped_release nogil;
+    lazyjit::stop_trace();
+  });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
 }
