@@ -1,6 +1,9 @@
-// IR, plan and LLVM dumps. With LAZYJIT_DUMP=<dir> (runtime/config.h) the
-// compiler writes one set of files per compiled program, named by its cache key:
-// <key>.graph.txt, <key>.pass<N>-<name>.txt, <key>.plan.txt, <key>.ll.
+// IR, plan and LLVM dumps. With LAZYJIT_DUMP=<dir> or LAZYJIT_DEBUG>=2
+// (runtime/config.h) the compiler writes one set of files per compiled program,
+// named by its cache key (lowering/lower.cpp): <key>.graph.txt, <key>.graph.dot,
+// <key>.pass<N>-<name>.txt, <key>.plan.txt, <key>.plan.dot, and, unless at
+// LAZYJIT_DEBUG=2, <key>.ll and <key>.s. The DOT writers are
+// graph_ir/graph_dot.h and lowering/plan_dot.h (this layer sees no graph).
 #pragma once
 #include <string>
 

@@ -8,7 +8,9 @@
 #include "debug/dump.h"
 #include "debug/metrics.h"
 #include "debug/trace.h"
+#include "graph_ir/graph_dot.h"
 #include "lowering/passes.h"
+#include "lowering/plan_dot.h"
 
 namespace lazyjit::lowering {
 
@@ -28,6 +30,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
     if (dumping) debug::write_dump(opts.dump_dir, opts.dump_name + suffix, text);
   };
   dump(".graph.txt", graph.str());
+  if (dumping) dump(".graph.dot", ir::graph_dot(graph, opts.dump_name));
   const std::vector<std::string>& disabled = opts.plan.disabled;
   auto off = [&](const char* name) { return std::find(disabled.begin(), disabled.end(), name) != disabled.end(); };
   int pass_no = 0;
@@ -44,6 +47,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   plan_opts.buffers = opts.plan.buffers && !off("buffers");
   program->plan = opts.eager ? plan_eager(graph, plan_opts) : plan_graph(graph, plan_opts);
   dump(".plan.txt", program->plan.str(graph));
+  if (dumping) dump(".plan.dot", plan_dot(graph, program->plan, opts.dump_name));
   phase.reset();
   if (span) {
     span->arg("steps", program->plan.steps.size());
@@ -59,7 +63,9 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
     m.add(debug::Counter::LlvmCompiles, program->code->llvm_compiles);
     m.add(debug::Counter::KernelHits, program->code->kernel_hits);
     m.add(debug::Counter::GenericCompiles, program->code->generic_compiles);
-    dump(".ll", program->code->llvm_ir());
+    // Only when the target kept them (CodegenOptions::keep_llvm_ir, keep_asm).
+    if (!program->code->llvm_ir().empty()) dump(".ll", program->code->llvm_ir());
+    if (!program->code->assembly().empty()) dump(".s", program->code->assembly());
     if (phase) {
       phase->arg("llvm_compiles", program->code->llvm_compiles);
       phase->arg("kernel_hits", program->code->kernel_hits);

@@ -16,7 +16,8 @@ struct LowerOptions {
   // ("fuse", "buffers") to skip; the caller keys its cache on them too.
   PlanOptions plan;
   // When set, dumps are written here, named `<dump_name>.*`: the graph before
-  // the passes, after each pass, the plan, and the LLVM IR.
+  // the passes (.graph.txt, .graph.dot), after each pass, the plan (.plan.txt,
+  // .plan.dot), and the LLVM IR (.ll) and assembly (.s) when the target kept them.
   std::string dump_dir;
   std::string dump_name;
   // Exact or shape-generic kernels (target.h).

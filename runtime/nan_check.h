@@ -18,6 +18,8 @@ namespace lazyjit::runtime {
 
 // Whether `t` (floating or complex) holds a NaN or an Inf.
 bool has_nonfinite(const at::Tensor& t);
+// Whether one of `ts` does: one pass over all of them (the outputs of a sync).
+bool any_nonfinite(const std::vector<at::Tensor>& ts);
 
 // "[4, 8] Float: min -2, max 1.9, mean -0.05, 3 NaN, 0 Inf" (over its finite elements).
 std::string tensor_stats(const at::Tensor& t);

@@ -10,6 +10,7 @@
 #include "runtime/graph_check.h"
 #include "runtime/repro.h"
 #include "runtime/runtime.h"
+#include "runtime/sync_log.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
@@ -83,6 +84,7 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
   if (!compiled) {  // past the recompile limit with the eager stance
     eager.emplace(eager_program(all, /*keep_values=*/false));
     debug::Metrics::get().add(debug::Counter::EagerSyncs);
+    sync_note().how = SyncNote::How::Eager;
   }
   const executor::Executable& exe = compiled ? *compiled : *eager;
 

@@ -14,6 +14,7 @@
 // this and writes the results back into its storages after it.
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #ifdef __GLIBC__
@@ -30,6 +31,7 @@
 #include "runtime/disk_tier.h"
 #include "runtime/nan_check.h"
 #include "runtime/runtime.h"
+#include "runtime/sync_log.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
@@ -45,7 +47,9 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   codegen.vector_bits = config_.vector_bits;
   codegen.opt_level = config_.opt_level;
   codegen.fault = config_.fault;
-  codegen.keep_llvm_ir = !config_.dump_dir.empty();  // the text of every module costs memory
+  // The text of every module costs memory, its assembly a second codegen:
+  // only when dumping them (LAZYJIT_DUMP, LAZYJIT_DEBUG=3; not at level 2).
+  codegen.keep_llvm_ir = codegen.keep_asm = !config_.dump_dir.empty() && config_.dump_llvm;
   target_ = lowering::make_cpu_target(codegen);
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
@@ -131,9 +135,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
 
 void Runtime::check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
   if (!debug_nans_ || !r.failures.empty()) return;
-  bool bad = false;
-  for (const at::Tensor& t : r.outputs) bad = bad || has_nonfinite(t);
-  if (bad) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+  if (any_nonfinite(r.outputs)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
 }
 
 std::string Runtime::describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
@@ -188,6 +190,7 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
   debug::Metrics::get().add(debug::Counter::EagerSyncs);
   RunResult r = e.run(bindings, threads());
   to_traced_nodes(r, graph, e.program().graph);
+  sync_note().how = SyncNote::How::Eager;
   return r;
 }
 
@@ -198,12 +201,17 @@ std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Grap
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
+    sync_note().how = SyncNote::How::Compiled;
     explain_compile(graph, site, Miss::Compile, node_sites);  // what differs from the nearest program compiled at this site
     auto program = compile(ir::Graph(graph), key.str(), shapes);
     trim_heap();
     return program;
   };
-  return disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+  auto t0 = std::chrono::steady_clock::now();
+  sync_note().how = SyncNote::How::Loaded;  // unless compile_it runs
+  auto program = disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+  sync_note().prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return program;
 }
 
 // A compile leaves the heap fragmented: LLVM's short-lived objects interleave
@@ -242,6 +250,7 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
   Recompile r = explainer_.explain(graph, site, node_sites);
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
+  if (miss == Miss::Compile) sync_note().why = r.kind;
   if (debug::trace_enabled()) {
     t_miss_explained = true;
     debug::trace_instant("cache", "cache miss",

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <optional>
 #include <atomic>
+#include <chrono>
 #include <unordered_map>
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "bridge/aten_ir.h"
+#include "runtime/config.h"
 #include "runtime/runtime.h"
+#include "runtime/sync_log.h"
 #include "tracer/call_site.h"
 #include "tracer/lazyjit.h"
 #include "tracer/op_events.h"
@@ -294,6 +297,11 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     return;
   }
   debug::Metrics::get().sync(reason, site);
+  // LAZYJIT_LOG=syncs / LAZYJIT_DEBUG>=1: one line per sync (runtime/sync_log.h).
+  static const bool log_syncs = runtime::process_config().log_syncs;
+  const size_t log_ops = log_syncs ? graph_->nodes().size() - graph_->inputs().size() - graph_->scalars().size() : 0;
+  const auto log_t0 = log_syncs ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  if (log_syncs) runtime::sync_note() = {};
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled())
     span.emplace("sync", "sync " + reason,
@@ -343,6 +351,11 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     reset();
     throw;
   }
+  if (log_syncs)
+    std::fprintf(stderr, "lazyjit: %s\n",
+                 runtime::sync_line(reason, site, log_ops, runtime::sync_note(),
+                                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_t0).count())
+                     .c_str());
   // A result may be an input's memory or shared by two storages: each storage
   // must own its elements, so later in-place steps cannot leak between them.
   std::unordered_set<const void*> taken;

@@ -7,6 +7,7 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -44,15 +45,25 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
-// Emits `m` as a relocatable object file for `tm`'s machine.
-std::string object_file(llvm::Module& m, llvm::TargetMachine& tm) {
+// Emits `m` as a relocatable object file (or assembly text) for `tm`'s machine.
+std::string object_file(llvm::Module& m, llvm::TargetMachine& tm,
+                        llvm::CodeGenFileType type = llvm::CodeGenFileType::ObjectFile) {
   llvm::SmallVector<char, 0> buf;
   llvm::raw_svector_ostream os(buf);
   llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw std::runtime_error("lazyjit: the target machine cannot emit object files");
+  if (tm.addPassesToEmitFile(pm, os, nullptr, type))
+    throw std::runtime_error("lazyjit: the target machine cannot emit object files or assembly");
   pm.run(m);
   return std::string(buf.data(), buf.size());
+}
+
+// The assembly of an optimized module, for dumps: codegen changes the module
+// it runs on, so it runs on a copy (and a target machine of its own), and the
+// object file is made from the original as when not dumping.
+std::string assembly_text(const llvm::Module& m, cpu::Jit& j) {
+  std::unique_ptr<llvm::Module> copy = llvm::CloneModule(m);
+  auto tm = j.make_target_machine();
+  return object_file(*copy, *tm, llvm::CodeGenFileType::AssemblyFile);
 }
 
 struct Hash128Hash {
@@ -67,7 +78,8 @@ struct KernelCode {
   bool generic = false;
   std::string symbol;
   std::string object;
-  std::string ir;  // when CodegenOptions::keep_llvm_ir
+  std::string ir;        // when CodegenOptions::keep_llvm_ir
+  std::string assembly;  // when CodegenOptions::keep_asm
   KernelFn fn = nullptr;
   ~KernelCode() {
     if (jd) jit->remove(*jd);
@@ -81,12 +93,34 @@ using KernelRef = std::shared_ptr<const KernelCode>;
 constexpr std::string_view kArchiveTag = "LJKO";
 constexpr uint32_t kArchiveVersion = 1;
 
+// The dump text (IR or assembly) of a plan's kernels, one section per plan
+// kernel under its name in this plan. A kernel found compiled (the kernel
+// cache) shows the text kept when it was compiled, under the symbol it got
+// then; one linked from the on-disk cache has none; equal kernels of one plan
+// share one compile and one section.
+std::string kernel_texts(const Plan& plan, const std::vector<KernelRef>& refs, const std::vector<bool>& reused,
+                         std::string KernelCode::*text, const std::string& comment) {
+  std::string out;
+  std::unordered_map<const KernelCode*, size_t> first;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const KernelCode& k = *refs[i];
+    out += comment + " ==== " + plan.kernels[i].name + (k.generic ? " (shape-generic)\n" : "\n");
+    if (auto [it, fresh] = first.emplace(&k, i); !fresh) {
+      out += comment + " the same code as " + plan.kernels[it->second].name + " (equal kernels compile once)\n";
+      continue;
+    }
+    if (reused[i])
+      out += comment + " not compiled for this program: found compiled (the kernel cache), as " + k.symbol + "\n";
+    if ((k.*text).empty()) out += comment + " no text kept: linked from the on-disk cache, not compiled in this process\n";
+    out += k.*text;
+  }
+  return out;
+}
+
 class CpuCode : public CompiledCode {
  public:
-  explicit CpuCode(std::vector<KernelRef> kernels) : kernels_(std::move(kernels)) {
-    for (const KernelRef& k : kernels_)
-      if (!k->ir.empty()) ir_ += "; ==== " + k->symbol + (k->generic ? " (shape-generic)\n" : "\n") + k->ir;
-  }
+  explicit CpuCode(std::vector<KernelRef> kernels, std::string ir = {}, std::string assembly = {})
+      : kernels_(std::move(kernels)), ir_(std::move(ir)), asm_(std::move(assembly)) {}
   std::string object() const override {
     if (kernels_.empty()) return std::string();
     std::vector<const KernelCode*> units;
@@ -111,10 +145,11 @@ class CpuCode : public CompiledCode {
     return w.take();
   }
   const std::string& llvm_ir() const override { return ir_; }
+  const std::string& assembly() const override { return asm_; }
 
  private:
   std::vector<KernelRef> kernels_;  // one per plan kernel (equal ones shared)
-  std::string ir_;
+  std::string ir_, asm_;            // for dumps (kernel_texts)
 };
 
 class CpuTarget : public Target {
@@ -188,7 +223,14 @@ class CpuTarget : public Target {
       fns[i] = refs[i]->fn;
     }
     plan.kernel_fns = std::move(fns);
-    auto code = std::make_unique<CpuCode>(std::move(refs));
+    std::string ir, assembly;
+    if (opts_.keep_llvm_ir || opts_.keep_asm) {
+      std::vector<bool> reused(n);
+      for (size_t i = 0; i < n; ++i) reused[i] = found[i] != nullptr;
+      if (opts_.keep_llvm_ir) ir = kernel_texts(plan, refs, reused, &KernelCode::ir, ";");
+      if (opts_.keep_asm) assembly = kernel_texts(plan, refs, reused, &KernelCode::assembly, "#");
+    }
+    auto code = std::make_unique<CpuCode>(std::move(refs), std::move(ir), std::move(assembly));
     code->llvm_compiles = static_cast<int>(jobs.size());
     code->kernel_hits = hits;
     code->generic_compiles = generic_compiles;
@@ -324,6 +366,7 @@ class CpuTarget : public Target {
     if (opts_.keep_llvm_ir) c->ir = "; ---- before optimization\n" + module_text(*m);
     cpu::optimize_module(*m, *tm, cfg);
     if (opts_.keep_llvm_ir) c->ir += "; ---- after optimization\n" + module_text(*m);
+    if (opts_.keep_asm) c->assembly = assembly_text(*m, j);
     c->key = key;
     c->generic = generic;
     c->symbol = k.name;

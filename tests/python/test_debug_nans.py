@@ -83,3 +83,25 @@ except RuntimeError as e:
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "lazyjit.debug_nans" in p.stdout and "div" in p.stdout and "3 NaN" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("n", [5, 100003])  # the check's vector loop and its tail, one thread and several
+def test_the_check_finds_one_bad_element_of_every_float_dtype(nans, dtype, bad, n):
+    # Made in the graph: the sync's output is scanned, its last element bad.
+    x = torch.ones(n, dtype=dtype)
+    x[-1] = 0
+    xl = x.to(DEV)
+    # 1 everywhere but there: log(0) * 0 is NaN, 1 / 0 is Inf.
+    y = xl.log() * 0 if bad != bad else xl.reciprocal() * (1 if bad > 0 else -1)
+    assert torch.isfinite((x.log() * 0 if bad != bad else x.reciprocal())[:-1]).all()
+    with pytest.raises(RuntimeError, match="lazyjit.debug_nans"):
+        y.cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_finite_extremes_are_not_flagged(nans, dtype):
+    info = torch.finfo(dtype)
+    x = torch.tensor([info.max, info.min, info.tiny, -0.0, 0.0] * 40, dtype=dtype).to(DEV)
+    torch.testing.assert_close((x * 1).cpu(), x.cpu())

@@ -1,0 +1,54 @@
+// The sync log of LAZYJIT_LOG=syncs / LAZYJIT_DEBUG>=1: one line per sync on
+// stderr, written by the tracer (tracer/trace_context.cpp, run_pending) from
+// what the runtime noted about this thread's sync while running it:
+//
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> cache hit, ran in 0.41 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled (new shapes) in 55.1 ms, ran in 0.52 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from disk in 2.9 ms, ran in 0.47 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op (past the recompile limit) in 3.1 ms
+//
+// Header-only: a thread_local the pipeline (runtime/pipeline.cpp) fills on the
+// paths that are not a cache hit, so a hit costs it nothing.
+#pragma once
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+namespace lazyjit::runtime {
+
+struct SyncNote {
+  enum class How { Hit, Compiled, Loaded, Eager };
+  How how = How::Hit;  // a hit unless the pipeline says otherwise
+  std::string why;     // Compiled: what differs from the nearest program at the site (recompile_explainer.h)
+  double prepare_ms = 0;  // Compiled / Loaded: the compile, or the load from the on-disk cache
+};
+
+// This thread's note for the sync it is running; the tracer resets it first.
+inline SyncNote& sync_note() {
+  thread_local SyncNote note;
+  return note;
+}
+
+// The line (without "lazyjit: " and the newline) for a sync that took total_ms.
+inline std::string sync_line(const std::string& reason, const std::string& site, size_t ops, const SyncNote& n,
+                             double total_ms) {
+  auto ms = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f ms" : "%.1f ms", v);
+    return std::string(buf);
+  };
+  std::string s = "sync at " + (site.empty() ? std::string("(unknown site)") : site) + " (" + reason + "): " +
+                  std::to_string(ops) + (ops == 1 ? " op -> " : " ops -> ");
+  double run_ms = total_ms - n.prepare_ms;
+  switch (n.how) {
+    case SyncNote::How::Hit: return s + "cache hit, ran in " + ms(total_ms);
+    case SyncNote::How::Compiled:
+      return s + "compiled" + (n.why.empty() ? "" : " (" + n.why + ")") + " in " + ms(n.prepare_ms) + ", ran in " +
+             ms(run_ms);
+    case SyncNote::How::Loaded: return s + "loaded from disk in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
+    case SyncNote::How::Eager: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
+  }
+  return s;
+}
+
+}  // namespace lazyjit::runtime
