@@ -1,11 +1,14 @@
 """`pip install --no-build-isolation .` builds the C++ core and the extension with
-CMake against the torch installed in the running Python, then packages them."""
+CMake against the torch installed in the running Python, then packages them;
+`pip wheel --no-build-isolation --no-deps .` makes a wheel of the same, and
+`pip install --no-build-isolation -e .` (what scripts/build.sh does for .venv)
+installs python/ in place."""
 import os
 import shutil
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -28,7 +31,16 @@ class BuildWithCMake(build_py):
         super().run()
 
 
+class BinaryDistribution(Distribution):
+    """The package holds a CPython extension and shared libraries built by CMake,
+    not by setuptools: without this the wheel would be tagged py3-none-any."""
+
+    def has_ext_modules(self):
+        return True
+
+
 setup(
+    distclass=BinaryDistribution,
     packages=["lazyjit"],
     py_modules=["lazyjit_cache_cli"],
     package_dir={"": "python"},

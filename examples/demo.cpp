@@ -13,9 +13,13 @@ int main() {
   for (int step = 0; step < 3; ++step) {
     auto lx = x.to(lazyjit::device());
     auto y = (torch::gelu(torch::addmm(lb, lx, lw)) + lx).cpu();  // .cpu() is the sync point
-    std::cout << "step " << step << ": max |lazyjit - eager| = "
+    std::cout << "C++ step " << step << ": max |lazyjit - eager| = "
               << (y - eager).abs().max().item<float>() << "\n";
   }
-  std::cout << lazyjit::metrics_report();
+  // lazyjit::metrics_report() is the whole report: every counter, sync site, timing.
+  auto m = lazyjit::metrics();
+  std::cout << "lazyjit: " << m.counters["ops_traced"] << " ops traced, " << m.counters["syncs"] << " syncs; "
+            << m.counters["compiles"] << " compiles, " << m.counters["disk_hits"] << " disk loads, "
+            << m.counters["cache_hits"] << " cache hits\n";
   return 0;
 }

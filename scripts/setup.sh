@@ -3,6 +3,8 @@
 # set-up machine it checks and returns in a few seconds, changing nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
+t_setup=$(_lazyjit_now)
 
 LLVM_VERSION=19
 TORCH_VERSION=2.13.0
@@ -14,22 +16,25 @@ for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "[setup] apt: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt_install() {
+    $SUDO apt-get update &&
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  }
+  step setup "apt: installing ${missing[*]}" apt_install
 fi
 
 if [ ! -x .venv/bin/python ]; then
-  echo "[setup] creating .venv"
-  python3 -m venv .venv
+  step setup "creating .venv ($(python3 --version))" python3 -m venv .venv
 fi
 stamp=.venv/.lazyjit-setup-stamp
 want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[setup] pip: installing ${PY_PACKAGES[*]}"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
+  pip_install() {
+    .venv/bin/python -m pip install --progress-bar off --upgrade pip &&
+      .venv/bin/python -m pip install --progress-bar off "${PY_PACKAGES[@]}"
+  }
+  step setup "pip: installing ${PY_PACKAGES[*]} into .venv" pip_install
   printf '%s' "$want" > "$stamp"
 fi
 # Optional: what tools/hf_suite.py (transformers' own model tests on lazyjit) needs
@@ -39,9 +44,9 @@ if [ "${LAZYJIT_HF_SUITE:-0}" = 1 ]; then
   hf_stamp=.venv/.lazyjit-hf-suite-stamp
   hf_want="$(printf '%s\n' "${HF_SUITE_PACKAGES[@]}")"
   if [ ! -f "$hf_stamp" ] || [ "$(cat "$hf_stamp")" != "$hf_want" ]; then
-    echo "[setup] pip (LAZYJIT_HF_SUITE=1): installing ${HF_SUITE_PACKAGES[*]}"
-    .venv/bin/python -m pip install -q "${HF_SUITE_PACKAGES[@]}"
+    step setup "pip (LAZYJIT_HF_SUITE=1): installing ${HF_SUITE_PACKAGES[*]}" \
+      .venv/bin/python -m pip install --progress-bar off "${HF_SUITE_PACKAGES[@]}"
     printf '%s' "$hf_want" > "$hf_stamp"
   fi
 fi
-echo "[setup] ok: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'), llvm $(llvm-config-${LLVM_VERSION} --version)"
+echo "[setup] ok: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'), llvm $(llvm-config-${LLVM_VERSION} --version) (checked in $(_lazyjit_since "$t_setup"))"
