@@ -21,13 +21,11 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-namespace {
 std::string ints(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
 }
-}  // namespace
 
 std::string op_label(const Graph& g, uint32_t n) {
   const Node& node = g.nodes()[n];

@@ -21,6 +21,8 @@ namespace dot {
 std::string escape(const std::string& s);
 // What node `n` does, e.g. "mul", "input 0", "aten::mm", "reduce_sum dims [1]".
 std::string op_label(const Graph& g, uint32_t n);
+// "[4,8]".
+std::string ints(const std::vector<int64_t>& v);
 // "%3 f32[4,8]".
 std::string value_label(const Graph& g, ValueId v);
 // The DOT attributes of node `n`'s box: shape, colours, label (already in [...]).

@@ -6,13 +6,7 @@
 
 namespace lazyjit::lowering {
 
-namespace {
-std::string ints(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-}  // namespace
+using ir::dot::ints;
 
 std::string plan_dot(const ir::Graph& g, const Plan& plan, const std::string& title) {
   namespace dot = ir::dot;
