@@ -1,6 +1,8 @@
 // graph_dot: the traced graph as Graphviz DOT (the <key>.graph.dot dump).
 #include <gtest/gtest.h>
 
+#include "tests/text_count.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,11 +33,7 @@ Graph build() {
   return g;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using lazyjit::test_text::count;
 
 }  // namespace
 

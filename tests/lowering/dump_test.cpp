@@ -3,6 +3,8 @@
 // (CodegenOptions::keep_asm).
 #include <gtest/gtest.h>
 
+#include "tests/text_count.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -40,11 +42,7 @@ Graph build() {
   return g;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using lazyjit::test_text::count;
 
 }  // namespace
 
