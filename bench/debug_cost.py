@@ -100,13 +100,15 @@ def render(results: dict) -> str:
         lines.append(f"| `{key}` | {mo:.3f} | {mn:.3f} | {ratio:.3f}{flag} | "
                      f"{', '.join(f'{x:.2f}' for x in off)} | {', '.join(f'{x:.2f}' for x in on)} |")
     lines += ["", f"Target: on / off ≤ {TARGET:.2f} (✗ marks a workload above it). What the check "
-              "costs: after each sync, one more read of every floating output of the program "
-              "(runtime/nan_check.cpp: a vectorized scan of the bits, split over oneTBB's threads), "
-              "so it grows with the bytes a step writes back, not with its arithmetic. On a "
-              "memory-bound step (`a_gelu`, `b1`, `b2`: read the input, write the output) that read "
-              "adds up to half the step's memory traffic, so no check after the kernels can be "
-              "under 10% there; that needs the test inside the generated kernels, on the values "
-              "as they are stored."]
+              "costs: generated kernels test every float32/float64 value as they store it (its "
+              "exponent bits, OR-reduced in registers, one flag per kernel call: "
+              "lowering::Plan::check_stores), so the outputs they write need no second read; "
+              "the other outputs (library steps', half-precision ones) get one vectorized scan "
+              "after the sync (runtime/nan_check.cpp). Only when a flag or the scan finds a NaN or "
+              "Inf is the graph re-run op by op to name the op. With checks on, programs are "
+              "compiled apart from unchecked ones (their own cache key). A scan of every output "
+              "after the kernels, the first version, cost 12-47% on the memory-bound steps "
+              "(`a_gelu`, `b1`, `b2`): one more read of what they had just written."]
     return "\n".join(lines)
 
 

@@ -70,7 +70,8 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
   for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));
 }
 
-void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const {
+void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads,
+                          bool* nonfinite) const {
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
   std::optional<debug::TraceSpan> span;
@@ -80,6 +81,15 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
   }
   switch (s.kind) {
     case Step::Kind::Kernel:
+      if (p.plan.check_stores) {
+        // The kernel's dims and, one past them, its NaN/Inf flag (this run's own).
+        std::vector<int64_t> dims = dims_[s.kernel];
+        dims.push_back(0);
+        launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims.data(), p.graph, env, b.scalars,
+                      threads);
+        if (dims.back()) *nonfinite = true;
+        break;
+      }
       launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
                     b.scalars, threads);
       break;
@@ -138,7 +148,7 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       mark_results(si, skip, failed_by);
     } else {
       try {
-        run_step(si, env, b, threads);
+        run_step(si, env, b, threads, &r.stored_nonfinite);
       } catch (...) {
         const Step& s = p.plan.steps[si];
         uint32_t node = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].nodes.front() : s.node;

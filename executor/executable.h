@@ -41,6 +41,9 @@ struct RunResult {
   std::string check_report;
   std::vector<StepFailure> failures;  // in step order; empty when every step ran
   std::vector<int32_t> lost_by;       // per output: the failure it depends on, or -1; empty when none failed
+  // A program with Plan::check_stores: whether a kernel stored a NaN or Inf
+  // (in any float32/float64 value it stored, an output or not).
+  bool stored_nonfinite = false;
 };
 
 class Executable {
@@ -59,7 +62,8 @@ class Executable {
   const lowering::Program& program() const { return *program_; }
 
  private:
-  void run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads) const;
+  // Sets `*nonfinite` when a kernel with checked stores stored a NaN or Inf.
+  void run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads, bool* nonfinite) const;
   // After a step threw: whether step `si` reads a value a failed step made (the
   // failure's index, or -1), and marking the values a skipped or failed step makes.
   int32_t failed_operand(size_t si, const std::vector<int32_t>& failed_by) const;

@@ -315,6 +315,7 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
     if (k.row) k.schedule = schedule_row(g, k);
   }
   if (opts.buffers) plan_buffers(g, b.plan);
+  b.plan.check_stores = opts.check_stores;
   return std::move(b.plan);
 }
 

@@ -100,6 +100,11 @@ struct Plan {
   // pool, which also carries it into the next run). Empty: nothing is released
   // before the run ends.
   std::vector<std::vector<ValueId>> frees;
+  // NaN/Inf checks in the kernels (LAZYJIT_DEBUG_NANS): every float32/float64
+  // value a kernel stores is tested as it is stored, and a kernel that stored a
+  // NaN or Inf sets the int64 one past its kernel_dims (the executor passes a
+  // `dims` with that slot; Executable::run says whether any was set).
+  bool check_stores = false;
   int64_t planned_peak_bytes = 0;  // most bytes of step results alive at once
   int64_t result_bytes = 0;        // bytes of all step results (the peak without frees)
   std::string str(const ir::Graph& g) const;
@@ -115,6 +120,7 @@ struct PlanOptions {
   // Pass names to skip ("dce", "fold", "cse", "fuse", "buffers"); the runtime
   // fills it from its Config (LAZYJIT_DISABLE_PASSES).
   std::vector<std::string> disabled;
+  bool check_stores = false;  // Plan::check_stores
 };
 
 // Elementwise nodes whose dtypes the CPU codegen handles (others become Aten steps

@@ -243,6 +243,7 @@ void write_plan(ByteWriter& w, const Plan& plan) {
   for (const auto& f : plan.frees) w.u32s(f);
   w.i64(plan.planned_peak_bytes);
   w.i64(plan.result_bytes);
+  w.boolean(plan.check_stores);
   w.u64(ir::hash64(w.bytes().data() + start, w.size() - start));
 }
 
@@ -273,6 +274,7 @@ Plan read_plan(ByteReader& r, const Graph& g) {
   plan.result_bytes = r.i64();
   if (plan.planned_peak_bytes < 0 || plan.result_bytes < 0)
     r.fail("negative byte counts");
+  plan.check_stores = r.boolean();
   // The checks above keep every index in range, but sizes, strides and offsets
   // cannot be checked against the buffers without planning again, and a wrong
   // stride makes a kernel read out of bounds: accidental corruption is caught

@@ -13,7 +13,7 @@
 //     scratch
 //   u32 step count, then per Step: u8 kind, u32 node, i32 kernel
 //   u32 frees count + u32 list per step
-//   i64 planned_peak_bytes, i64 result_bytes
+//   i64 planned_peak_bytes, i64 result_bytes, u8 check_stores
 //   u64 XXH3-64 of all the plan's bytes above, "LJPL" included
 //
 // kernel_fns are not stored: they point into loaded object code, and whoever
@@ -32,7 +32,7 @@
 namespace lazyjit::lowering {
 
 // Bump on any change to the layout above (a new field of FusedKernel included).
-inline constexpr uint32_t kPlanFormatVersion = 3;  // 2: row schedules, 3: their sum blocks
+inline constexpr uint32_t kPlanFormatVersion = 4;  // 2: row schedules, 3: their sum blocks, 4: check_stores
 
 void write_plan(ir::ByteWriter& w, const Plan& plan);
 Plan read_plan(ir::ByteReader& r, const ir::Graph& g);

@@ -62,7 +62,8 @@ class CompiledCode {
 // 3: long float sums in float64 blocks with a compensated combine.
 // 4: at most PlanOptions::max_kernel_nodes nodes per kernel.
 // 5: one object per kernel, shape-generic kernels (KernelFn's dims).
-inline constexpr int kCodegenRevision = 5;
+// 6: plans carry check_stores (plan format 4): old entries miss, not fail.
+inline constexpr int kCodegenRevision = 6;
 
 class Target {
  public:

@@ -126,7 +126,7 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
                                                      ", or lazyjit-repro " + dir + ")");
     }
   }
-  check_nans(r, graph, bindings, node_sites);
+  check_nans(r, exe.program(), graph, bindings, node_sites);
   if (observer) observer(obs);
   return r;
 }

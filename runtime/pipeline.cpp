@@ -21,6 +21,7 @@
 #include <malloc.h>
 #endif
 #include <stdexcept>
+#include <unordered_set>
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
@@ -54,6 +55,8 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
   code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());
+  const std::string checked = code_fingerprint_ + ";checked stores";
+  checked_code_hash_ = ir::hash64(checked.data(), checked.size());
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;
@@ -96,7 +99,7 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   RunResult r = program->run(bindings, threads());
   // A program is kept when a run fails: its data was bad, not its code.
   to_traced_nodes(r, graph, program->program().graph);
-  check_nans(r, graph, bindings, node_sites);
+  check_nans(r, program->program(), graph, bindings, node_sites);
   return r;
 }
 
@@ -105,7 +108,9 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                                                                  const NodeSites& node_sites) {
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("hash", "cache key", debug::TraceArgs{{"nodes", graph.nodes().size()}});
-  cache::CacheKey key = cache::CacheKey::make(graph.hashes(), code_hash_);
+  // With NaN checks on, kernels test what they store: other code, another key.
+  const bool checked = debug_nans_;
+  cache::CacheKey key = cache::CacheKey::make(graph.hashes(), checked ? checked_code_hash_ : code_hash_);
   span.reset();
   t_miss_explained = false;
   cache::Lookup<executor::Executable> lookup;
@@ -120,7 +125,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                             throw RunEagerly{};
                           }
                           return std::make_shared<const executor::Executable>(
-                              load_or_compile(graph, key, site, shapes, node_sites));
+                              load_or_compile(graph, key, site, shapes, node_sites, checked));
                         });
   } catch (const RunEagerly&) {
     return nullptr;
@@ -133,9 +138,26 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
   return lookup.entry;
 }
 
-void Runtime::check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+void Runtime::check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph,
+                         const Bindings& bindings, const NodeSites& node_sites) {
   if (!debug_nans_ || !r.failures.empty()) return;
-  if (any_nonfinite(r.outputs)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+  // Outputs that a kernel with checked stores wrote were tested as they were
+  // stored: when none of its stores was NaN or Inf, only the rest need a scan.
+  const lowering::Plan& plan = program.plan;
+  std::vector<at::Tensor> scan;
+  if (plan.check_stores && !r.stored_nonfinite) {
+    std::unordered_set<ir::ValueId> tested;
+    for (const lowering::FusedKernel& k : plan.kernels)
+      for (ir::ValueId v : k.stores) {
+        ir::DType t = program.graph.value(v).type.dtype;
+        if (t == ir::DType::Float32 || t == ir::DType::Float64) tested.insert(v);
+      }
+    for (size_t i = 0; i < r.outputs.size(); ++i)
+      if (!tested.count(program.graph.outputs()[i])) scan.push_back(r.outputs[i]);
+  } else {
+    scan = r.outputs;
+  }
+  if (any_nonfinite(scan)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
 }
 
 std::string Runtime::describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
@@ -197,13 +219,13 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
 std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                                   const std::string& site,
                                                                   std::optional<lowering::Shapes> shapes,
-                                                                  const NodeSites& node_sites) {
+                                                                  const NodeSites& node_sites, bool check_stores) {
   // Lowering consumes a copy: the caller keeps its graph, whose nodes name a
   // step that fails when the program runs.
   auto compile_it = [&] {
     sync_note().how = SyncNote::How::Compiled;
     explain_compile(graph, site, Miss::Compile, node_sites);  // what differs from the nearest program compiled at this site
-    auto program = compile(ir::Graph(graph), key.str(), shapes);
+    auto program = compile(ir::Graph(graph), key.str(), shapes, check_stores);
     trim_heap();
     return program;
   };
@@ -228,9 +250,11 @@ void Runtime::trim_heap() {
 }
 
 std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const std::string& dump_name,
-                                                          std::optional<lowering::Shapes> shapes) const {
+                                                          std::optional<lowering::Shapes> shapes,
+                                                          bool check_stores) const {
   lowering::LowerOptions opts;
   opts.plan.disabled = config_.disabled_passes;
+  opts.plan.check_stores = check_stores;
   opts.dump_dir = config_.dump_dir;
   opts.dump_name = dump_name;
   opts.shapes = shapes.value_or(config_.dynamic);

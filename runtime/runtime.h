@@ -88,9 +88,11 @@ class Runtime {
   // A compiled program as bytes, and back (links its object code: no codegen).
   std::string to_bytes(const lowering::Program& program) const;
   std::shared_ptr<const lowering::Program> from_bytes(const std::string& bytes) const;
-  // Lowers without running or caching (tests, tools).
+  // Lowers without running or caching (tests, tools). `check_stores`: kernels
+  // test what they store for NaN/Inf (lowering::Plan::check_stores).
   std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name,
-                                                   std::optional<lowering::Shapes> shapes = std::nullopt) const;
+                                                   std::optional<lowering::Shapes> shapes = std::nullopt,
+                                                   bool check_stores = false) const;
 
   // NaN/Inf checks of every run's outputs (runtime/nan_check.h); a run whose
   // outputs hold one comes back with RunResult::nan_report set. Starts as
@@ -128,7 +130,10 @@ class Runtime {
                          std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
                          const RunObserver& observer, bool check, bool repro);
   // With NaN checks on: sets r.nan_report when an output holds a NaN or Inf.
-  void check_nans(RunResult& r, const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
+  // Outputs that kernels with checked stores (Plan::check_stores) wrote were
+  // tested as stored; the others are scanned.
+  void check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph, const Bindings& bindings,
+                  const NodeSites& node_sites);
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
   // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
   // A refused miss (a strict region) throws CompileRefused with the explanation.
@@ -143,12 +148,13 @@ class Runtime {
   std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                            const std::string& site,
                                                            std::optional<lowering::Shapes> shapes,
-                                                           const NodeSites& node_sites);
+                                                           const NodeSites& node_sites, bool check_stores);
 
   Config config_;
   std::unique_ptr<lowering::Target> target_;
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
   uint64_t code_hash_ = 0;        // its hash: the key's target part
+  uint64_t checked_code_hash_ = 0;  // the same, for programs whose kernels test their stores (NaN checks on)
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   RecompileExplainer explainer_;
   std::atomic<bool> debug_nans_{false};

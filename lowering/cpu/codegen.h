@@ -23,6 +23,9 @@ struct CodegenConfig {
   // Shape-generic code: sizes, strides (other than 0 and 1) and offsets are read
   // from KernelFn's `dims` at run time (kernel_key.h says what it serves).
   bool generic = false;
+  // Plan::check_stores: each float32/float64 store is tested, and a NaN or Inf
+  // sets the int64 one past kernel_dims in `dims` (atomically) before returning.
+  bool check_stores = false;
 };
 
 // Emits every kernel of `plan` into a new module targeting `tm`. Throws

@@ -66,6 +66,9 @@ std::string assembly_text(const llvm::Module& m, cpu::Jit& j) {
   return object_file(*copy, *tm, llvm::CodeGenFileType::AssemblyFile);
 }
 
+// Mixed into the keys of kernels compiled with Plan::check_stores.
+constexpr uint64_t kCheckedStores = 0x6e616e636865636bull;
+
 struct Hash128Hash {
   size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
 };
@@ -184,7 +187,13 @@ class CpuTarget : public Target {
     int hits = 0;
     std::vector<KernelKey> keys;
     keys.reserve(n);
-    for (const FusedKernel& k : plan.kernels) keys.push_back(kernel_key(g, k));  // hashing needs no lock
+    for (const FusedKernel& k : plan.kernels) {  // hashing needs no lock
+      keys.push_back(kernel_key(g, k));
+      if (plan.check_stores) {  // the same kernel with its stores tested is other code
+        keys.back().generic.lo ^= kCheckedStores;
+        keys.back().exact.lo ^= kCheckedStores;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (size_t i = 0; i < n; ++i) {
@@ -330,7 +339,7 @@ class CpuTarget : public Target {
                                       {"generic", job.generic}, {"nodes", plan.kernels[job.kernel].nodes.size()}});
       }
       try {
-        job.code = compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic);
+        job.code = compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores);
       } catch (...) {
         job.error = std::current_exception();
       }
@@ -357,8 +366,8 @@ class CpuTarget : public Target {
   }
 
   KernelRef compile_one(cpu::Jit& j, const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
-                        bool generic) {
-    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), "", generic};
+                        bool generic, bool check_stores) {
+    cpu::CodegenConfig cfg{opts_, j.has_libmvec(), "", generic, check_stores};
     auto tm = j.make_target_machine();
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = cpu::emit_kernel_module(*ctx, g, k, *tm, cfg);

@@ -116,6 +116,7 @@ class LoopEmitter {
   std::vector<Value*> slot_v_;                  // per load: a scalar's slot; null for buffers
   llvm::Function* fn_ = nullptr;
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
+  llvm::AllocaInst* nonfinite_ = nullptr;  // cfg_.check_stores: i8, a stored value was NaN/Inf
   std::vector<int> buffer_of_;       // per load: its buffer parameter, -1 for scalars
   std::vector<Value*> idx_;          // per dim: the induction variable
   size_t nrow_ = 0, ncol_ = 0;       // row kernels: leading row dims, trailing col dims

@@ -105,3 +105,24 @@ def test_finite_extremes_are_not_flagged(nans, dtype):
     info = torch.finfo(dtype)
     x = torch.tensor([info.max, info.min, info.tiny, -0.0, 0.0] * 40, dtype=dtype).to(DEV)
     torch.testing.assert_close((x * 1).cpu(), x.cpu())
+
+
+def test_a_nan_no_output_keeps_raises_nothing(nans):
+    # Kernels test what they store (NaN checks in the generated code): an
+    # intermediate NaN that a later op replaces is not an output's NaN.
+    x = torch.tensor([1.0, -1.0, 2.0, -3.0] * 64)
+    got = (torch.nan_to_num(x.to(DEV).log(), nan=7.0) * 2).cpu()
+    torch.testing.assert_close(got, torch.nan_to_num(x.log(), nan=7.0) * 2)
+
+
+def test_checked_programs_are_compiled_apart_and_used_again(nans):
+    lazyjit.clear_cache()
+    lazyjit.reset_metrics()
+    x = torch.randn(64, 64).to(DEV)
+    for _ in range(3):
+        (x.tanh() * 3 + 1).cpu()
+    assert lazyjit.metrics()["compiles"] == 1 and lazyjit.metrics()["cache_hits"] == 2
+    lazyjit.debug_nans(False)
+    (x.tanh() * 3 + 1).cpu()  # other code (its kernels test nothing): compiled again, once
+    (x.tanh() * 3 + 1).cpu()
+    assert lazyjit.metrics()["compiles"] == 2
