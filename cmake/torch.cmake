@@ -33,6 +33,11 @@ gtest_discover_tests(e2e_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "L
 # The compiled-vs-eager check against a fault planted in every generated mul.
 add_test(NAME e2e_fault_mul COMMAND e2e_tests --gtest_filter=CheckGraphs.FindsAPlantedFault)
 set_tests_properties(e2e_fault_mul PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off;LAZYJIT_FAULT=mul")
+# The debug ladder from C++: LAZYJIT_DEBUG=1 logs each sync and why it compiled.
+add_test(NAME e2e_debug_level1 COMMAND e2e_tests --gtest_filter=LazyHooks.*)
+set_tests_properties(e2e_debug_level1 PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off;LAZYJIT_DEBUG=1"
+  PASS_REGULAR_EXPRESSION "lazyjit: compiling at .*: first at this site.*lazyjit: sync at .*ops -> compiled \\(first at this site\\)"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]")
 
 add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp
                tests/executor/buffer_pool_test.cpp)
