@@ -1,4 +1,5 @@
 #include "executor/executable.h"
+#include "lowering/step_label.h"
 
 #include <ATen/ATen.h>
 
@@ -43,21 +44,6 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
   env[n.outputs[0]] = out;
 }
 
-// A step's name and kind in the trace: the fused kernel, or the ATen op a
-// library (or op-by-op) step runs, or the view it makes.
-std::pair<std::string, const char*> step_label(const lowering::Program& p, const Step& s) {
-  switch (s.kind) {
-    case Step::Kind::Kernel: return {p.plan.kernels[s.kernel].name, "kernel"};
-    case Step::Kind::AsStrided: return {"as_strided", "view"};
-    case Step::Kind::AsStridedScatter: return {"as_strided_scatter", "view"};
-    case Step::Kind::Aten:
-    case Step::Kind::Eager: break;
-  }
-  const ir::Node& n = p.graph.nodes()[s.node];
-  std::string op = n.kind == OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : "lazyjit::" + std::string(ir::op_name(n.kind));
-  return {op, s.kind == Step::Kind::Aten ? "library" : "eager"};
-}
-
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program) : program_(std::move(program)) {
@@ -76,7 +62,7 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
   const Step& s = p.plan.steps[si];
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) {
-    auto [name, kind] = step_label(p, s);
+    auto [name, kind] = lowering::step_label(p, s);
     span.emplace("execute", std::move(name), debug::TraceArgs{{"step", si}, {"kind", kind}});
   }
   switch (s.kind) {

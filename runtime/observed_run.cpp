@@ -7,6 +7,7 @@
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
+#include "lowering/step_label.h"
 #include "runtime/graph_check.h"
 #include "runtime/repro.h"
 #include "runtime/runtime.h"
@@ -35,20 +36,13 @@ void map_steps(const lowering::Program& p, const ir::Graph& all, ObservedRun& ob
   const bool aligned = pg.outputs().size() == all.outputs().size();
   for (size_t si = 0; si < nsteps; ++si) {
     const lowering::Step& s = p.plan.steps[si];
-    std::vector<uint32_t> nodes;
+    std::vector<uint32_t> nodes = {s.node};
+    obs.step_name[si] = lowering::step_label(p, s).first;
     if (s.kind == lowering::Step::Kind::Kernel) {
-      const lowering::FusedKernel& k = p.plan.kernels[s.kernel];
-      nodes = k.nodes;
-      obs.step_name[si] = k.name;
+      nodes = p.plan.kernels[s.kernel].nodes;
       obs.step_is_kernel[si] = true;
-      for (uint32_t n : k.nodes)
+      for (uint32_t n : nodes)
         obs.step_ops[si] += (obs.step_ops[si].empty() ? "" : ", ") + std::string(ir::op_name(pg.nodes()[n].kind));
-    } else {
-      nodes = {s.node};
-      const ir::Node& n = pg.nodes()[s.node];
-      obs.step_name[si] = n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value)
-                                                     : std::string(ir::op_name(n.kind)) +
-                                                           (s.kind == lowering::Step::Kind::Eager ? " (eager)" : "");
     }
     if (!aligned) continue;
     for (uint32_t pn : nodes)

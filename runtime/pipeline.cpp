@@ -27,6 +27,7 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
+#include "graph_ir/node_name.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
 #include "runtime/disk_tier.h"
@@ -161,8 +162,7 @@ void Runtime::check_nans(RunResult& r, const lowering::Program& program, const i
 }
 
 std::string Runtime::describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
-  const ir::Node& n = graph.nodes()[node];
-  std::string op = n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
+  std::string op = ir::node_op_name(graph.nodes()[node]);
   std::string site = node_sites ? node_sites(node) : "";
   return op + " (op #" + std::to_string(node) + " of the graph)" + (site.empty() ? "" : " at " + site);
 }
@@ -198,8 +198,7 @@ std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindi
   std::string found = find_first_nonfinite(e, bindings, threads(), [&](uint32_t node) {
     int64_t t = traced_node(graph, pg, node);
     if (t >= 0) return describe_node(graph, static_cast<uint32_t>(t), node_sites);
-    const ir::Node& n = pg.nodes()[node];
-    return n.kind == ir::OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : std::string(ir::op_name(n.kind));
+    return ir::node_op_name(pg.nodes()[node]);
   });
   if (found.empty())
     return "the outputs hold a NaN or Inf that the op-by-op run did not make (a difference between the generated "

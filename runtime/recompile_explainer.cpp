@@ -1,5 +1,7 @@
 #include "runtime/recompile_explainer.h"
 
+#include "graph_ir/node_name.h"
+
 #include <sstream>
 
 #include "debug/metrics.h"
@@ -29,11 +31,7 @@ std::string attr_text(const ir::AttrValue& a) {
 }
 
 // "aten::slice.Tensor" for library nodes, the IR op name otherwise.
-std::string op_text(const ir::Node& n) {
-  if (n.kind == ir::OpKind::Aten && !n.attrs.empty())
-    if (auto* s = std::get_if<std::string>(&n.attrs[0].value)) return *s;
-  return std::string(ir::op_name(n.kind));
-}
+std::string op_text(const ir::Node& n) { return ir::node_op_name(n); }
 
 // The first difference between two nodes at the same position, or "".
 std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorType>& ta, const ir::Node& b,

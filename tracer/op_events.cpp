@@ -1,5 +1,7 @@
 #include "tracer/op_events.h"
 
+#include "graph_ir/node_name.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -16,11 +18,6 @@ c10::IValue as_ivalue(const ir::Graph& g, ir::ValueId v, const at::Tensor& t, bo
   if (!t.defined()) return c10::IValue();
   if (g.producer(v).kind == ir::OpKind::Scalar) return c10::IValue(t.item());
   return c10::IValue(copy ? t.clone() : t);
-}
-
-std::string ir_op_name(const ir::Node& n) {
-  if (n.kind == ir::OpKind::Aten) return std::get<std::string>(n.attrs[0].value);
-  return "lazyjit::" + std::string(ir::op_name(n.kind));
 }
 
 }  // namespace
@@ -64,7 +61,7 @@ std::vector<OpEvent> op_events(const runtime::ObservedRun& run, const std::funct
     OpEvent& e = events[gi];
     e.lazy = true;
     e.index = gr.nodes.front();  // the "op #N" of the NaN, check and recompile reports
-    e.op = gr.op.op.empty() ? ir_op_name(g.nodes()[gr.nodes.front()]) : gr.op.op;
+    e.op = gr.op.op.empty() ? ir::node_op_name(g.nodes()[gr.nodes.front()], "lazyjit::") : gr.op.op;
     e.site = gr.op.site;
     std::set<ir::ValueId> seen;
     for (uint32_t n : gr.nodes)

@@ -11,6 +11,7 @@
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "bridge/aten_ir.h"
+#include "graph_ir/node_name.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
 #include "runtime/sync_log.h"
@@ -392,8 +393,7 @@ void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pai
   for (const runtime::StepFailure& f : r.failures) {
     std::string op = "a step of the program";
     if (f.node != runtime::Runtime::kNoNode) {
-      const ir::Node& n = graph_->nodes()[f.node];
-      op = n.kind == OpKind::Aten ? std::get<std::string>(n.attrs[0].value) : "lazyjit::" + std::string(ir::op_name(n.kind));
+      op = ir::node_op_name(graph_->nodes()[f.node], "lazyjit::");
     }
     const NodeOrigin* o = f.node == runtime::Runtime::kNoNode ? nullptr : origin(f.node);
     std::string recorded = o && !o->site.empty() ? ", recorded at " + o->site + "," : "";
