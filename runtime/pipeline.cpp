@@ -104,6 +104,12 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   return r;
 }
 
+std::shared_ptr<const executor::Executable> Runtime::prepare(const ir::Graph& graph, const std::string& site,
+                                                             std::optional<lowering::Shapes> shapes) {
+  if (auto program = program_for(graph, site, shapes, {})) return program;
+  return std::make_shared<const executor::Executable>(eager_program(graph, /*keep_values=*/false));
+}
+
 std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph& graph, const std::string& site,
                                                                  std::optional<lowering::Shapes> shapes,
                                                                  const NodeSites& node_sites) {

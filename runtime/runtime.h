@@ -85,6 +85,15 @@ class Runtime {
                 const RunObserver& observer = {});
   static constexpr uint32_t kNoNode = ~uint32_t{0};
 
+  // The program for `graph` (whose outputs are set), from the cache or compiled
+  // on a miss, to be run many times on bindings of the graph's input types
+  // (torch.compile's captured graphs, tracer/capture.h). Past the recompile
+  // limit with the eager stance: a program that runs each op through ATen.
+  std::shared_ptr<const executor::Executable> prepare(const ir::Graph& graph, const std::string& site,
+                                                      std::optional<lowering::Shapes> shapes = std::nullopt);
+  // The oneTBB workers a run's kernels split over.
+  int threads() const;
+
   // A compiled program as bytes, and back (links its object code: no codegen).
   std::string to_bytes(const lowering::Program& program) const;
   std::shared_ptr<const lowering::Program> from_bytes(const std::string& bytes) const;
@@ -118,7 +127,6 @@ class Runtime {
   size_t cache_size() const { return cache_.size(); }
 
  private:
-  int threads() const;
   static void trim_heap();
   static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
   // The cached program for `graph`, compiled (or loaded) on a miss; null when,

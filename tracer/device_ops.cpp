@@ -276,8 +276,21 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     at::Tensor buf = at::empty(self.sizes(), self.options().device(at::kCPU));
     Stack cpu(s.end() - nargs, s.end());
     cpu[0] = buf;
-    op.callBoxed(&cpu);
-    ctx.write(self, ctx.input(buf));
+    if (ctx.capturing()) {
+      // Drawn again, into a new buffer, each time the captured program runs.
+      ir::ValueId v = ctx.input(buf);
+      ctx.note_redraw([op, args = cpu, sizes = buf.sizes().vec(), opts = buf.options()]() mutable {
+        Stack st = args;
+        st[0] = at::empty(sizes, opts);
+        op.callBoxed(&st);
+        return st[0].toTensor();
+      });
+      op.callBoxed(&cpu);
+      ctx.write(self, v);
+    } else {
+      op.callBoxed(&cpu);
+      ctx.write(self, ctx.input(buf));
+    }
     s.erase(s.end() - nargs, s.end());
     s.push_back(self);
     return true;
@@ -292,6 +305,12 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     at::Tensor lnoise = make_tensor(make_storage(noise.numel(), noise.scalar_type()), noise.scalar_type(),
                                     noise.sizes(), noise.strides(), 0);
     ctx.assign_data(lnoise, noise);
+    if (ctx.capturing()) {
+      ctx.read(lnoise);  // its input now, drawn again on each run of the captured program
+      ctx.note_redraw([sizes = noise.sizes().vec(), opts = noise.options(), p] {
+        return at::empty(sizes, opts).bernoulli_(1 - p);
+      });
+    }
     double scale = p == 1 ? 0.0 : 1.0 / (1 - p);
     at::Tensor out = input.mul(lnoise).mul_(scale);
     at::Tensor mask = lnoise.to(at::kBool);

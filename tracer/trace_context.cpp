@@ -227,6 +227,10 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
   return graph_->add_scalar(dt, cpu.unsafeGetTensorImpl()->is_wrapped_number());
 }
 
+void TraceContext::note_redraw(std::function<at::Tensor()> redraw) {
+  if (redraws_) redraws_->emplace_back(inputs_.size() - 1, std::move(redraw));
+}
+
 void TraceContext::note_fallible_node(uint32_t node) {
   origins_.push_back({node, std::this_thread::get_id(), call_site(), node, {}});
 }

@@ -40,6 +40,9 @@ struct RunResult;
 namespace c10 {
 struct IValue;
 }
+namespace lazyjit {
+class Capture;
+}
 
 namespace lazyjit::tracer {
 
@@ -108,12 +111,19 @@ class TraceContext {
   // may still read them (another graph that read them keeps a copy).
   void prepare_write(const at::Tensor& t);
 
+  // While a torch.compile capture is open (tracer/capture.h): the input just
+  // added holds a random draw, which each run of the captured program draws
+  // again with `redraw`.
+  bool capturing() const { return redraws_ != nullptr; }
+  void note_redraw(std::function<at::Tensor()> redraw);
+
   static void forget(LazyStorage* s);
   static std::string call_site();
   static void set_call_site_provider(std::function<std::string()> p);
 
  private:
   friend struct ContextRegistry;  // trace_threads.cpp
+  friend class lazyjit::Capture;  // capture.cpp takes the recorded graph
   TraceContext();
   // Makes storage `s`, pending in another context's graph, usable by an op of
   // this one (a tensor one thread recorded and another reads or writes): that
@@ -169,6 +179,8 @@ class TraceContext {
   // Storages this graph reads while another graph holds them unchanged: the
   // input bound to their data here (valid while their data is that input's).
   std::unordered_map<LazyStorage*, ir::ValueId> shared_;
+  // Set while capturing: (graph input, its draw) per random draw made.
+  std::vector<std::pair<size_t, std::function<at::Tensor()>>>* redraws_ = nullptr;
 };
 
 }  // namespace lazyjit::tracer

@@ -1,12 +1,15 @@
 // lazyjit._C: the Python face of tracer/lazyjit.h.
 #include <Python.h>
+#include <cstring>
 #include <frameobject.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include "tracer/capture.h"
 #include "tracer/lazyjit.h"
 
 namespace py = pybind11;
@@ -204,4 +207,49 @@ PYBIND11_MODULE(_C, m) {
     lazyjit::stop_trace();
   });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
+
+  // torch.compile(backend="lazyjit") (python/lazyjit/dynamo.py, tracer/capture.h).
+  struct PyCapture {
+    std::unique_ptr<lazyjit::Capture> c = std::make_unique<lazyjit::Capture>();
+    lazyjit::Capture& get() {
+      if (!c) throw std::logic_error("lazyjit: the capture is closed");
+      return *c;
+    }
+  };
+  py::class_<lazyjit::CapturedGraph, std::shared_ptr<lazyjit::CapturedGraph>>(m, "CapturedGraph")
+      .def("run",
+           [](const lazyjit::CapturedGraph& g, const py::list& args) -> py::object {
+             std::vector<lazyjit::CaptureArg> in;
+             in.reserve(args.size());
+             for (py::handle a : args) {
+               if (THPVariable_Check(a.ptr())) in.emplace_back(THPVariable_Unpack(a.ptr()));
+               else if (PyLong_Check(a.ptr())) in.emplace_back(static_cast<int64_t>(PyLong_AsLongLong(a.ptr())));
+               else if (PyFloat_Check(a.ptr())) {  // by its bits, as dynamo.py's _arg_key
+                 double d = PyFloat_AsDouble(a.ptr());
+                 int64_t bits;
+                 std::memcpy(&bits, &d, sizeof bits);
+                 in.emplace_back(bits);
+               } else in.emplace_back(std::monostate{});
+             }
+             std::optional<std::vector<at::Tensor>> out;
+             {
+               py::gil_scoped_release nogil;
+               out = g.run(in);
+             }
+             if (!out) return py::none();
+             py::list l(out->size());
+             for (size_t i = 0; i < out->size(); ++i) l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap((*out)[i]));
+             return l;
+           })
+      .def_property_readonly("ops", &lazyjit::CapturedGraph::ops);
+  py::class_<PyCapture>(m, "Capture")
+      .def(py::init<>())
+      .def("placeholder", [](PyCapture& c, const at::Tensor& t) { return c.get().placeholder(t); })
+      .def("other_arg", [](PyCapture& c, std::optional<int64_t> v) { c.get().other_arg(v); })
+      .def("finish",
+           [](PyCapture& c, const std::vector<at::Tensor>& outs, const std::string& site, bool dynamic) {
+             py::gil_scoped_release nogil;
+             return c.get().finish(outs, site, dynamic);
+           })
+      .def("close", [](PyCapture& c) { c.c.reset(); });
 }

@@ -1,0 +1,202 @@
+"""torch.compile(model, backend="lazyjit").
+
+Dynamo captures the Python; AOTAutograd turns its graph into ATen graphs (a
+forward and a backward when something needs gradients, one inference graph
+otherwise). Each of those graphs is run once on lazyjit placeholder tensors,
+which records it as a lazyjit graph (the same recording as on the device), and
+becomes one lazyjit program through the same passes, kernels and compile cache
+as a sync's (tracer/capture.h). After that a call binds the CPU tensors it is
+given straight to the program's inputs and returns its outputs: no per-op
+recording, no copies.
+
+- Sizes: a program serves the sizes, strides and ints it was captured with. A
+  call with others (Dynamo's dynamic dims: an int argument and tensors of
+  another size) is captured again; its kernels are shape-generic, so a new size
+  costs a trace and a plan, not LLVM compiles (lazyjit.metrics()["llvm_compiles"]).
+- A graph lazyjit cannot capture (an op that needs a value while recording, such
+  as .item()) runs through ATen op by op, as Dynamo gave it: it never fails
+  because of lazyjit. stats() counts those and says why.
+- Tensors already on the lazyjit device run the graph on the device (recorded
+  and synced as usual).
+
+The backend is registered with Dynamo through the `torch_dynamo_backends` entry
+point (pyproject.toml), so torch.compile finds it without `import lazyjit`.
+"""
+import copy
+import re
+import struct
+import warnings
+
+import torch
+import torch.fx
+
+from . import _C
+
+__all__ = ["backend", "stats", "reset_stats"]
+
+_stats = {"graphs": 0, "captures": 0, "calls": 0, "eager_graphs": 0, "eager_reasons": []}
+
+
+def stats() -> dict:
+    """Counters of the backend: `graphs` (ATen graphs handed to lazyjit),
+    `captures` (graph captures; a graph is captured again for sizes it was not
+    captured with), `calls` (runs of captured programs), `eager_graphs` (graphs
+    run through ATen because they could not be captured) and `eager_reasons`."""
+    out = dict(_stats)
+    out["eager_reasons"] = list(_stats["eager_reasons"])
+    return out
+
+
+def reset_stats() -> None:
+    for k in _stats:
+        _stats[k] = [] if k == "eager_reasons" else 0
+
+
+_LAZY = torch.device("lazyjit", 0)
+_SITE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _on_lazyjit(x):
+    if isinstance(x, torch.device):
+        return _LAZY if x.type == "cpu" else x
+    return x
+
+
+def _lazy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with its factory ops (device=cpu) and tensor constants on lazyjit, so
+    that everything it computes is recorded."""
+    graph = copy.deepcopy(gm.graph)
+    out = torch.fx.GraphModule(gm, graph)
+    for i, node in enumerate(graph.nodes):
+        if node.op == "call_function":
+            node.args = torch.fx.node.map_aggregate(node.args, _on_lazyjit)
+            node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _on_lazyjit)
+        elif node.op == "get_attr":
+            value = out
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                name = f"_lazyjit_constant_{i}"
+                out.register_buffer(name, value.detach().to(_LAZY))
+                node.target = name
+    out.recompile()
+    return out
+
+
+def _site(gm: torch.fx.GraphModule, kind: str) -> str:
+    """Where the user's code that the graph comes from starts, for the metrics and
+    recompile explanations: "torch.compile forward at model.py:12"."""
+    for node in gm.graph.nodes:
+        found = _SITE.findall(node.meta.get("stack_trace") or "")
+        if found:
+            file, line = found[-1]
+            return f"torch.compile {kind} at {file}:{line}"
+    return f"torch.compile {kind}"
+
+
+def _arg_key(a):
+    """What must equal for a captured program to serve an argument that is not a
+    tensor (the C++ side reads the same): ints and floats by value."""
+    if isinstance(a, bool):
+        return int(a)
+    if isinstance(a, int):
+        return a
+    if isinstance(a, float):
+        return struct.unpack("q", struct.pack("d", a))[0]
+    return None
+
+
+class _Program:
+    __slots__ = ("graph", "template")
+
+    def __init__(self, graph, template):
+        self.graph = graph
+        self.template = template  # None when every output is the program's, in order
+
+
+class LazyjitGraph:
+    """An AOT graph compiled by lazyjit: called with the graph's arguments as a
+    list (AOTAutograd's boxed convention), returns its outputs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, kind: str, dynamic: bool):
+        # An instance attribute: the wrappers AOTAutograd puts around a backward
+        # copy the callable's __dict__, and look for it there.
+        self._boxed_call = True
+        self.gm = gm
+        self.kind = kind
+        self.dynamic = dynamic
+        self.site = _site(gm, kind)
+        self.lazy_gm = _lazy_module(gm)
+        self.programs = []  # most recently used first
+        self.eager_reason = None
+        _stats["graphs"] += 1
+
+    def __call__(self, args):
+        if self.eager_reason is None:
+            for i, p in enumerate(self.programs):
+                out = p.graph.run(args)
+                if out is not None:
+                    if i:
+                        self.programs.insert(0, self.programs.pop(i))
+                    _stats["calls"] += 1
+                    return out if p.template is None else [out[t] if k else t for k, t in p.template]
+            if all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor)):
+                p = self._capture(args)
+                if p is not None:
+                    self.programs.insert(0, p)
+                    del self.programs[16:]
+                    return self(args)
+            elif any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args):
+                return list(self.lazy_gm(*args))  # recorded on the device, synced as usual
+        return list(self.gm(*args))
+
+    def _capture(self, args):
+        _stats["captures"] += 1
+        cap = _C.Capture()
+        try:
+            placeholders = []
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    placeholders.append(cap.placeholder(a))
+                else:
+                    cap.other_arg(_arg_key(a))
+                    placeholders.append(a)
+            with torch.no_grad():
+                outs = list(self.lazy_gm(*placeholders))
+            lazy, template = [], []
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.device.type == "lazyjit":
+                    template.append((True, len(lazy)))
+                    lazy.append(o)
+                else:
+                    template.append((False, o))
+            graph = cap.finish(lazy, self.site, self.dynamic)
+        except Exception as e:  # noqa: BLE001 - whatever it was, ATen runs the graph
+            self.eager_reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            _stats["eager_graphs"] += 1
+            _stats["eager_reasons"].append(f"{self.site}: {self.eager_reason}")
+            warnings.warn(f"lazyjit: {self.site} runs through ATen op by op, uncompiled: {self.eager_reason}",
+                          stacklevel=2)
+            return None
+        finally:
+            cap.close()
+        in_order = all(k and t == i for i, (k, t) in enumerate(template)) and len(template) == len(lazy)
+        return _Program(graph, None if in_order else template)
+
+
+def _compiler(kind):
+    def compile_graph(gm, example_inputs):
+        dynamic = any(isinstance(x, torch.SymInt) for x in example_inputs) or any(
+            isinstance(s, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor) for s in x.shape)
+        return LazyjitGraph(gm, kind, dynamic)
+
+    return compile_graph
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The `lazyjit` backend of torch.compile."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+                        inference_compiler=_compiler("inference"),
+                        keep_inference_input_mutations=True)(gm, example_inputs, **kwargs)

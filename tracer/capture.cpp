@@ -1,0 +1,153 @@
+#include "tracer/capture.h"
+
+#include <ATen/ATen.h>
+
+#include <unordered_map>
+
+#include "bridge/aten_ir.h"
+#include "runtime/runtime.h"
+#include "tracer/lazyjit.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit {
+
+using tracer::TraceContext;
+
+namespace {
+// The elements a strided tensor can reach from its first one.
+int64_t span_of(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    span += (sizes[d] - 1) * strides[d];
+  }
+  return span;
+}
+}  // namespace
+
+Capture::Capture() : g_(std::make_shared<CapturedGraph>()) {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  ctx.sync("torch.compile capture", TraceContext::call_site());
+  ctx.redraws_ = &g_->redraws_;
+  strict_enter();
+}
+
+Capture::~Capture() {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  ctx.redraws_ = nullptr;
+  strict_exit();
+  if (open_) ctx.reset();  // dropped unfinished: nothing of it runs
+}
+
+at::Tensor Capture::placeholder(const at::Tensor& example) {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  CapturedGraph::ArgSpec spec;
+  spec.kind = CapturedGraph::ArgSpec::Tensor;
+  spec.dtype = example.scalar_type();
+  spec.sizes = example.sizes().vec();
+  spec.strides = example.strides().vec();
+  spec.span = span_of(example.sizes(), example.strides());
+  // A tensor over a storage of just its span, with the example's geometry: read
+  // now, so that tensor argument k is bound to graph input k.
+  at::Tensor t = tracer::make_tensor(tracer::make_storage(spec.span, spec.dtype), spec.dtype, spec.sizes,
+                                     spec.strides, 0);
+  ctx.assign_data(t, at::empty({spec.span}, at::TensorOptions().dtype(spec.dtype)));
+  const size_t input = ctx.inputs_.size();
+  ir::ValueId v = ctx.read(t);
+  TORCH_CHECK(ctx.inputs_.size() == input + 1, "lazyjit: a torch.compile placeholder was not read as an input");
+  spec.flat = v != ctx.graph_->inputs()[input];  // not dense over its span: bound as the span
+  g_->args_.push_back(spec);
+  g_->arg_input_.push_back(input);
+  placeholders_.push_back(t);
+  return t;
+}
+
+void Capture::other_arg(std::optional<int64_t> value) {
+  CapturedGraph::ArgSpec spec;
+  if (value) {
+    spec.kind = CapturedGraph::ArgSpec::Int;
+    spec.value = *value;
+  }
+  g_->args_.push_back(spec);
+}
+
+std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& outputs, const std::string& site,
+                                                     bool dynamic) {
+  TraceContext& ctx = TraceContext::get();
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  ir::Graph& graph = *ctx.graph_;
+  std::unordered_map<ir::ValueId, size_t> index;
+  auto output = [&](ir::ValueId v) {
+    auto [it, fresh] = index.emplace(v, graph.outputs().size());
+    if (fresh) graph.add_output(v);
+    return it->second;
+  };
+  for (const at::Tensor& t : outputs) {
+    ir::ValueId v = ctx.read(t);
+    const ir::Node& p = graph.producer(v);
+    // An input returned as it is (an argument, a constant): no step computes it.
+    if (p.kind == ir::OpKind::Input) g_->outputs_.push_back({true, static_cast<size_t>(std::get<int64_t>(p.attrs[0].value))});
+    else g_->outputs_.push_back({false, output(v)});
+  }
+  // An argument the function wrote into (an in-place op on it): its new
+  // elements are an output, written back into the argument after each run.
+  for (size_t k = 0; k < placeholders_.size(); ++k) {
+    tracer::LazyStorage& s = tracer::storage_of(placeholders_[k]);
+    ir::ValueId in = graph.inputs()[g_->arg_input_[k]];
+    if (TraceContext::pending_owner(s) == &ctx && s.value != in) g_->write_back_.emplace_back(k, output(s.value));
+  }
+  g_->ops_ = graph.nodes().size() - graph.inputs().size() - graph.scalars().size();
+  g_->fixed_inputs_ = ctx.inputs_;
+  g_->scalars_ = ctx.scalars_;
+  runtime::Runtime& rt = runtime::Runtime::get();
+  g_->threads_ = rt.threads();
+  std::optional<runtime::Shapes> shapes;
+  if (dynamic) shapes = runtime::Shapes::All;
+  strict_exit();  // the compile is wanted: the strict region only guarded the trace
+  try {
+    if (!graph.outputs().empty()) g_->program_ = rt.prepare(graph, site, shapes);
+  } catch (...) {
+    strict_enter();
+    throw;
+  }
+  strict_enter();
+  open_ = false;
+  ctx.reset();
+  return g_;
+}
+
+std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<CaptureArg>& args) const {
+  if (args.size() != args_.size()) return std::nullopt;
+  executor::Bindings b{fixed_inputs_, scalars_};
+  size_t tensor = 0;
+  std::vector<at::Tensor> bound(arg_input_.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgSpec& spec = args_[i];
+    if (spec.kind == ArgSpec::Int) {
+      const int64_t* v = std::get_if<int64_t>(&args[i]);
+      if (!v || *v != spec.value) return std::nullopt;
+    } else if (spec.kind == ArgSpec::Tensor) {
+      const at::Tensor* t = std::get_if<at::Tensor>(&args[i]);
+      if (!t || !t->defined() || t->device().type() != c10::DeviceType::CPU || t->scalar_type() != spec.dtype ||
+          !t->sizes().equals(spec.sizes) || !t->strides().equals(spec.strides))
+        return std::nullopt;
+      at::Tensor& in = b.inputs[arg_input_[tensor]];
+      in = spec.flat ? t->as_strided({spec.span}, {1}, t->storage_offset()) : *t;
+      bound[tensor++] = in;
+    }
+  }
+  for (const auto& [input, draw] : redraws_) b.inputs[input] = draw();
+  executor::RunResult r;
+  if (program_) r = program_->run(b, threads_);
+  if (!r.failures.empty()) std::rethrow_exception(r.failures.front().error);
+  std::vector<at::Tensor> result;
+  result.reserve(outputs_.size());
+  for (auto [input, k] : outputs_) result.push_back(input ? b.inputs[k] : r.outputs[k]);
+  for (const auto& [k, out] : write_back_) bound[k].copy_(r.outputs[out]);
+  return result;
+}
+
+}  // namespace lazyjit
