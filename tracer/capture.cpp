@@ -85,12 +85,32 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
     if (fresh) graph.add_output(v);
     return it->second;
   };
+  std::unordered_map<const tracer::LazyStorage*, size_t> arg_of;
+  for (size_t k = 0; k < placeholders_.size(); ++k) arg_of[&tracer::storage_of(placeholders_[k])] = k;
   for (const at::Tensor& t : outputs) {
-    ir::ValueId v = ctx.read(t);
-    const ir::Node& p = graph.producer(v);
-    // An input returned as it is (an argument, a constant): no step computes it.
-    if (p.kind == ir::OpKind::Input) g_->outputs_.push_back({true, static_cast<size_t>(std::get<int64_t>(p.attrs[0].value))});
-    else g_->outputs_.push_back({false, output(v)});
+    CapturedGraph::Output out;
+    const tracer::LazyStorage& s = tracer::storage_of(t);
+    auto arg = arg_of.find(&s);
+    if (arg != arg_of.end() && s.value == graph.inputs()[g_->arg_input_[arg->second]]) {
+      // A view of an argument the function did not write (x.t(), x[1:]): as in
+      // eager, a view of the caller's tensor, not a copy.
+      out.kind = CapturedGraph::Output::ArgView;
+      out.index = arg->second;
+      out.sizes = t.sizes().vec();
+      out.strides = t.strides().vec();
+      out.offset = t.storage_offset();
+    } else {
+      ir::ValueId v = ctx.read(t);
+      const ir::Node& p = graph.producer(v);
+      // An input returned as it is (a constant): no step computes it.
+      if (p.kind == ir::OpKind::Input) {
+        out.kind = CapturedGraph::Output::Input;
+        out.index = static_cast<size_t>(std::get<int64_t>(p.attrs[0].value));
+      } else {
+        out.index = output(v);
+      }
+    }
+    g_->outputs_.push_back(std::move(out));
   }
   // An argument the function wrote into (an in-place op on it): its new
   // elements are an output, written back into the argument after each run.
@@ -145,7 +165,11 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
   if (!r.failures.empty()) std::rethrow_exception(r.failures.front().error);
   std::vector<at::Tensor> result;
   result.reserve(outputs_.size());
-  for (auto [input, k] : outputs_) result.push_back(input ? b.inputs[k] : r.outputs[k]);
+  for (const Output& o : outputs_) {
+    if (o.kind == Output::Computed) result.push_back(r.outputs[o.index]);
+    else if (o.kind == Output::Input) result.push_back(b.inputs[o.index]);
+    else result.push_back(bound[o.index].as_strided(o.sizes, o.strides, bound[o.index].storage_offset() + o.offset));
+  }
   for (const auto& [k, out] : write_back_) bound[k].copy_(r.outputs[out]);
   return result;
 }

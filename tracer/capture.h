@@ -59,7 +59,13 @@ class CapturedGraph {
   std::vector<at::Tensor> fixed_inputs_;           // every graph input as bound while tracing
   std::vector<std::pair<size_t, std::function<at::Tensor()>>> redraws_;  // input, its draw
   std::vector<int64_t> scalars_;
-  std::vector<std::pair<bool, size_t>> outputs_;   // per returned output: (an input?, its graph output or input)
+  struct Output {
+    enum Kind { Computed, Input, ArgView } kind = Computed;
+    size_t index = 0;  // its graph output, graph input, or tensor argument
+    std::vector<int64_t> sizes, strides;  // ArgView: the view of the argument's elements
+    int64_t offset = 0;
+  };
+  std::vector<Output> outputs_;  // per returned output
   std::vector<std::pair<size_t, size_t>> write_back_;  // (tensor argument, graph output)
   std::shared_ptr<const executor::Executable> program_;
   int threads_ = 1;

@@ -161,7 +161,7 @@ class LazyjitGraph:
                 else:
                     cap.other_arg(_arg_key(a))
                     placeholders.append(a)
-            with torch.no_grad():
+            with torch.no_grad(), _LAZY:  # factories without a device make lazyjit tensors
                 outs = list(self.lazy_gm(*placeholders))
             lazy, template = [], []
             for o in outs:
@@ -172,7 +172,13 @@ class LazyjitGraph:
                     template.append((False, o))
             graph = cap.finish(lazy, self.site, self.dynamic)
         except Exception as e:  # noqa: BLE001 - whatever it was, ATen runs the graph
-            self.eager_reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            why = str(e).splitlines()[0] if str(e) else ""
+            found = re.search(r"an implicit sync in a strict region \((.*?)\)(?: at [^;]*)?;", why)
+            if found:  # raised by the capture's strict region (tracer/capture.h)
+                why = f"an op needs a tensor's value while the graph is recorded ({found.group(1)})"
+            else:
+                why = f"{type(e).__name__}: {why}"
+            self.eager_reason = why
             _stats["eager_graphs"] += 1
             _stats["eager_reasons"].append(f"{self.site}: {self.eager_reason}")
             warnings.warn(f"lazyjit: {self.site} runs through ATen op by op, uncompiled: {self.eager_reason}",
@@ -186,17 +192,52 @@ class LazyjitGraph:
 
 def _compiler(kind):
     def compile_graph(gm, example_inputs):
-        dynamic = any(isinstance(x, torch.SymInt) for x in example_inputs) or any(
-            isinstance(s, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor) for s in x.shape)
-        return LazyjitGraph(gm, kind, dynamic)
+        return LazyjitGraph(gm, kind, _is_dynamic(example_inputs))
 
     return compile_graph
+
+
+def _is_dynamic(example_inputs) -> bool:
+    return any(isinstance(x, torch.SymInt) for x in example_inputs) or any(
+        isinstance(s, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor) for s in x.shape)
+
+
+def _forget_current_stream(gm: torch.fx.GraphModule) -> None:
+    """With an accelerator registered (lazyjit is one, to PyTorch), Dynamo
+    registers the current stream with every frame it traces, and the frame's
+    code then stores it before each call of the graph: 6-7 us per call, a third
+    of a small graph's. lazyjit has one stream and its graphs never read it;
+    unless this graph has stream ops, the registration is dropped before Dynamo
+    writes the frame's code."""
+    try:
+        from torch._dynamo import graph_bytecode_inputs as objs
+    except ImportError:
+        return
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "streams" in str(getattr(node.target, "namespace", "")):
+            return
+    objs.reset_user_object_tracking()
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The `lazyjit` backend of torch.compile."""
     from torch._dynamo.backends.common import aot_autograd
 
+    _forget_current_stream(gm)
+
+    # No gradient can flow through the graph (Dynamo guards on grad mode and on
+    # its inputs' requires_grad, so it is only called so): Dynamo's graph itself
+    # is captured, its torch calls recorded as ATen ops on the placeholders, with
+    # no AOTAutograd between the call and the program (3-4 us less per call).
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+    if not kwargs and not needs_grad and not any(n.op == "call_module" for n in gm.graph.nodes):
+        graph = LazyjitGraph(gm, "inference", _is_dynamic(example_inputs))
+
+        def run(*args):
+            return graph(list(args))
+
+        return run
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                         inference_compiler=_compiler("inference"),
                         keep_inference_input_mutations=True)(gm, example_inputs, **kwargs)

@@ -1,0 +1,190 @@
+"""torch.compile(fn, backend="lazyjit") (python/lazyjit/dynamo.py, tracer/capture.h):
+what a captured graph does with its arguments, eager as the oracle."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import lazyjit
+import lazyjit.dynamo
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    lazyjit.dynamo.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def compiled(fn):
+    return torch.compile(fn, backend="lazyjit")
+
+
+def test_backend_is_found_without_importing_lazyjit():
+    # The torch_dynamo_backends entry point (pyproject.toml) names it; the
+    # subprocess never imports lazyjit itself.
+    code = ("import sys, torch\n"
+            "f = torch.compile(lambda x: (x * 2).sin(), backend='lazyjit')\n"
+            "x = torch.randn(3, 5)\n"
+            "assert torch.allclose(f(x), (x * 2).sin())\n"
+            "import lazyjit.dynamo\n"
+            "assert lazyjit.dynamo.stats()['calls'] == 1, lazyjit.dynamo.stats()\n"
+            "print('ok', 'lazyjit' in torch._dynamo.list_backends())\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "LAZYJIT_CACHE": "off"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["ok", "True"]
+
+
+def test_runs_from_the_program_after_one_capture():
+    def f(x, y):
+        return (x * 2 + y).relu().sum(-1), torch.tanh(x) * y
+
+    f_c = compiled(f)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    before = lazyjit.metrics()["ops_traced"]
+    for _ in range(4):
+        for got, want in zip(f_c(x, y), f(x, y)):
+            torch.testing.assert_close(got, want)
+    s = lazyjit.dynamo.stats()
+    assert (s["graphs"], s["captures"], s["calls"], s["eager_graphs"]) == (1, 1, 4, 0)
+    # Recorded once, at the capture; the calls record nothing.
+    traced = lazyjit.metrics()["ops_traced"] - before
+    f_c(x, y)
+    assert lazyjit.metrics()["ops_traced"] - before == traced
+
+
+def test_in_place_op_on_an_argument_is_written_back():
+    def f(x, y):
+        x.add_(1)
+        y[0].mul_(3)
+        return x * y
+
+    args = [torch.randn(4, 4), torch.randn(4, 4)]
+    want_args = [a.clone() for a in args]
+    got = compiled(f)(*args)
+    want = f(*want_args)
+    torch.testing.assert_close(got, want)
+    for a, w in zip(args, want_args):
+        torch.testing.assert_close(a, w)
+
+
+def test_views_of_arguments_alias_them_as_in_eager():
+    def f(x):
+        return x.t(), x[1:], x * 2
+
+    x = torch.randn(4, 5)
+    t, tail, doubled = compiled(f)(x)
+    assert t.data_ptr() == x.data_ptr() and t.stride() == (1, 5)
+    assert tail.data_ptr() == x[1:].data_ptr()
+    x.zero_()
+    assert t.abs().sum() == 0 and doubled.abs().sum() > 0
+
+
+def test_strided_expanded_and_offset_arguments():
+    f = compiled(lambda x, b, s: (x + b).exp() * s)
+    x = torch.randn(5, 3).t()                   # transposed
+    b = torch.randn(5).expand(3, 5)             # stride 0
+    s = torch.randn(10, 5)[2:5]                 # storage offset
+    torch.testing.assert_close(f(x, b, s), (x + b).exp() * s)
+    # Other strides for the same sizes: captured again, still right.
+    x2 = torch.randn(3, 5)
+    torch.testing.assert_close(f(x2, b, s), (x2 + b).exp() * s)
+    assert lazyjit.dynamo.stats()["captures"] == 2
+
+
+def test_dropout_draws_anew_on_every_call():
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5))
+    m_c = compiled(m)
+    x = torch.randn(128, 64)
+    with torch.no_grad():
+        a, b = m_c(x), m_c(x)
+        kept = m[0](x) * 2  # what survives dropout is scaled by 1 / (1 - p)
+    assert not torch.equal(a == 0, b == 0)
+    for out in (a, b):
+        zero = (out == 0).float().mean().item()
+        assert 0.45 < zero < 0.55, zero
+        torch.testing.assert_close(out[out != 0], kept[out != 0])
+
+
+def test_value_needed_while_recording_runs_through_aten():
+    torch._dynamo.config.capture_scalar_outputs = True
+    try:
+        def f(x):
+            return x * x.sum().item()
+
+        x = torch.randn(4, 4)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = compiled(f)(x)
+        torch.testing.assert_close(got, f(x))
+        s = lazyjit.dynamo.stats()
+        assert s["eager_graphs"] == 1
+        assert "needs a tensor's value while the graph is recorded (item())" in s["eager_reasons"][0]
+        assert "test_dynamo_backend.py" in s["eager_reasons"][0]
+        assert any("runs through ATen op by op" in str(x.message) for x in w)
+    finally:
+        torch._dynamo.config.capture_scalar_outputs = False
+
+
+def test_failing_op_raises_eagers_error():
+    f = compiled(lambda x, i: x[i] * 2)
+    with pytest.raises(IndexError, match="out of bounds"):
+        f(torch.randn(4), torch.tensor([7]))
+    # The program is kept: its data was bad, not its code.
+    torch.testing.assert_close(f(torch.arange(4.0), torch.tensor([3])), torch.tensor([6.0]))
+
+
+def test_tensors_on_the_lazyjit_device_are_recorded_on_it():
+    x = torch.randn(4, 4)
+    got = compiled(lambda t: t.sin() * 2)(x.to("lazyjit"))
+    assert got.device.type == "lazyjit"
+    torch.testing.assert_close(got.cpu(), x.sin() * 2)
+
+
+def test_training_compiles_forward_and_backward_once():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    ref.load_state_dict(m.state_dict())
+    m_c = compiled(m)
+    opt, opt_ref = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(4):
+        x, y = torch.randn(8, 16), torch.randn(8, 4)
+        for model, o in ((m_c, opt), (ref, opt_ref)):
+            o.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            o.step()
+            if model is m_c:
+                got = loss.item()
+            else:
+                torch.testing.assert_close(got, loss.item())
+        if step == 0:
+            after_first = (lazyjit.dynamo.stats()["captures"], lazyjit.metrics()["compiles"])
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+    s = lazyjit.dynamo.stats()
+    assert s["graphs"] == 2 and s["captures"] == 2 and s["eager_graphs"] == 0  # a forward and a backward
+    assert (s["captures"], lazyjit.metrics()["compiles"]) == after_first
+
+
+def test_new_batch_sizes_need_no_llvm_work():
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    mlp_c = compiled(mlp)
+    llvm = []
+    with torch.no_grad():
+        for n in [2, 3, 5, 8, 13, 21, 34]:
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(mlp_c(x), mlp(x))
+            llvm.append(lazyjit.metrics()["llvm_compiles"])
+    # Dynamo marks the batch dim dynamic at the second size; lazyjit's kernels
+    # are shape-generic from then on.
+    assert llvm[2:] == [llvm[1]] * (len(llvm) - 2), llvm
+    assert lazyjit.dynamo.stats()["graphs"] <= 2
