@@ -84,14 +84,28 @@ def _lazy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _site(gm: torch.fx.GraphModule, kind: str) -> str:
-    """Where the user's code that the graph comes from starts, for the metrics and
-    recompile explanations: "torch.compile forward at model.py:12"."""
+    """Names the graph in the metrics and recompile explanations, with Dynamo's
+    compile id (as TORCH_LOGS prints it) and the user's code it comes from:
+    "torch.compile [0/1] forward at model.py:12"."""
+    compile_id = gm.meta.get("dynamo_compile_id")
+    try:
+        compile_id = compile_id or torch._guards.CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001
+        pass
+    name = f"torch.compile [{compile_id}] {kind}" if compile_id else f"torch.compile {kind}"
     for node in gm.graph.nodes:
         found = _SITE.findall(node.meta.get("stack_trace") or "")
         if found:
-            file, line = found[-1]
-            return f"torch.compile {kind} at {file}:{line}"
-    return f"torch.compile {kind}"
+            return f"{name} at {found[-1][0]}:{found[-1][1]}"
+    try:  # no stack traces recorded: the first code Dynamo traced outside torch
+        context = torch._guards.TracingContext.try_get()
+        torch_dir = torch.__file__.rsplit("/", 1)[0] + "/"
+        for code in getattr(context, "traced_code", None) or []:
+            if not code.co_filename.startswith(torch_dir):
+                return f"{name} at {code.co_filename}:{code.co_firstlineno}"
+    except Exception:  # noqa: BLE001 - a name is all this is for
+        pass
+    return name
 
 
 def _arg_key(a):
