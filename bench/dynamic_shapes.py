@@ -44,7 +44,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 from run import MLPBlock, import_lazyjit  # noqa: E402
 
-SYSTEMS = ("eager", "lazyjit", "inductor")
+SYSTEMS = ("eager", "lazyjit", "inductor", "lazyjit_compile")  # lazyjit_compile: torch.compile(backend="lazyjit")
 WORKLOADS = ("varying_batch", "generate")
 # varying_batch: number of batch sizes (1..n) and width; generate: (prompt length, new tokens) per call
 SCALES = {
@@ -67,7 +67,10 @@ def build_mlp(width: int = 256) -> torch.nn.Module:
     return MLPBlock(width).eval()
 
 
-def compiled(fn):
+def compiled(fn, system: str = "inductor"):
+    if system == "lazyjit_compile":
+        import_lazyjit()
+        return torch.compile(fn, backend="lazyjit", dynamic=None)
     return torch.compile(fn, backend="inductor", dynamic=None)
 
 
@@ -82,7 +85,7 @@ def run_varying_batch(system: str, n: int, width: int = 256) -> dict:
     """Calls the MLP once per batch size; returns per-call times and the CPU outputs."""
     dev = device_of(system)
     model = build_mlp(width).to(dev)
-    fn = compiled(model) if system == "inductor" else model
+    fn = compiled(model, system) if system in ("inductor", "lazyjit_compile") else model
     g = torch.Generator().manual_seed(1)
     xs = [torch.randn(b, width, generator=g).to(dev) for b in batch_sizes(n)]
     times, outs = [], []
@@ -113,8 +116,8 @@ def run_generate(system: str, gens=((12, 32), (17, 20)), n_layer: int = 4, after
     call's time and token ids. after_each(i) is called after generate i (for counters)."""
     dev = device_of(system)
     model = build_gpt2(n_layer).to(dev)
-    if system == "inductor":
-        model.forward = compiled(model.forward)
+    if system in ("inductor", "lazyjit_compile"):
+        model.forward = compiled(model.forward, system)
     times, tokens = [], []
     for i, (plen, new) in enumerate(gens):
         ids = prompt(plen).to(dev)
@@ -144,6 +147,15 @@ def inductor_counters() -> dict:
             "graph_breaks": sum(counters["graph_break"].values())}
 
 
+def lazyjit_compile_counters() -> dict:
+    """lazyjit's counters under torch.compile: `compiles` are lazyjit programs built
+    (one per graph capture: Dynamo's graphs, and each new size of a dynamic one),
+    `dynamo_graphs` Dynamo's."""
+    out = lazyjit_counters()
+    out["dynamo_graphs"] = inductor_counters()["compiles"]
+    return out
+
+
 def delta(after: dict, before: dict) -> dict:
     num = (int, float)
     return {k: (v - before[k] if isinstance(v, num) and isinstance(before.get(k), num) else v)
@@ -160,6 +172,9 @@ def worker(system: str, workload: str, scale: str, width: int | None = None) -> 
         counters = lazyjit_counters
     elif system == "inductor":
         counters = inductor_counters
+    elif system == "lazyjit_compile":
+        import_lazyjit().reset_metrics()
+        counters = lazyjit_compile_counters
     if workload == "varying_batch":
         r = run_varying_batch(system, sc["batches"], sc["width"])
         r.pop("outputs")
@@ -176,12 +191,12 @@ def worker(system: str, workload: str, scale: str, width: int | None = None) -> 
 def launch(system, workload, args, tmp) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
-    if system == "lazyjit":
+    if system in ("lazyjit", "lazyjit_compile"):
         if not args.warm_disk:
             env["LAZYJIT_CACHE"] = "off"
         if args.dynamic:
             env["LAZYJIT_DYNAMIC"] = args.dynamic
-    if system == "inductor" and not args.warm_disk:
+    if system in ("inductor", "lazyjit_compile") and not args.warm_disk:
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=tmp)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system, workload, "--scale", args.scale]
     if args.width:
@@ -222,7 +237,8 @@ def report(res: dict, args) -> str:
              f"{date}, nproc {len(os.sched_getaffinity(0))}, torch {torch.__version__}, medians of {args.runs} "
              f"round(s), each system × workload a fresh process; lazyjit: LAZYJIT_CACHE="
              f"{'(default)' if args.warm_disk else 'off'}, LAZYJIT_DYNAMIC={args.dynamic or '(default)'}; "
-             f"inductor: dynamic=None, {'default' if args.warm_disk else 'fresh'} cache dir; load average "
+             f"inductor and lazyjit_compile (torch.compile(backend=\"lazyjit\")): dynamic=None, "
+             f"{'default' if args.warm_disk else 'fresh'} inductor cache dir; load average "
              f"{args.load[0]:.2f} at start, {args.load[1]:.2f} at end.", "",
              f"varying_batch: MLP width {sc['width']}, batch sizes {batch_sizes(sc['batches'])}; generate: GPT-2 "
              f"4 layers/256/4 heads/vocab 1000, (prompt, new tokens) = {list(sc['gens'])}; "
@@ -249,7 +265,7 @@ def report(res: dict, args) -> str:
             lines.append(f"| {label} | {system} | {fmt(median_of(rs, first) if first else None)} | {fmt(t)} | "
                          f"{ratio} | " + " | ".join(fmt(v, "{:.0f}") for v in c[:-1]) + f" | {fmt(c[-1])} |")
     lines.append("")
-    for system in ("lazyjit", "inductor"):
+    for system in ("lazyjit", "inductor", "lazyjit_compile"):
         if "generate" not in res or system not in res["generate"] or "eager" not in res["generate"]:
             continue
         got = [r.get("tokens") for r in res["generate"][system] if "tokens" in r]

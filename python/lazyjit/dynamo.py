@@ -62,15 +62,23 @@ def _on_lazyjit(x):
     return x
 
 
+def _str_on_lazyjit(x):
+    return _LAZY if isinstance(x, str) and x == "cpu" else _on_lazyjit(x)
+
+
 def _lazy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """`gm` with its factory ops (device=cpu) and tensor constants on lazyjit, so
     that everything it computes is recorded."""
     graph = copy.deepcopy(gm.graph)
     out = torch.fx.GraphModule(gm, graph)
     for i, node in enumerate(graph.nodes):
-        if node.op == "call_function":
-            node.args = torch.fx.node.map_aggregate(node.args, _on_lazyjit)
-            node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _on_lazyjit)
+        if node.op == "call_method" and node.target == "cpu":  # x.cpu(): stays on lazyjit while recorded
+            node.target, node.args = "to", (node.args[0], _LAZY)
+        elif node.op in ("call_function", "call_method"):  # torch.ones(..., device=cpu), x.to("cpu")
+            to = _str_on_lazyjit if node.target == "to" else _on_lazyjit
+            node.args = torch.fx.node.map_aggregate(node.args, to)
+            node.kwargs = {k: (_str_on_lazyjit(v) if k == "device" else torch.fx.node.map_aggregate(v, _on_lazyjit))
+                           for k, v in node.kwargs.items()}
         elif node.op == "get_attr":
             value = out
             for part in node.target.split("."):

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "dynamic_shapes.py"
@@ -21,17 +22,21 @@ def test_batch_sizes_fixed_shuffle():
     assert sizes == bench.batch_sizes(40)
 
 
-def test_varying_batch_matches_eager():
+@pytest.mark.parametrize("system", ["lazyjit", "lazyjit_compile"])
+def test_varying_batch_matches_eager(system):
+    torch._dynamo.reset()
     want = bench.run_varying_batch("eager", 3)["outputs"]
-    got = bench.run_varying_batch("lazyjit", 3)["outputs"]
+    got = bench.run_varying_batch(system, 3)["outputs"]
     assert [o.shape[0] for o in got] == bench.batch_sizes(3)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
 
 
-def test_generate_matches_eager():
+@pytest.mark.parametrize("system", ["lazyjit", "lazyjit_compile"])
+def test_generate_matches_eager(system):
+    torch._dynamo.reset()
     gens = ((12, 3), (17, 3))
     want = bench.run_generate("eager", gens)["tokens"]
-    got = bench.run_generate("lazyjit", gens)["tokens"]
+    got = bench.run_generate(system, gens)["tokens"]
     assert [len(t) for t in want] == [15, 20]
     assert got == want

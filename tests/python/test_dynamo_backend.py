@@ -188,3 +188,14 @@ def test_new_batch_sizes_need_no_llvm_work():
     # are shape-generic from then on.
     assert llvm[2:] == [llvm[1]] * (len(llvm) - 2), llvm
     assert lazyjit.dynamo.stats()["graphs"] <= 2
+
+
+def test_cpu_devices_inside_the_graph_stay_in_the_program():
+    # transformers' GPT-2 moves position embeddings with .to(device) inside forward.
+    def f(x):
+        y = (x * 2).to("cpu") + torch.ones(3, device="cpu")
+        return y.cpu().exp() + torch.arange(3, device=torch.device("cpu"))
+
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(f)(x), f(x))
+    assert lazyjit.dynamo.stats()["eager_graphs"] == 0
