@@ -200,6 +200,9 @@ class LazyjitGraph:
 
     def _capture(self, args):
         _stats["captures"] += 1
+        # Random ops draw while the graph is recorded, and again on each run: the
+        # generator is put back, so that the first call draws what eager would.
+        rng = torch.get_rng_state()
         cap = _C.Capture()
         try:
             placeholders = []
@@ -221,9 +224,14 @@ class LazyjitGraph:
             graph = cap.finish(lazy, self.site, self.dynamic)
         except Exception as e:  # noqa: BLE001 - whatever it was, ATen runs the graph
             why = str(e).splitlines()[0] if str(e) else ""
-            found = re.search(r"an implicit sync in a strict region \((.*?)\)(?: at [^;]*)?;", why)
-            if found:  # raised by the capture's strict region (tracer/capture.h)
-                why = f"an op needs a tensor's value while the graph is recorded ({found.group(1)})"
+            # Raised by the capture's strict region (tracer/capture.h).
+            sync = re.search(r"an implicit sync in a strict region \((.*?)\)(?: at [^;]*)?;", why)
+            eager = re.search(r"lazyjit\.strict: (\S+) would run eagerly in a strict region \((.*?)\)", why)
+            if sync:
+                why = f"an op needs a tensor's value while the graph is recorded ({sync.group(1)})"
+            elif eager:
+                why = (f"an op needs a tensor's value while the graph is recorded ({eager.group(1)} "
+                       f"runs eagerly: {eager.group(2)})")
             else:
                 why = f"{type(e).__name__}: {why}"
             self.eager_reason = why
@@ -234,6 +242,7 @@ class LazyjitGraph:
             return None
         finally:
             cap.close()
+            torch.set_rng_state(rng)
         in_order = all(k and t == i for i, (k, t) in enumerate(template)) and len(template) == len(lazy)
         return _Program(graph, None if in_order else template)
 
@@ -279,7 +288,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     # no AOTAutograd between the call and the program (3-4 us less per call).
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
-    if not kwargs and not needs_grad and not any(n.op == "call_module" for n in gm.graph.nodes):
+    # A graph that reads a Python number through .item() (Dynamo makes a float
+    # argument a 0-d tensor) goes through AOTAutograd, which turns those reads into
+    # tensor ops: recorded as it is, .item() would need a value.
+    reads_item = any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes)
+    if not kwargs and not needs_grad and not reads_item and not any(n.op == "call_module" for n in gm.graph.nodes):
         graph = LazyjitGraph(gm, "inference", _is_dynamic(example_inputs))
 
         def run(*args):

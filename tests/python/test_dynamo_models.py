@@ -55,11 +55,10 @@ SAMPLES_PER_OP = 5
 # forward (190/190) and backward (185/185; argmax has no autograd). The bar
 # is test_opinfo.py's: one op failing all its samples (~2%) stays above it, two do not.
 MIN_PASS_RATE_OF_RUN = 0.97
-# Graphs run through ATen that are a known bug, as (op, mode, sample) -> what the reason
-# says: a Python float argument that changes between calls (layer_norm's eps, sample 1)
-# becomes a 0-d tensor read with .item() in Dynamo's graph
-# (test_changing_float_argument_is_captured).
-KNOWN_EAGER = {("nn.functional.layer_norm", "forward", 1): "(item())"}
+# Graphs run through ATen that are a known limit, as (op, mode, sample) -> what the
+# reason says. None now: a Python float argument that changes between calls (layer_norm's
+# eps, sample 1) used to (test_changing_float_argument_is_captured).
+KNOWN_EAGER = {}
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +127,9 @@ def test_opinfo_harness_records_a_crash_and_resumes(tmp_path):
     assert [samples[i][m]["status"] for i in (0, 2) for m in ("forward", "backward")] == ["pass"] * 4
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a float argument that changes between calls is a 0-d "
-                   "tensor read with .item() in Dynamo's graph, which the backend's no-AOTAutograd "
-                   "inference path captures as is (AOTAutograd's tensorify_python_scalars is skipped): "
-                   "every graph after the first runs through ATen", raises=AssertionError)
 def test_changing_float_argument_is_captured():
+    # Dynamo makes the float a 0-d tensor read with .item(): such a graph goes through
+    # AOTAutograd, whose tensorify_python_scalars turns the read into tensor ops.
     f = torch.compile(lambda x, s: x * s, backend="lazyjit")
     for s in (2.0, 3.0, 4.0):
         assert torch.equal(f(torch.ones(3), s), torch.full((3,), s))
@@ -179,10 +176,6 @@ def _bert(dropout=0.1):
 
 MODELS = {"gpt2": _gpt2, "llama": _llama, "bert": _bert}
 
-# A bug found by these tests (see the xfailed minimal repro below).
-DROPOUT_BUG = ("bug: the call that captures a graph draws its random numbers twice (while "
-               "tracing, then again in the run), so its dropout masks are not eager's")
-xfail_dropout = pytest.mark.xfail(strict=True, reason=DROPOUT_BUG, raises=AssertionError)
 
 
 def _pair(name, dropout=None):
@@ -293,8 +286,8 @@ def _counters():
     ("gpt2", 0.0),
     ("llama", 0.0),
     ("bert", 0.0),
-    pytest.param("gpt2", 0.1, marks=xfail_dropout),
-    pytest.param("bert", 0.1, marks=xfail_dropout),
+    ("gpt2", 0.1),
+    ("bert", 0.1),
 ])
 def test_model_training_loop_matches_eager_and_is_steady_after_step_1(name, dropout):
     eager, model, compiled = _pair(name, dropout)
@@ -321,8 +314,9 @@ def test_tensor_constant_in_a_graph_that_needs_grad():
     _ran_through_lazyjit()
 
 
-@xfail_dropout
 def test_capturing_call_draws_dropout_masks_as_eager():
+    # The capture draws while recording and puts the generator back: the run draws
+    # what eager would.
     def f(x):
         return torch.nn.functional.dropout(x, 0.5, training=True)
 
