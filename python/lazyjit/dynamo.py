@@ -66,12 +66,20 @@ def _str_on_lazyjit(x):
     return _LAZY if isinstance(x, str) and x == "cpu" else _on_lazyjit(x)
 
 
-def _lazy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """`gm` with its factory ops (device=cpu) and tensor constants on lazyjit, so
-    that everything it computes is recorded."""
+def _lazy_module(gm: torch.fx.GraphModule):
+    """`gm` for recording: factory ops (device=cpu) and moves to the CPU stay on
+    lazyjit, and the tensors it reads as attributes (an optimizer's parameters
+    and state, constants) become extra arguments after its own, so that each call
+    binds them as they are then and in-place updates reach them. Returns the
+    module and those tensors."""
     graph = copy.deepcopy(gm.graph)
     out = torch.fx.GraphModule(gm, graph)
-    for i, node in enumerate(graph.nodes):
+    attrs = []
+    last_placeholder = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            last_placeholder = node
+    for node in list(graph.nodes):
         if node.op == "call_method" and node.target == "cpu":  # x.cpu(): stays on lazyjit while recorded
             node.target, node.args = "to", (node.args[0], _LAZY)
         elif node.op in ("call_function", "call_method"):  # torch.ones(..., device=cpu), x.to("cpu")
@@ -83,12 +91,19 @@ def _lazy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             value = out
             for part in node.target.split("."):
                 value = getattr(value, part)
-            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-                name = f"_lazyjit_constant_{i}"
-                out.register_buffer(name, value.detach().to(_LAZY))
-                node.target = name
+            if isinstance(value, torch.Tensor):
+                if last_placeholder is None:
+                    with graph.inserting_before(next(iter(graph.nodes))):
+                        arg = graph.placeholder(f"_lazyjit_attr_{len(attrs)}")
+                else:
+                    with graph.inserting_after(last_placeholder):
+                        arg = graph.placeholder(f"_lazyjit_attr_{len(attrs)}")
+                last_placeholder = arg
+                node.replace_all_uses_with(arg)
+                graph.erase_node(node)
+                attrs.append(value)
     out.recompile()
-    return out
+    return out, attrs
 
 
 def _site(gm: torch.fx.GraphModule, kind: str) -> str:
@@ -148,29 +163,40 @@ class LazyjitGraph:
         self.kind = kind
         self.dynamic = dynamic
         self.site = _site(gm, kind)
-        self.lazy_gm = _lazy_module(gm)
+        self.lazy_gm, self.attrs = _lazy_module(gm)
         self.programs = []  # most recently used first
         self.eager_reason = None
         _stats["graphs"] += 1
 
     def __call__(self, args):
         if self.eager_reason is None:
-            for i, p in enumerate(self.programs):
-                out = p.graph.run(args)
-                if out is not None:
-                    if i:
-                        self.programs.insert(0, self.programs.pop(i))
-                    _stats["calls"] += 1
-                    return out if p.template is None else [out[t] if k else t for k, t in p.template]
-            if all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor)):
-                p = self._capture(args)
+            full = list(args) + self.attrs if self.attrs else args
+            out = self._run_captured(full)
+            if out is not None:
+                return out
+            if all(a.device.type == "cpu" for a in full if isinstance(a, torch.Tensor)):
+                p = self._capture(full)
                 if p is not None:
                     self.programs.insert(0, p)
                     del self.programs[16:]
-                    return self(args)
+                    out = self._run_captured(full)
+                    if out is not None:
+                        return out
             elif any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args):
-                return list(self.lazy_gm(*args))  # recorded on the device, synced as usual
+                # Recorded on the device, synced as usual.
+                return list(self.lazy_gm(*args, *(t if t.device.type == "lazyjit" else t.to(_LAZY)
+                                                  for t in self.attrs)))
         return list(self.gm(*args))
+
+    def _run_captured(self, args):
+        for i, p in enumerate(self.programs):
+            out = p.graph.run(args)
+            if out is not None:
+                if i:
+                    self.programs.insert(0, self.programs.pop(i))
+                _stats["calls"] += 1
+                return out if p.template is None else [out[t] if k else t for k, t in p.template]
+        return None
 
     def _capture(self, args):
         _stats["captures"] += 1

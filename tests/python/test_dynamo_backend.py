@@ -199,3 +199,28 @@ def test_cpu_devices_inside_the_graph_stay_in_the_program():
     x = torch.randn(2, 3)
     torch.testing.assert_close(compiled(f)(x), f(x))
     assert lazyjit.dynamo.stats()["eager_graphs"] == 0
+
+
+@pytest.mark.parametrize("opt_class", [torch.optim.AdamW, torch.optim.SGD])
+def test_compiled_optimizer_step_updates_parameters_and_state(opt_class):
+    # Dynamo hands an optimizer's parameters and state to the backend as
+    # attributes of its graph, updated in place: they are bound on each call.
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(8, 8) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    kw = {"lr": 0.05, "momentum": 0.9} if opt_class is torch.optim.SGD else {"lr": 0.05}
+    opts = [opt_class(m.parameters(), **kw) for m in models]
+    w0 = models[0].weight.detach().clone()
+    step = compiled(opts[0].step)
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        for m, o, do_step in ((models[0], opts[0], step), (models[1], opts[1], opts[1].step)):
+            o.zero_grad()
+            m(x).square().sum().backward()
+            do_step()
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(p, q)
+    assert (models[0].weight - w0).abs().max() > 1e-3
+    for k, v in opts[1].state[models[1].weight].items():
+        torch.testing.assert_close(opts[0].state[models[0].weight][k], v)
+    assert lazyjit.dynamo.stats()["eager_graphs"] == 0
