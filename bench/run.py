@@ -1124,8 +1124,8 @@ def render_markdown(results: dict) -> str:
         L.append('## torch.compile(backend="lazyjit") counters')
         L.append("")
         L.append("From `lazyjit.dynamo.stats()` and `lazyjit.metrics()`, over the whole phase "
-                 "(build, first call, warm-up, timed): graphs = ATen graphs AOTAutograd handed "
-                 "to lazyjit, captures = graph captures (steady = during the timed steps, "
+                 "(build, first call, warm-up, timed): graphs = graphs handed to lazyjit "
+                 "(Dynamo's, or AOTAutograd's forward/backward), captures = graph captures (steady = during the timed steps, "
                  "should be 0), calls/call = captured-program runs per workload call in the "
                  "timed steps, eager graphs = graphs run through ATen (a failure), "
                  "compiles / llvm compiles / disk hits = `lazyjit.metrics()`'s counters "
