@@ -1185,7 +1185,7 @@ def render_markdown(results: dict) -> str:
         for x in SYSTEMS:
             sr = s.get(x, {})
             cells.append("–" if sr.get("peak_rss_mib") is None else
-                         f"{sr['peak_rss_mib']:.0f} (+{sr['peak_rss_delta_mib']:.0f})")
+                         f"{sr['peak_rss_mib']:.0f} ({round(sr['peak_rss_delta_mib']):+d})")
         L.append(f"| {key} | " + " | ".join(cells) + " |")
     L.append("")
 
