@@ -1,11 +1,12 @@
-"""lazyjit benchmark: eager PyTorch vs lazyjit vs torch.compile(backend="inductor").
+"""lazyjit benchmark: eager PyTorch vs lazyjit (the device) vs torch.compile(backend="inductor")
+vs torch.compile(backend="lazyjit").
 
     bash bench/run.sh            # full run, writes bench/results/latest.{json,md}
     bash bench/run.sh --quick    # smoke test: small sizes, few runs
 
-Each workload runs in its own subprocess (``--worker NAME``), which runs the three
-systems one after another (eager, lazyjit, inductor) on identical, seeded inputs
-and weights, checks lazyjit's and Inductor's outputs against eager's with
+Each workload runs in its own subprocess (``--worker NAME``), which runs the four
+systems one after another (eager, lazyjit, inductor, lazyjit_compile) on identical,
+seeded inputs and weights, checks every system's outputs against eager's with
 ``torch.testing.assert_close``, and measures each system's peak resident memory
 separately (the kernel's peak-RSS counter is reset between systems). The parent
 process measures the machine's memory bandwidth (a STREAM-like triad) and
@@ -38,7 +39,10 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
-SYSTEMS = ("eager", "lazyjit", "inductor")
+# lazyjit = the device (.to("lazyjit") + lazyjit.sync()); lazyjit_compile =
+# torch.compile(fn, backend="lazyjit") on CPU tensors (python/lazyjit/dynamo.py).
+SYSTEMS = ("eager", "lazyjit", "inductor", "lazyjit_compile")
+COMPILE_BACKENDS = {"inductor": "inductor", "lazyjit_compile": "lazyjit"}
 MiB = 1024 * 1024
 
 # --------------------------------------------------------------------------------------
@@ -111,6 +115,10 @@ class Workload:
     train = False       # step mutates state (compare parameters at the end)
     memory_bound = False
     sizes: dict = {}
+    # Timed calls per sample: a workload whose call takes microseconds loops this many
+    # calls per timed sample (and per warm-up step) and reports the per-call time, so a
+    # sample is long enough to time on a noisy machine. The first call is one call.
+    calls_per_sample: dict = {}
 
     def __init__(self, scale: str = "full"):
         self.scale = scale
@@ -129,6 +137,10 @@ class Workload:
 
     def describe(self) -> str:
         return self.title
+
+    @property
+    def calls(self) -> int:
+        return self.calls_per_sample.get(self.scale, 1)
 
 
 class GeluPrimitive(Workload):
@@ -266,7 +278,12 @@ class MLPTrain(Workload):
     train = True
     sizes = {"full": (256, 1024), "quick": (64, 256), "tiny": (8, 32)}
 
-    def build(self, device, compile_inductor: bool = False):
+    def build(self, device, compile_inductor: bool = False, compile_backend: str | None = None):
+        """compile_backend: torch.compile the module and optimizer.step separately with
+        that backend (the standard recipe: backward() is a graph break);
+        compile_inductor=True is compile_backend="inductor"."""
+        if compile_inductor:
+            compile_backend = "inductor"
         batch, width = self.size
         torch.manual_seed(3)
         model = MLPBlock(width).train()
@@ -275,8 +292,8 @@ class MLPTrain(Workload):
         y = torch.randn(batch, width, generator=g)
         model = model.to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        fwd = torch.compile(model, backend="inductor") if compile_inductor else model
-        opt_step = torch.compile(opt.step, backend="inductor") if compile_inductor else opt.step
+        fwd = torch.compile(model, backend=compile_backend) if compile_backend else model
+        opt_step = torch.compile(opt.step, backend=compile_backend) if compile_backend else opt.step
 
         def train_step(x, y):
             opt.zero_grad(set_to_none=True)
@@ -297,11 +314,57 @@ class MLPTrain(Workload):
         return f"{self.title}, batch {b}, width {w} (hidden {4 * w})"
 
 
+def small_ops(x):
+    """30 small torch ops (elementwise, a clamp, a where, two small reductions)."""
+    y = x * 1.5                          # 1 mul
+    y = y + 0.25                         # 2 add
+    y = torch.sin(y)                     # 3 sin
+    y = y * x                            # 4 mul
+    y = torch.exp(y * 0.5)               # 5 mul, 6 exp
+    y = torch.tanh(y - 1.0)              # 7 sub, 8 tanh
+    y = torch.relu(y + x)                # 9 add, 10 relu
+    y = torch.sigmoid(y * 2.0)           # 11 mul, 12 sigmoid
+    y = torch.where(x > 0, y, -y)        # 13 gt, 14 neg, 15 where
+    y = torch.clamp(y, -0.5, 0.8)        # 16 clamp
+    s = y.sum(dim=1, keepdim=True)       # 17 sum (rows)
+    y = y - s / 8.0                      # 18 div, 19 sub
+    y = torch.cos(y)                     # 20 cos
+    y = y * y                            # 21 mul
+    y = torch.sqrt(y + 1.0)              # 22 add, 23 sqrt
+    y = torch.log(y)                     # 24 log
+    y = torch.abs(y - 0.1)               # 25 sub, 26 abs
+    y = torch.maximum(y, x)              # 27 maximum
+    m = y.mean(dim=0, keepdim=True)      # 28 mean (columns)
+    return y + m * 0.5                   # 29 mul, 30 add
+
+
+SMALL_OPS_COUNT = 30  # ATen ops small_ops runs in eager (tests/python/test_bench_workloads.py)
+
+
+class SmallOps(Workload):
+    key = "f_small_ops"
+    title = "30 small ops on 8×8"
+    sizes = {"full": (8, 8), "quick": (8, 8), "tiny": (8, 8)}
+    calls_per_sample = {"full": 200, "quick": 50, "tiny": 1}
+
+    def build(self, device):
+        g = torch.Generator().manual_seed(8)
+        x = torch.randn(*self.size, generator=g)
+        return small_ops, (x.to(device),)
+
+    def describe(self):
+        return (f"{self.title}: {SMALL_OPS_COUNT} elementwise/small ops on "
+                f"[{self.size[0]}, {self.size[1]}] float32, per call "
+                f"({self.calls} calls per timed sample)")
+
+
 WORKLOADS = {w.key: w for w in (GeluPrimitive, Softmax, LayerNorm, MLPForward, LlamaLayer,
-                                MLPTrain)}
+                                MLPTrain, SmallOps)}
 
 # The issue's targets (bench/README.md): min speedup over eager, over inductor, and for
-# memory-bound ones the minimum fraction of measured triad bandwidth.
+# memory-bound ones the minimum fraction of measured triad bandwidth. They are checked
+# for the lazyjit device unless "systems" names another system for a check (f: the
+# vs_inductor target is torch.compile(backend="lazyjit")'s).
 TARGETS = {
     "a_gelu": {"vs_eager": 3.0, "vs_inductor": 1.0, "bandwidth": 0.70},
     "b1_softmax": {"vs_eager": 3.0, "vs_inductor": 1.0},
@@ -309,6 +372,8 @@ TARGETS = {
     "c_mlp": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "d_llama_layer": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "e_mlp_train": {"vs_eager": 1.3, "vs_inductor": 1.0},
+    "f_small_ops": {"vs_eager": 1.5, "vs_inductor": 1.0,
+                    "systems": {"vs_eager": "lazyjit", "vs_inductor": "lazyjit_compile"}},
 }
 
 
@@ -358,6 +423,25 @@ def compare(got, want, rtol=None, atol=None) -> dict:
         res["ok"] = False
         res["error"] = _short_error(e)
     return res
+
+
+# Parameters of a training step, compared after the first call + warm-up steps: AdamW
+# (lr=1e-3) moves a parameter by up to ~1e-3 per step, and float32 reductions summed in
+# another order legitimately move single elements by ~1e-5 after a few steps (Adam's
+# m_hat/sqrt(v_hat) amplifies tiny gradient differences; Inductor at --quick: 1 element
+# of 262144 off by 1.1e-5), so PyTorch's default atol (1e-5) is too tight there. 1e-4 is
+# a tenth of one step: a missing or wrong update still fails. The loss is compared at
+# the default tolerances.
+TRAIN_STATE_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def compare_train(got, want) -> dict:
+    """compare() of a training checkpoint (output, parameters): the output at the
+    default tolerances, the parameters at TRAIN_STATE_TOL."""
+    a = compare(got[0], want[0])
+    b = compare(got[1], want[1], **TRAIN_STATE_TOL)
+    return {"ok": a["ok"] and b["ok"], "max_abs_diff": max(a["max_abs_diff"], b["max_abs_diff"]),
+            "error": a["error"] or b["error"]}
 
 
 def _short_error(e: BaseException, limit: int = 1200) -> str:
@@ -494,94 +578,201 @@ def _lz_metrics_delta(a: dict, b: dict) -> dict:
     return d
 
 
+def _dynamo_counters() -> dict:
+    """Dynamo's graph-break and unique-graph counters (0 if Dynamo was never imported)."""
+    if "torch._dynamo" not in sys.modules:
+        return {"graph_breaks": 0, "unique_graphs": 0}
+    from torch._dynamo.utils import counters
+    return {"graph_breaks": sum(counters["graph_break"].values()),
+            "unique_graphs": counters["stats"]["unique_graphs"]}
+
+
+def _compile_stats(lazyjit) -> dict:
+    """lazyjit.dynamo.stats() + the compile counters of lazyjit.metrics()."""
+    from lazyjit import dynamo as lzd
+    st = lzd.stats()
+    m = lazyjit.metrics()
+    for k in ("compiles", "llvm_compiles", "kernel_hits", "disk_hits", "cache_hits",
+              "cache_misses"):
+        if isinstance(m.get(k), int):
+            st[k] = m[k]
+    st["compile_ms"] = m["timings"].get("compile", {}).get("total_ms", 0.0)
+    return st
+
+
+def _compile_stats_delta(a: dict, b: dict) -> dict:
+    d = {k: b[k] - a[k] for k in b if k != "eager_reasons" and k in a}
+    d["eager_reasons"] = b["eager_reasons"][len(a["eager_reasons"]):]
+    return d
+
+
+def _fresh_lazyjit_caches(lazyjit) -> None:
+    """Empties lazyjit's in-memory program/kernel caches and this worker's on-disk cache
+    directory, so that torch.compile(backend="lazyjit")'s first call is a cold compile
+    (the lazyjit device system ran before it in this process, on the same graphs). The
+    directory is only emptied when it is the scratch one the bench's parent made for this
+    worker (LAZYJIT_BENCH_SCRATCH_CACHE_DIR), never a user's cache."""
+    lazyjit.clear_cache()
+    d = os.environ.get("LAZYJIT_CACHE_DIR")
+    if d and d == os.environ.get("LAZYJIT_BENCH_SCRATCH_CACHE_DIR") and Path(d).is_dir():
+        import shutil
+        for child in Path(d).iterdir():
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
 def run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: float = 0.0,
                max_runs: int = 50) -> tuple[dict, object, object]:
-    """Returns (result, first-call output on CPU, (last output, compare-state) on CPU)."""
-    lazyjit = import_lazyjit() if system == "lazyjit" else None
-    device = "lazyjit" if system == "lazyjit" else "cpu"
-    res = {"system": system}
+    """Returns (result, first-call output on CPU, (last output, compare-state) on CPU).
+
+    For a training workload (``wl.train``) the third element is taken after the first
+    call and the warm-up steps instead, a step count every system runs alike (the number
+    of timed steps adapts to speed): the last warm-up step's output and the parameters
+    then, so that a step that does not update the parameters shows as a mismatch.
+
+    Systems: eager; lazyjit (the device: a step is the call, which records, then
+    lazyjit.sync()); inductor / lazyjit_compile (torch.compile(fn, backend=...) on CPU
+    tensors; a training step compiles the module and optimizer.step separately).
+    A workload with ``calls`` > 1 runs that many calls per warm-up step and timed sample;
+    times are reported per call."""
+    on_device = system == "lazyjit"
+    backend = COMPILE_BACKENDS.get(system)
+    lazyjit = import_lazyjit() if system in ("lazyjit", "lazyjit_compile") else None
+    dev = lazyjit if on_device else None  # the device system: sync after each call
+    device = "lazyjit" if on_device else "cpu"
+    calls = wl.calls
+    res = {"system": system, "calls_per_sample": calls}
+    if backend:
+        import torch._dynamo as dynamo
+        dynamo.reset()  # cold first call; no cache entries of another backend
+        if system == "lazyjit_compile":
+            _fresh_lazyjit_caches(lazyjit)
+        dyn0 = _dynamo_counters()
+    cs0 = _compile_stats(lazyjit) if system == "lazyjit_compile" else None
     t_build = time.perf_counter()
-    if system == "inductor" and wl.train:
-        built = wl.build("cpu", compile_inductor=True)
+    if backend and wl.train:
+        built = wl.build("cpu", compile_backend=backend)
         fn, args = built
     else:
         built = wl.build(device)
         fn, args = built
-        if system == "inductor":
-            fn = torch.compile(fn, backend="inductor")
-    if lazyjit is not None:
-        lazyjit.sync()  # materialize the inputs/weights copied to the device
+        if backend:
+            fn = torch.compile(fn, backend=backend)
+    if dev is not None:
+        dev.sync()  # materialize the inputs/weights copied to the device
     res["build_s"] = time.perf_counter() - t_build
 
     grad_ctx = torch.no_grad if wl.no_grad else torch.enable_grad
-    split = []  # lazyjit: (trace s, sync s) of the last step
+    split = [0.0, 0.0]  # lazyjit device: (trace s, sync s) summed over the last step's calls
 
-    def step():
+    def step(n=calls):
+        split[:] = [0.0, 0.0]
+        out = None
         with grad_ctx():
-            if lazyjit is None:
-                return fn(*args)
-            t0 = time.perf_counter()
-            out = fn(*args)
-            t1 = time.perf_counter()
-            lazyjit.sync()
-            split[:] = [t1 - t0, time.perf_counter() - t1]
-            return out
+            for _ in range(n):
+                out = None
+                if dev is None:
+                    out = fn(*args)
+                    continue
+                t0 = time.perf_counter()
+                out = fn(*args)
+                t1 = time.perf_counter()
+                dev.sync()
+                split[0] += t1 - t0
+                split[1] += time.perf_counter() - t1
+        return out
 
-    m0 = lazyjit.metrics() if lazyjit else None
+    m0 = dev.metrics() if dev else None
     t0 = time.perf_counter()
-    out = step()
+    out = step(1)  # the first call: one call, compile included
     res["first_call_ms"] = 1e3 * (time.perf_counter() - t0)
     first = to_cpu(out)
     del out
-    m1 = lazyjit.metrics() if lazyjit else None
+    m1 = dev.metrics() if dev else None
+    cs1 = _compile_stats(lazyjit) if cs0 is not None else None
     warm_ms = []
+    warm_out = first
     for _ in range(warmup):
         tw = time.perf_counter()
-        step()
-        warm_ms.append(1e3 * (time.perf_counter() - tw))
+        out = step()
+        warm_ms.append(1e3 * (time.perf_counter() - tw) / calls)
+        if wl.train:
+            warm_out = to_cpu(out)
+        del out
     res["warmup_ms"] = warm_ms
-    m2 = lazyjit.metrics() if lazyjit else None
-    # timed runs: at least `runs`, and more (up to max_runs) until min_time_s of
+    if wl.train:  # the checkpoint every system reaches after the same steps
+        checkpoint = (warm_out, to_cpu(wl.state_to_compare(built)))
+    m2 = dev.metrics() if dev else None
+    cs2 = _compile_stats(lazyjit) if cs0 is not None else None
+    # timed samples: at least `runs`, and more (up to max_runs) until min_time_s of
     # measured time, so that short steps get enough samples on a noisy machine
-    times, per_step = [], []
+    times, per_step = [], []  # times: per call (sample time / calls)
+    measured = 0.0
     out = None
-    while len(times) < runs or (sum(times) < min_time_s and len(times) < max_runs):
+    while len(times) < runs or (measured < min_time_s and len(times) < max_runs):
         out = None
-        mb = lazyjit.metrics() if lazyjit else None  # metrics reads stay outside the timing
+        mb = dev.metrics() if dev else None  # metrics reads stay outside the timing
         t0 = time.perf_counter()
         out = step()
-        times.append(time.perf_counter() - t0)
-        if lazyjit:
-            d = _lz_metrics_delta(mb, lazyjit.metrics())
-            d["trace_ms"], d["sync_ms"] = 1e3 * split[0], 1e3 * split[1]
+        dt = time.perf_counter() - t0
+        measured += dt
+        times.append(dt / calls)
+        if dev:
+            d = _lz_metrics_delta(mb, dev.metrics())
+            d = {k: (v / calls if isinstance(v, (int, float)) else v) for k, v in d.items()}
+            d["trace_ms"], d["sync_ms"] = 1e3 * split[0] / calls, 1e3 * split[1] / calls
             per_step.append(d)
-    m3 = lazyjit.metrics() if lazyjit else None
-    last = to_cpu(out)
-    state = to_cpu(wl.state_to_compare(built))
+    m3 = dev.metrics() if dev else None
+    cs3 = _compile_stats(lazyjit) if cs0 is not None else None
+    if wl.train:
+        last, state = checkpoint
+        res["checked_after_steps"] = 1 + warmup
+    else:
+        last = to_cpu(out)
+        state = to_cpu(wl.state_to_compare(built))
     res["times_ms"] = [1e3 * t for t in times]
     res["median_ms"] = 1e3 * median(times)
     res["min_ms"] = 1e3 * min(times)
     res["warmup"] = warmup
     res["runs"] = len(times)
-    if lazyjit is not None:
+    res["measured_s"] = measured
+    if backend:
+        dyn = _dynamo_counters()
+        res["dynamo"] = {k: dyn[k] - dyn0[k] for k in dyn}
+    if cs0 is not None:
+        n_calls = len(times) * calls
+        lc = {"build_and_first": _compile_stats_delta(cs0, cs1),
+              "warmup": _compile_stats_delta(cs1, cs2),
+              "steady": _compile_stats_delta(cs2, cs3),
+              "total": _compile_stats_delta(cs0, cs3)}
+        lc["steady_calls_per_call"] = lc["steady"]["calls"] / n_calls
+        # A graph lazyjit could not capture runs through ATen (dynamo.py): that is a
+        # failure of this system even though the output is right.
+        lc["eager_fallback"] = lc["total"]["eager_graphs"] > 0
+        lc["no_lazyjit_calls"] = lc["steady"]["calls"] == 0
+        res["lazyjit_compile"] = lc
+    if dev is not None:
         n = len(times)
         res["lazyjit_first"] = _lz_metrics_delta(m0, m1)
         res["lazyjit_warmup"] = _lz_metrics_delta(m1, m2)
         steady = _lz_metrics_delta(m2, m3)
         res["lazyjit_steady"] = steady
         med = lambda k: median([d[k] for d in per_step])  # noqa: E731
+        nc = n * calls
         ps = {
-            "ops_traced": steady["ops_traced"] / n,
+            "ops_traced": steady["ops_traced"] / nc,
             "trace_ms": med("trace_ms"),
             "sync_ms": med("sync_ms"),
             "execute_ms": med("execute_ms"),
             # what a sync costs beyond running the compiled program: cache lookup,
             # binding, launch (+ any steady-state compile)
             "sync_overhead_ms": median([d["sync_ms"] - d["execute_ms"] for d in per_step]),
-            "compile_ms": steady["compile_ms"] / n,
-            "compiles": steady["compiles"] / n,
-            "graphs_executed": steady["graphs_executed"] / n,
-            "syncs": steady["syncs"] / n,
+            "compile_ms": steady["compile_ms"] / nc,
+            "compiles": steady["compiles"] / nc,
+            "graphs_executed": steady["graphs_executed"] / nc,
+            "syncs": steady["syncs"] / nc,
         }
         ps["trace_us_per_op"] = 1e3 * ps["trace_ms"] / ps["ops_traced"] if ps["ops_traced"] else None
         res["lazyjit_per_step"] = ps
@@ -593,7 +784,7 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
     if threads:
         torch.set_num_threads(threads)
     import_error = None
-    if "lazyjit" in systems:
+    if "lazyjit" in systems or "lazyjit_compile" in systems:
         # Import before anything else runs: the autograd engine sizes its per-device
         # queues at the first backward(), so a device registered after an eager
         # backward cannot run backward (INTERNAL ASSERT in engine.cpp).
@@ -616,7 +807,7 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
         print(f"[bench] {key}: {system} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
-            if system == "lazyjit" and import_error:
+            if system in ("lazyjit", "lazyjit_compile") and import_error:
                 raise ImportError(import_error)
             res, first, last = run_system(wl, system, warmup, runs, min_time_s, max_runs)
         except Exception as e:
@@ -637,13 +828,21 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
                 ref_first, ref_last = first, last
             elif ref_first is not None:
                 c_first = compare(first, ref_first)
-                # A training step's later outputs depend on how many steps each
-                # system ran (run counts adapt to speed): compare the first step.
-                c_last = (compare(last, ref_last) if not getattr(wl, "train", False)
-                          else {"ok": True, "max_abs_diff": 0.0, "error": None})
+                # last = (output, state): for a training step after the first call and
+                # the warm-up steps (the same count for every system; the number of
+                # timed steps adapts to speed), the parameters included
+                c_last = (compare_train(last, ref_last) if wl.train
+                          else compare(last, ref_last))
                 res["correct"] = c_first["ok"] and c_last["ok"]
                 res["max_abs_diff"] = max(c_first["max_abs_diff"], c_last["max_abs_diff"])
                 res["correct_error"] = c_first["error"] or c_last["error"]
+        lc = res.get("lazyjit_compile")
+        if lc and (lc["eager_fallback"] or lc["no_lazyjit_calls"]):
+            why = ("graphs run through ATen (eager fallback): "
+                   + "; ".join(lc["total"]["eager_reasons"]) if lc["eager_fallback"]
+                   else "no captured lazyjit program ran in the timed steps")
+            res["failed"] = why
+            print(f"[bench] {key}: {system} FAILED: {why[:300]}", file=sys.stderr, flush=True)
         if wl.bytes_moved() and res.get("median_ms"):
             res["gbps"] = wl.bytes_moved() / (res["median_ms"] / 1e3) / 1e9
         result["systems"][system] = res
@@ -724,6 +923,8 @@ def run_worker_subprocess(key, args, tmpdir: Path) -> dict:
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmpdir / f"inductor-cache-{key}")
     # likewise lazyjit's on-disk cache: "1st call" is a cold compile
     env["LAZYJIT_CACHE_DIR"] = str(tmpdir / f"lazyjit-cache-{key}")
+    # ... which the worker empties again before lazyjit_compile (run_system)
+    env["LAZYJIT_BENCH_SCRATCH_CACHE_DIR"] = env["LAZYJIT_CACHE_DIR"]
     env.setdefault("PYTHONPATH", str(REPO / "python"))
     t0 = time.perf_counter()
     err = None
@@ -752,6 +953,12 @@ def run_worker_subprocess(key, args, tmpdir: Path) -> dict:
     return result
 
 
+def system_failed(sr: dict) -> bool:
+    """The system raised, gave a wrong result, or (lazyjit_compile) ran graphs through
+    ATen instead of lazyjit."""
+    return bool(sr.get("error") or sr.get("correct") is False or sr.get("failed"))
+
+
 def summarize(results: dict) -> None:
     """Speedups, bandwidth fractions, target checks (in place)."""
     triad = results["triad"]["gbps_best"] if results.get("triad") else None
@@ -760,26 +967,40 @@ def summarize(results: dict) -> None:
         lz = s.get("lazyjit", {}).get("median_ms")
         eg = s.get("eager", {}).get("median_ms")
         ind = s.get("inductor", {}).get("median_ms")
+        lcs = s.get("lazyjit_compile", {})
+        lc = lcs.get("median_ms") if not system_failed(lcs) else None
         sm = {}
         sm["speedup_vs_eager"] = eg / lz if (eg and lz) else None
         sm["speedup_vs_inductor"] = ind / lz if (ind and lz) else None
         sm["inductor_vs_eager"] = eg / ind if (eg and ind) else None
+        # torch.compile(backend="lazyjit"): None when it failed (error, mismatch, or
+        # graphs run through ATen), its time is still in systems.lazyjit_compile
+        sm["compile_speedup_vs_eager"] = eg / lc if (eg and lc) else None
+        sm["compile_speedup_vs_inductor"] = ind / lc if (ind and lc) else None
+        sm["lazyjit_compile_failed"] = system_failed(lcs) if lcs else None
         if triad:
             for name, sr in s.items():
                 if sr.get("gbps"):
                     sr["fraction_of_triad"] = sr["gbps"] / triad
         tg = TARGETS.get(key, {})
+        tsys = tg.get("systems", {})
+        speedups = {"lazyjit": (sm["speedup_vs_eager"], sm["speedup_vs_inductor"]),
+                    "lazyjit_compile": (sm["compile_speedup_vs_eager"],
+                                        sm["compile_speedup_vs_inductor"])}
         checks = {}
         if "vs_eager" in tg:
-            checks["vs_eager"] = (sm["speedup_vs_eager"] is not None
-                                  and sm["speedup_vs_eager"] >= tg["vs_eager"])
+            x = speedups[tsys.get("vs_eager", "lazyjit")][0]
+            checks["vs_eager"] = x is not None and x >= tg["vs_eager"]
         if "vs_inductor" in tg:
-            checks["vs_inductor"] = (sm["speedup_vs_inductor"] is not None
-                                     and sm["speedup_vs_inductor"] >= tg["vs_inductor"])
+            x = speedups[tsys.get("vs_inductor", "lazyjit")][1]
+            checks["vs_inductor"] = x is not None and x >= tg["vs_inductor"]
         if "bandwidth" in tg:
-            f = s.get("lazyjit", {}).get("fraction_of_triad")
+            f = s.get(tsys.get("bandwidth", "lazyjit"), {}).get("fraction_of_triad")
             checks["bandwidth"] = f is not None and f >= tg["bandwidth"]
         checks["correct"] = s.get("lazyjit", {}).get("correct") is True
+        for x in sorted(set(tsys.values()) - {"lazyjit"}):
+            checks[f"correct_{x}"] = (s.get(x, {}).get("correct") is True
+                                      and not system_failed(s.get(x, {})))
         sm["targets"] = tg
         sm["target_checks"] = checks
         sm["targets_met"] = all(checks.values()) if checks else None
@@ -801,6 +1022,8 @@ def _corr(sr):
         return "–"
     if sr.get("error"):
         return "ERROR"
+    if sr.get("failed"):
+        return "FAIL (fallback)"
     c = sr.get("correct")
     if c is None:
         return "–"
@@ -838,42 +1061,95 @@ def render_markdown(results: dict) -> str:
     L.append("")
     L.append("## Summary")
     L.append("")
-    L.append("Times are medians of the timed runs (ms). Speedups are ratios of medians: "
-             "`eager/lazyjit` and `inductor/lazyjit` (> 1 means lazyjit is faster). "
-             "First call = first step including compilation. min = fastest timed step "
-             "(eager / lazyjit / inductor), less sensitive to a busy machine.")
+    L.append("Times are medians of the timed runs (ms per step; `f_small_ops`: per call, "
+             "each timed sample loops many calls). lazyjit = the lazyjit device "
+             "(`.to(\"lazyjit\")`, call + `lazyjit.sync()`); lazyjit_compile = "
+             "`torch.compile(fn, backend=\"lazyjit\")` on CPU tensors. Speedups are ratios "
+             "of medians: `eager/X` and `inductor/X` (> 1 means X is faster). First call = "
+             "first step including compilation. min = fastest timed step (eager / lazyjit / "
+             "inductor / lazyjit_compile), less sensitive to a busy machine. A failed "
+             "lazyjit_compile (error, wrong result, or graphs run through ATen: "
+             "`lazyjit.dynamo.stats()[\"eager_reasons\"]`) shows `failed` and no ratios.")
     L.append("")
-    L.append("| workload | eager ms | lazyjit ms | inductor ms | eager/lazyjit | "
-             "inductor/lazyjit | lazyjit 1st call ms | inductor 1st call ms | "
-             "lazyjit correct | inductor correct | min ms e / l / i | targets |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|---:|---|")
+    L.append("| workload | eager ms | lazyjit ms | inductor ms | lazyjit_compile ms | "
+             "eager/lazyjit | inductor/lazyjit | eager/lazyjit_compile | "
+             "inductor/lazyjit_compile | lazyjit 1st call ms | inductor 1st call ms | "
+             "lazyjit_compile 1st call ms | lazyjit correct | inductor correct | "
+             "lazyjit_compile correct | min ms e / l / i / lc | targets |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|:-:|---:|---|")
     for key, r in results["workloads"].items():
         s = r.get("systems", {})
         e, l, i = s.get("eager", {}), s.get("lazyjit", {}), s.get("inductor", {})
+        lc = s.get("lazyjit_compile", {})
         sm = r.get("summary", {})
         chk = sm.get("target_checks", {})
         tg = sm.get("targets", {})
+        tsys = tg.get("systems", {})
+        who = lambda c: "" if tsys.get(c, "lazyjit") == "lazyjit" else f" ({tsys[c]})"  # noqa: E731
         parts = []
         if "vs_eager" in tg:
-            parts.append(f"≥{tg['vs_eager']:g}× eager {'✓' if chk.get('vs_eager') else '✗'}")
+            parts.append(f"≥{tg['vs_eager']:g}× eager{who('vs_eager')} "
+                         f"{'✓' if chk.get('vs_eager') else '✗'}")
         if "vs_inductor" in tg:
-            parts.append(f"≥{tg['vs_inductor']:g}× ind. {'✓' if chk.get('vs_inductor') else '✗'}")
+            parts.append(f"≥{tg['vs_inductor']:g}× ind.{who('vs_inductor')} "
+                         f"{'✓' if chk.get('vs_inductor') else '✗'}")
         if "bandwidth" in tg:
-            parts.append(f"≥{100 * tg['bandwidth']:.0f}% BW {'✓' if chk.get('bandwidth') else '✗'}")
+            parts.append(f"≥{100 * tg['bandwidth']:.0f}% BW{who('bandwidth')} "
+                         f"{'✓' if chk.get('bandwidth') else '✗'}")
+        if lc.get("error"):
+            lc_ms = "**error**"
+        elif lc and system_failed(lc):
+            lc_ms = f"**failed** ({_ms(lc.get('median_ms'))})"
+        else:
+            lc_ms = _ms(lc.get("median_ms"))
         L.append(
             f"| {key} | {_ms(e.get('median_ms'))} | "
             f"{'**error**' if l.get('error') else _ms(l.get('median_ms'))} | "
-            f"{'**error**' if i.get('error') else _ms(i.get('median_ms'))} | "
+            f"{'**error**' if i.get('error') else _ms(i.get('median_ms'))} | {lc_ms} | "
             f"{_f(sm.get('speedup_vs_eager'), '{:.2f}×')} | "
             f"{_f(sm.get('speedup_vs_inductor'), '{:.2f}×')} | "
+            f"{_f(sm.get('compile_speedup_vs_eager'), '{:.2f}×')} | "
+            f"{_f(sm.get('compile_speedup_vs_inductor'), '{:.2f}×')} | "
             f"{_ms(l.get('first_call_ms'))} | {_ms(i.get('first_call_ms'))} | "
-            f"{_corr(l)} | {_corr(i)} | "
-            f"{' / '.join(_ms(x.get('min_ms')) for x in (e, l, i))} | {'; '.join(parts)} |")
+            f"{_ms(lc.get('first_call_ms'))} | "
+            f"{_corr(l)} | {_corr(i)} | {_corr(lc)} | "
+            f"{' / '.join(_ms(x.get('min_ms')) for x in (e, l, i, lc))} | {'; '.join(parts)} |")
     L.append("")
     L.append("Workloads:")
     for key, r in results["workloads"].items():
         L.append(f"- `{key}`: {r.get('description', '')}")
     L.append("")
+
+    if any("lazyjit_compile" in r.get("systems", {}) for r in results["workloads"].values()):
+        L.append('## torch.compile(backend="lazyjit") counters')
+        L.append("")
+        L.append("From `lazyjit.dynamo.stats()` and `lazyjit.metrics()`, over the whole phase "
+                 "(build, first call, warm-up, timed): graphs = graphs handed to lazyjit "
+                 "(Dynamo's, or AOTAutograd's forward/backward), captures = graph captures (steady = during the timed steps, "
+                 "should be 0), calls/call = captured-program runs per workload call in the "
+                 "timed steps, eager graphs = graphs run through ATen (a failure), "
+                 "compiles / llvm compiles / disk hits = `lazyjit.metrics()`'s counters "
+                 "(disk hits 0: the first call was a cold compile); graph breaks = "
+                 "Dynamo's, for Inductor and lazyjit_compile.")
+        L.append("")
+        L.append("| workload | graphs | captures (steady) | calls/call | eager graphs | "
+                 "compiles | llvm compiles | disk hits | compile ms | graph breaks ind. / lc |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for key, r in results["workloads"].items():
+            s = r.get("systems", {})
+            st = s.get("lazyjit_compile", {}).get("lazyjit_compile")
+            if not st:
+                L.append(f"| {key} | " + " | ".join(["–"] * 9) + " |")
+                continue
+            tot, sd = st["total"], st["steady"]
+            gb = " / ".join(str(s.get(x, {}).get("dynamo", {}).get("graph_breaks", "–"))
+                            for x in ("inductor", "lazyjit_compile"))
+            L.append(f"| {key} | {tot['graphs']} | {tot['captures']} ({sd['captures']}) | "
+                     f"{st['steady_calls_per_call']:.3g} | {tot['eager_graphs']} | "
+                     f"{tot.get('compiles', '–')} | {tot.get('llvm_compiles', '–')} | "
+                     f"{tot.get('disk_hits', '–')} | "
+                     f"{_ms(tot.get('compile_ms'))} | {gb} |")
+        L.append("")
 
     L.append("## Bandwidth (memory-bound workloads)")
     L.append("")
@@ -881,9 +1157,9 @@ def render_markdown(results: dict) -> str:
              "% = of the measured triad bandwidth (DRAM: its arrays exceed the L3). A working "
              "set that fits in the last-level cache can exceed 100%.")
     L.append("")
-    L.append("| workload | MB moved | eager GB/s | lazyjit GB/s | inductor GB/s | eager % | "
-             "lazyjit % | inductor % |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("| workload | MB moved | " + " | ".join(f"{x} GB/s" for x in SYSTEMS) + " | "
+             + " | ".join(f"{x} %" for x in SYSTEMS) + " |")
+    L.append("|---|---:|" + "---:|" * (2 * len(SYSTEMS)))
     for key, r in results["workloads"].items():
         if not r.get("bytes_moved"):
             continue
@@ -901,15 +1177,15 @@ def render_markdown(results: dict) -> str:
              "phase (growth over the RSS at the start of the phase in parentheses). The "
              "process also holds eager's reference outputs during the later phases.")
     L.append("")
-    L.append("| workload | eager | lazyjit | inductor |")
-    L.append("|---|---:|---:|---:|")
+    L.append("| workload | " + " | ".join(SYSTEMS) + " |")
+    L.append("|---|" + "---:|" * len(SYSTEMS))
     for key, r in results["workloads"].items():
         s = r.get("systems", {})
         cells = []
         for x in SYSTEMS:
             sr = s.get(x, {})
             cells.append("–" if sr.get("peak_rss_mib") is None else
-                         f"{sr['peak_rss_mib']:.0f} (+{sr['peak_rss_delta_mib']:.0f})")
+                         f"{sr['peak_rss_mib']:.0f} ({round(sr['peak_rss_delta_mib']):+d})")
         L.append(f"| {key} | " + " | ".join(cells) + " |")
     L.append("")
 
@@ -970,6 +1246,8 @@ def render_markdown(results: dict) -> str:
                             + (f" (at {sr['error_where']})" if sr.get("error_where") else ""))
             elif sr.get("correct") is False:
                 errs.append(f"- `{key}` / {x}: output mismatch: `{(sr.get('correct_error') or '')[:600]}`")
+            if sr.get("failed"):
+                errs.append(f"- `{key}` / {x}: failed: `{sr['failed'][:600]}`")
     if errs:
         L.append("## Errors and mismatches")
         L.append("")
@@ -992,8 +1270,9 @@ def main(argv=None):
     ap.add_argument("--only", default="",
                     help="comma-separated workload keys or prefixes (e.g. a,b1,d)")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
-                    help="comma-separated subset of eager,lazyjit,inductor (eager is the "
-                         "reference for correctness)")
+                    help="comma-separated subset of " + ",".join(SYSTEMS) + " (eager is the "
+                         "reference for correctness; lazyjit_compile = "
+                         "torch.compile(backend=\"lazyjit\") on CPU tensors)")
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--min-time", type=float, default=None,

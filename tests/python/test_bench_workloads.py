@@ -1,7 +1,8 @@
 """Results unchanged: every bench/ workload, at tiny sizes, gives the same output on
-lazyjit as in eager PyTorch (torch.testing.assert_close, PyTorch's default tolerances).
-Uses the workload definitions of bench/run.py, so the benchmark and this test cannot
-drift apart."""
+lazyjit (the device) and through torch.compile(backend="lazyjit") as in eager PyTorch
+(torch.testing.assert_close, PyTorch's default tolerances). Uses the workload
+definitions and the timing loop (run_system) of bench/run.py, so the benchmark and this
+test cannot drift apart."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -42,6 +43,100 @@ def test_workload_matches_eager(key):
         torch.testing.assert_close(g, w)
     if want_state is not None:
         torch.testing.assert_close(got_state, want_state)
+
+
+@pytest.mark.parametrize("key", list(bench.WORKLOADS))
+def test_workload_compile_matches_eager(key):
+    """torch.compile(backend="lazyjit") through the bench's own run_system: first call,
+    one warm-up step and one timed step (3 steps, as eager's), outputs and (training)
+    parameters equal eager's, and every graph ran as a captured lazyjit program (no
+    graph run through ATen, no capture after the first steps). For e_mlp_train the
+    training check compares the loss and the parameters after the warm-up step: a
+    compiled optimizer.step that updated copies of the parameters (fixed in 1b87324)
+    failed it."""
+    wl = bench.make_workload(key, "tiny")
+    _, want_first, (want_last, want_state) = bench.run_system(wl, "eager", 1, 1)
+    res, got_first, (got_last, got_state) = bench.run_system(wl, "lazyjit_compile", 1, 1)
+    torch.testing.assert_close(got_first, want_first)
+    torch.testing.assert_close(got_last, want_last)
+    if want_state is not None:  # the training step: parameters as the bench compares them
+        torch.testing.assert_close(got_state, want_state, **bench.TRAIN_STATE_TOL)
+    st = res["lazyjit_compile"]
+    assert st["total"]["eager_reasons"] == [] and not st["eager_fallback"], st["total"]
+    assert st["total"]["graphs"] >= 1 and st["steady"]["calls"] >= 1, st
+    assert st["steady"]["captures"] == 0, st
+
+
+def test_small_ops_is_30_ops():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    fn, args = bench.make_workload("f_small_ops", "tiny").build("cpu")
+    with Count() as c:
+        y = fn(*args)
+    assert len(c.ops) == bench.SMALL_OPS_COUNT == 30
+    assert y.shape == (8, 8) and bool(y.isfinite().all())
+
+
+def test_calls_per_sample_times_per_call():
+    """A workload with several calls per timed sample reports per-call numbers."""
+    wl = bench.make_workload("f_small_ops", "quick")
+    assert wl.calls > 1
+    res, first, (last, _) = bench.run_system(wl, "lazyjit", 0, 2)
+    assert res["calls_per_sample"] == wl.calls and res["runs"] == 2
+    assert len(res["times_ms"]) == 2
+    assert res["measured_s"] * 1e3 == pytest.approx(sum(res["times_ms"]) * wl.calls, rel=1e-6)
+    ps = res["lazyjit_per_step"]
+    assert ps["syncs"] == pytest.approx(1.0) and ps["compiles"] == 0
+    assert 0 < ps["ops_traced"] <= 2 * bench.SMALL_OPS_COUNT
+    want = bench.small_ops(*bench.make_workload("f_small_ops", "quick").build("cpu")[1])
+    torch.testing.assert_close(first, want)
+    torch.testing.assert_close(last, want)
+
+
+def test_summary_and_table_have_lazyjit_compile():
+    """summarize + render_markdown on a made-up result: lazyjit_compile's ratios and
+    columns, the f target checked on the system TARGETS names, a fallback shown as
+    failed without ratios."""
+    def sysres(ms, **kw):
+        return {"median_ms": ms, "min_ms": ms, "first_call_ms": 10 * ms, "correct": True, **kw}
+
+    results = {
+        "machine": {"date": "d", "git_commit": "c", "git_dirty": False, "cpu_model": "m",
+                    "cpus_available": 2, "cpu_isa": [], "torch_threads": 2,
+                    "memory_gib": 1.0, "torch": "t", "transformers": "t", "python": "p"},
+        "config": {"scale": "quick", "warmup": 1, "runs": 1},
+        "workloads": {
+            "f_small_ops": {"systems": {"eager": sysres(0.1), "lazyjit": sysres(0.05),
+                                        "inductor": sysres(0.04),
+                                        "lazyjit_compile": sysres(0.02)}},
+            "c_mlp": {"systems": {"eager": sysres(2.0), "lazyjit": sysres(1.0),
+                                  "inductor": sysres(1.5),
+                                  "lazyjit_compile": sysres(1.0, failed="eager fallback: x")}},
+        },
+    }
+    bench.summarize(results)
+    f = results["workloads"]["f_small_ops"]["summary"]
+    assert f["compile_speedup_vs_eager"] == pytest.approx(5.0)
+    assert f["compile_speedup_vs_inductor"] == pytest.approx(2.0)
+    # f: vs_eager is the device's (2× ≥ 1.5), vs_inductor lazyjit_compile's (2× ≥ 1)
+    assert f["target_checks"] == {"vs_eager": True, "vs_inductor": True, "correct": True,
+                                  "correct_lazyjit_compile": True}
+    c = results["workloads"]["c_mlp"]["summary"]
+    assert c["lazyjit_compile_failed"] and c["compile_speedup_vs_eager"] is None
+    md = bench.render_markdown(results)
+    assert "| lazyjit_compile ms |" in md and "| eager/lazyjit_compile |" in md
+    assert "| inductor/lazyjit_compile |" in md
+    assert "**failed** (1)" in md and "FAIL (fallback)" in md
+    assert "≥1× ind. (lazyjit_compile) ✓" in md
 
 
 def test_compare_helper_reports_mismatch_without_raising():
