@@ -83,7 +83,12 @@ void init() {
       static const char* own[] = {"aten::empty", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
                                   "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_",
                                   "aten::zero_", "aten::fill_",
-                                  "aten::convolution", "aten::convolution_backward"};
+                                  "aten::convolution", "aten::convolution_backward",
+                                  // Functional ops whose only kernel is a composite
+                                  // over their CPU .out kernel (abs -> empty + abs.out):
+                                  // claimed, they are recorded as themselves and fuse.
+                                  "aten::abs", "aten::logical_not", "aten::logical_and", "aten::logical_or",
+                                  "aten::logical_xor", "aten::nan_to_num"};
       for (const char* o : own) claim |= name.name == o;
       if (!claim || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
       std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
