@@ -4,11 +4,12 @@ vs torch.compile(backend="lazyjit").
     bash bench/run.sh            # full run, writes bench/results/latest.{json,md}
     bash bench/run.sh --quick    # smoke test: small sizes, few runs
 
-Each workload runs in its own subprocess (``--worker NAME``), which runs the four
-systems one after another (eager, lazyjit, inductor, lazyjit_compile) on identical,
-seeded inputs and weights, checks every system's outputs against eager's with
-``torch.testing.assert_close``, and measures each system's peak resident memory
-separately (the kernel's peak-RSS counter is reset between systems). The parent
+Each system runs each workload in a subprocess of its own (``--worker NAME``), one
+after another (eager, lazyjit, inductor, lazyjit_compile; ``--rounds N`` alternates
+them N times and pools the timed samples), on identical, seeded inputs and weights:
+ATen's OpenMP threads, Inductor's and lazyjit's TBB workers never share a process.
+Eager's outputs are saved for the others' workers, which check theirs against them
+with ``torch.testing.assert_close`` and measure their own peak resident memory. The parent
 process measures the machine's memory bandwidth (a STREAM-like triad) and
 lazyjit's per-op tracing cost, collects everything and writes the JSON and the
 markdown table. See bench/README.md for what each number means.
@@ -780,7 +781,13 @@ def run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: fl
 
 
 def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out_path: Path,
-           threads: int | None, min_time_s: float = 0.0, max_runs: int = 50) -> None:
+           threads: int | None, min_time_s: float = 0.0, max_runs: int = 50,
+           ref_path: Path | None = None) -> None:
+    """Runs `systems` on workload `key` in this process. With `ref_path`, eager's
+    first and last outputs are saved there (when eager runs here) or compared with
+    (when it ran in another process): the parent runs each system in a process of
+    its own, so ATen's OpenMP threads, Inductor's and lazyjit's TBB workers never
+    share one."""
     if threads:
         torch.set_num_threads(threads)
     import_error = None
@@ -801,6 +808,8 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
         out_path.write_text(json.dumps(result, indent=1, default=str))
 
     ref_first = ref_last = None
+    if ref_path is not None and "eager" not in systems and ref_path.exists():
+        ref_first, ref_last = torch.load(ref_path, weights_only=False)
     for system in systems:
         can_reset = reset_peak_rss()
         rss_before, _ = rss_kib()
@@ -826,6 +835,8 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
         if first is not None:
             if system == "eager":
                 ref_first, ref_last = first, last
+                if ref_path is not None:
+                    torch.save((first, last), ref_path)
             elif ref_first is not None:
                 c_first = compare(first, ref_first)
                 # last = (output, state): for a training step after the first call and
@@ -909,12 +920,52 @@ def machine_info() -> dict:
     }
 
 
-def run_worker_subprocess(key, args, tmpdir: Path) -> dict:
-    out = tmpdir / f"{key}.json"
+def run_workload(key, args, tmpdir: Path) -> dict:
+    """Each system in a process of its own, eager first (its outputs are the
+    reference the others are checked against); with --rounds N, N such passes,
+    alternating the systems, and each system's timed samples pooled."""
+    merged = None
+    ref = tmpdir / f"{key}.eager-ref.pt"
+    for rnd in range(args.rounds):
+        for system in args.systems:
+            r = run_worker_subprocess(key, args, tmpdir, [system], ref, tag=f"{system}-{rnd}")
+            if merged is None:
+                merged = {k: v for k, v in r.items() if k != "systems"}
+                merged["systems"] = {}
+                merged["worker_wall_s"] = 0.0
+            else:
+                merged["worker_wall_s"] += r.get("worker_wall_s", 0.0)
+                for k in ("worker_error", "worker_log_tail"):
+                    if k in r:
+                        merged[k] = r[k]
+            for name, sr in r.get("systems", {}).items():
+                if name not in merged["systems"] or "error" in merged["systems"][name]:
+                    merged["systems"][name] = sr
+                    continue
+                pooled = merged["systems"][name]
+                if "times_ms" in pooled and "times_ms" in sr:
+                    pooled["times_ms"] = pooled["times_ms"] + sr["times_ms"]
+                    pooled["median_ms"] = median(pooled["times_ms"])
+                    pooled["min_ms"] = min(pooled.get("min_ms", float("inf")), sr.get("min_ms", float("inf")))
+                    pooled["runs"] = len(pooled["times_ms"])
+                    pooled["rounds"] = pooled.get("rounds", 1) + 1
+                if sr.get("correct") is False or sr.get("failed"):
+                    for k in ("correct", "failed", "correct_error", "max_abs_diff"):
+                        if k in sr:
+                            pooled[k] = sr[k]
+    return merged
+
+
+def run_worker_subprocess(key, args, tmpdir: Path, systems=None, ref: Path | None = None,
+                          tag: str = "") -> dict:
+    systems = systems or args.systems
+    out = tmpdir / f"{key}{'.' + tag if tag else ''}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", key,
            "--worker-out", str(out), "--warmup", str(args.warmup), "--runs", str(args.runs),
-           "--systems", ",".join(args.systems), "--scale", args.scale,
+           "--systems", ",".join(systems), "--scale", args.scale,
            "--min-time", str(args.min_time), "--max-runs", str(args.max_runs)]
+    if ref is not None:
+        cmd += ["--worker-ref", str(ref)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     env = dict(os.environ)
@@ -943,7 +994,7 @@ def run_worker_subprocess(key, args, tmpdir: Path) -> dict:
     if err:
         # the system that was running when the worker died gets the error
         done = set(result.get("systems", {}))
-        for s in args.systems:
+        for s in systems:
             if s not in done:
                 result["systems"][s] = {"system": s, "error": err,
                                         "log_tail": log[-2000:]}
@@ -1292,6 +1343,10 @@ def main(argv=None):
     # internal
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-ref", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="passes over the systems, each system in its own process every pass, "
+                         "alternating; timed samples pooled (default 1)")
     ap.add_argument("--scale", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -1311,7 +1366,8 @@ def main(argv=None):
         return 0
     if args.worker:
         worker(args.worker, args.scale, args.warmup, args.runs, args.systems,
-               Path(args.worker_out), args.threads, args.min_time, args.max_runs)
+               Path(args.worker_out), args.threads, args.min_time, args.max_runs,
+               Path(args.worker_ref) if args.worker_ref else None)
         return 0
 
     keys = list(WORKLOADS)
@@ -1343,7 +1399,7 @@ def main(argv=None):
             results["tracing"] = {"error": _short_error(e)}
     with tempfile.TemporaryDirectory(prefix="lazyjit-bench-") as tmp:
         for key in keys:
-            results["workloads"][key] = run_worker_subprocess(key, args, Path(tmp))
+            results["workloads"][key] = run_workload(key, args, Path(tmp))
     results["total_wall_s"] = time.perf_counter() - t_start
     results["machine"]["loadavg_end"] = os.getloadavg()
     summarize(results)

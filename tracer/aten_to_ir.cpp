@@ -341,6 +341,30 @@ int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
   return static_cast<int64_t>(dims.size());
 }
 
+// For reduced dims that are not the trailing ones: the order of dims that puts
+// the kept ones first (in their order) and the reduced ones last, and their
+// count in *k; empty when the dims are all or none, or the input has a
+// dimension of size 0, or is large (ATen's own kernel handles those: it
+// vectorizes across the kept dims, where ours would read each reduced row with
+// strided loads, which only pays while the input sits in L1).
+constexpr int64_t kMaxStridedReduction = 8192;
+std::vector<int64_t> reduced_last(const at::Tensor& self, const IValue& dims_arg, int64_t* k) {
+  int64_t rank = self.dim();
+  std::vector<int64_t> dims;
+  if (dims_arg.isInt()) dims.push_back(dims_arg.toInt());
+  else if (!dims_arg.isNone()) dims = dims_arg.toIntVector();
+  if (dims.empty() || rank < 2 || self.numel() == 0 || self.numel() > kMaxStridedReduction) return {};
+  std::vector<bool> reduced(rank, false);
+  for (int64_t d : dims) reduced[c10::maybe_wrap_dim(d, rank)] = true;
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d]) perm.push_back(d);
+  *k = rank - static_cast<int64_t>(perm.size());
+  for (int64_t d = 0; d < rank; ++d)
+    if (reduced[d]) perm.push_back(d);
+  return perm;
+}
+
 }  // namespace
 
 // `aten::mul.out(a, b, out=o)` and the like: the functional op's node, written
@@ -470,15 +494,34 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
   else if (fname == "aten::_softmax" || fname == "aten::_log_softmax") k = trailing_dims(self, args[1]);
   else if (fname == "aten::native_layer_norm") k = static_cast<int64_t>(args[1].toListRef().size());
   else k = trailing_dims(self, args[1]);
+  // Reduced dims that are not the trailing ones (a column sum, a bias gradient):
+  // the input is read through a view that puts them last, which the kernel's
+  // loads take as strides. The kept dims keep their order, so the result's
+  // elements are in the order ATen's are.
+  std::vector<int64_t> perm;
+  if (k < 0 && fname != "aten::_softmax" && fname != "aten::_log_softmax")
+    perm = reduced_last(self, args[1], &k);
   if (k < 0 || (fname != "aten::sum.dim_IntList" && fname != "aten::sum" && !is_float)) return false;
   if ((fname == "aten::_softmax" || fname == "aten::_log_softmax") && self.dim() > 0 && k != 1) return false;
   if (fname == "aten::native_layer_norm" && self.dim() < k) return false;
 
-  RowBuilder b{ctx, ctx.graph(), DType::Float32, self.sizes().vec(), self.sizes().vec(), k};
+  std::vector<int64_t> full = self.sizes().vec();
+  ValueId x = ctx.read(self);
+  if (!perm.empty()) {
+    const ir::TensorType& xt = ctx.graph().value(x).type;
+    std::vector<int64_t> sizes, strides;
+    for (int64_t d : perm) {
+      sizes.push_back(xt.sizes[d]);
+      strides.push_back(xt.strides[d]);
+    }
+    x = ctx.graph().add_node1(OpKind::AsStrided, {x}, {{sizes, true}, {strides, true}, {int64_t{0}, true}},
+                              ir::TensorType{xt.dtype, sizes, ir::contiguous_strides(sizes)});
+    full = sizes;
+  }
+  RowBuilder b{ctx, ctx.graph(), DType::Float32, full, full, k};
   for (size_t d = b.full.size() - k; d < b.full.size(); ++d) b.row[d] = 1;
   DType out_dt = bridge::from_aten(meta_outs[0].scalar_type());
   b.acc = accumulate_dtype(fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0 ? out_dt : in_dt);
-  ValueId x = ctx.read(self);
   auto result = [&](ValueId v, const at::Tensor& m) { out->push_back(ctx.new_tensor(v, m)); };
 
   if (fname.rfind("aten::sum", 0) == 0 || fname.rfind("aten::mean", 0) == 0) {

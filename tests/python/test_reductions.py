@@ -183,3 +183,23 @@ def test_layer_norm_of_a_long_row():
         for r in range(2):
             assert_as_accurate_as_eager(g[r], w[r], e[r].item(), f"{name} of row {r}")
     close(got[0], exact[0].float())
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (3, 4, 5), (130, 70)])
+@pytest.mark.parametrize("case", ["sum0", "mean02_keep", "amax1", "amin01", "sum1_keep", "t_sum0"])
+def test_reductions_over_leading_dims(shape, case):
+    # Reduced dims that are not the trailing ones: small inputs become a kernel
+    # reading through a view that puts them last (tracer/aten_to_ir.cpp); large
+    # ones stay ATen steps. Either way: eager's numbers, shapes and dtypes.
+    x = torch.randn(*shape)
+    rank = len(shape)
+    fns = {
+        "sum0": lambda a: (a * 2).sum(0) + 1,
+        "mean02_keep": lambda a: a.mean((0, rank - 1), keepdim=True).exp(),
+        "amax1": lambda a: a.amax(1 % rank),
+        "amin01": lambda a: a.amin((0, 1)),
+        "sum1_keep": lambda a: a - a.sum(0, keepdim=True) / a.shape[0],
+        "t_sum0": lambda a: a.transpose(0, rank - 1).sum(0),
+    }
+    f = fns[case]
+    torch.testing.assert_close(f(x.to("lazyjit")).cpu(), f(x), rtol=1e-5, atol=1e-5)
