@@ -971,9 +971,9 @@ def run_worker_subprocess(key, args, tmpdir: Path, systems=None, ref: Path | Non
     env = dict(os.environ)
     # a fresh Inductor cache per workload: "first call" is a cold compile, not a
     # cache hit from an earlier bench run
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmpdir / f"inductor-cache-{key}")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmpdir / f"inductor-cache-{key}{'-' + tag if tag else ''}")
     # likewise lazyjit's on-disk cache: "1st call" is a cold compile
-    env["LAZYJIT_CACHE_DIR"] = str(tmpdir / f"lazyjit-cache-{key}")
+    env["LAZYJIT_CACHE_DIR"] = str(tmpdir / f"lazyjit-cache-{key}{'-' + tag if tag else ''}")
     # ... which the worker empties again before lazyjit_compile (run_system)
     env["LAZYJIT_BENCH_SCRATCH_CACHE_DIR"] = env["LAZYJIT_CACHE_DIR"]
     env.setdefault("PYTHONPATH", str(REPO / "python"))
