@@ -204,6 +204,9 @@ def test_new_batch_sizes_need_no_llvm_work():
     # are shape-generic from then on.
     assert llvm[2:] == [llvm[1]] * (len(llvm) - 2), llvm
     assert lazyjit.dynamo.stats()["graphs"] <= 2
+    # lazyjit's own recompiles are explained under Dynamo's compile id.
+    ours = [r for r in lazyjit.explain_recompiles() if r["site"].startswith("torch.compile [")]
+    assert any(r["kind"] == "new shapes" and "dim 0" in r["detail"] for r in ours), ours
 
 
 def test_cpu_devices_inside_the_graph_stay_in_the_program():

@@ -62,6 +62,12 @@ DEVICE_PROBE = ("import torch, lazyjit; m = torch.nn.Linear(4, 2); x = torch.ran
                 "assert lazyjit.metrics()['graphs_executed'] >= 1; print(lazyjit.__file__)")
 
 
+COMPILE_PROBE = ("import sys, torch; f = torch.compile(lambda x: (x * 2).sin(), backend='lazyjit'); "
+                 "x = torch.randn(3, 4); torch.testing.assert_close(f(x), (x * 2).sin()); "
+                 "import lazyjit.dynamo; assert lazyjit.dynamo.stats()['calls'] == 1; "
+                 "print(sys.modules['lazyjit'].__file__)")
+
+
 def test_wheel_installs_into_a_fresh_venv(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
@@ -75,6 +81,10 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", str(wheels / wheel)], check=True,
                    cwd=str(tmp_path), env=_clean_env())
     out = subprocess.run([str(py), "-c", DEVICE_PROBE], check=True, cwd=str(tmp_path), env=_clean_env(),
+                         capture_output=True, text=True).stdout
+    assert out.strip().startswith(str(venv)), out
+    # The wheel's entry point makes torch.compile find the backend without `import lazyjit`.
+    out = subprocess.run([str(py), "-c", COMPILE_PROBE], check=True, cwd=str(tmp_path), env=_clean_env(),
                          capture_output=True, text=True).stdout
     assert out.strip().startswith(str(venv)), out
     empty = tmp_path / "empty-cache"
