@@ -3,10 +3,11 @@
 that each test starts on a free loopback port. The second machine compiles
 nothing; an entry tampered with on the server is refused, counted and compiled
 locally; a server killed or frozen mid-run costs bounded time, never a failed
-step. Every process checks its results against eager PyTorch.
+step; `lazyjit-cache remote ls/push/pull` round-trip. Every process checks its
+results against eager PyTorch.
 
 Skipped, saying so, only where redis-server is not installed (scripts/setup.sh
-installs it).
+installs it). The tool is <repo>/build/lazyjit-cache (LAZYJIT_CACHE_TOOL overrides).
 """
 import glob
 import hashlib
@@ -29,6 +30,7 @@ REDIS_SERVER = shutil.which("redis-server") or next(
     (p for p in ("/usr/bin/redis-server", "/usr/local/bin/redis-server") if os.access(p, os.X_OK)), None)
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed (scripts/setup.sh installs it)")
 
+TOOL = os.environ.get("LAZYJIT_CACHE_TOOL", os.path.join(ROOT, "build", "lazyjit-cache"))
 SECRET = "team-secret"
 PREFIX = b"lazyjit:v1:"
 
@@ -331,3 +333,57 @@ def test_server_frozen_mid_run_times_out(tmp_path, redis):
     assert r["remote_by_kind"].get("timeout", 0) >= 1, r
     assert "no answer in time" in err, err
 
+
+def tool(*args, env_extra=None, check=True):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
+    env.update(env_extra or {})
+    p = subprocess.run([TOOL, *args], env=env, capture_output=True, text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.mark.skipif(not os.access(TOOL, os.X_OK), reason=f"{TOOL} not built (ninja -C build lazyjit-cache)")
+def test_cache_tool_remote_push_ls_pull(tmp_path, redis):
+    a, _ = run(tmp_path / "a", widths=(16, 24))  # local only
+    local = disk_entries(tmp_path / "a")
+    assert len(local) == a["disk_writes"] >= 2
+
+    # Needs a secret; the remote comes from LAZYJIT_REMOTE_CACHE when not given.
+    p = tool("remote", "push", "--dir", str(tmp_path / "a"), env_extra={"LAZYJIT_REMOTE_CACHE": redis.url},
+             check=False)
+    assert p.returncode == 2 and "needs a secret" in p.stderr, p.stderr
+    env = {"LAZYJIT_REMOTE_CACHE": redis.url, "LAZYJIT_CACHE_SECRET": SECRET}
+    pushed = json.loads(tool("remote", "push", "--dir", str(tmp_path / "a"), "--json", env_extra=env).stdout)
+    assert sorted(pushed["pushed"]) == sorted(local) and pushed["refused"] == []
+    assert redis.client.entries() == local  # byte for byte
+    again = json.loads(tool("remote", "push", "--dir", str(tmp_path / "a"), "--json", env_extra=env).stdout)
+    assert again["pushed"] == [] and sorted(again["present"]) == sorted(local)
+
+    listed = json.loads(tool("remote", "ls", "--json", "--remote", redis.url).stdout)
+    assert listed["schema"] == "lazyjit-cache/remote-ls/1"
+    rows = {r["key"]: r for r in listed["entries"]}
+    assert set(rows) == set(local)
+    for key, row in rows.items():
+        assert row["file_bytes"] == len(local[key]) and row["problem"] is None
+        assert row["kind"] == "program" and row["target"]["cpu"] and row["runs_here"]
+    text = tool("remote", "ls", "--remote", redis.url).stdout
+    assert "TARGET" in text and f"{len(local)} entries" in text
+
+    # Pull into an empty cache: verified, written byte for byte; that machine compiles nothing.
+    pulled = json.loads(tool("remote", "pull", "--dir", str(tmp_path / "b"), "--json", env_extra=env).stdout)
+    assert sorted(pulled["pulled"]) == sorted(local) and pulled["refused"] == []
+    assert disk_entries(tmp_path / "b") == local
+    b, _ = run(tmp_path / "b", widths=(16, 24))
+    assert b["compiles"] == 0 and b["disk_hits"] == len(local) and b["sums"] == a["sums"]
+
+    # A tampered entry is refused by pull (exit 1) and never reaches the disk.
+    key = sorted(local)[0]
+    redis.client("SET", PREFIX + key.encode(), signed_by_another_secret(local[key], key))
+    p = tool("remote", "pull", "--dir", str(tmp_path / "c"), env_extra=env, check=False)
+    assert p.returncode == 1 and f"refused {key}: bad_signature" in p.stdout, p.stdout
+    assert set(disk_entries(tmp_path / "c")) == set(local) - {key}
+
+    # A server that is not there: a clear error, exit 2.
+    p = tool("remote", "ls", "--remote", f"redis://127.0.0.1:{free_port()}/0", check=False)
+    assert p.returncode == 2 and "cannot connect" in p.stderr, p.stderr
