@@ -167,6 +167,10 @@ std::optional<DiskRead> DiskStore::get(const std::string& key,
   return DiskRead{std::move(manifest), std::move(bytes)};
 }
 
+std::string DiskStore::encode(const std::string& manifest_json, const std::string& payload) const {
+  return entry_file::encode(entry_file::complete_manifest(manifest_json, payload), payload, options_.secret);
+}
+
 bool DiskStore::put(const std::string& key, const std::string& manifest_json, const std::string& payload) {
   check_key(key);
   std::string manifest = entry_file::complete_manifest(manifest_json, payload);
@@ -174,7 +178,24 @@ bool DiskStore::put(const std::string& key, const std::string& manifest_json, co
     report(DiskError::ReadOnly, root_ + " is read-only: entry " + key + " not written");
     return false;
   }
-  std::string file = entry_file::encode(manifest, payload, options_.secret);
+  return publish(key, entry_file::encode(manifest, payload, options_.secret));
+}
+
+bool DiskStore::put_file(const std::string& key, const std::string& file) {
+  check_key(key);
+  auto decoded = entry_file::decode(file, options_.secret);
+  if (auto* err = std::get_if<entry_file::DecodeError>(&decoded)) {
+    report(err->kind, "entry " + key + " not written: " + err->message);
+    return false;
+  }
+  if (read_only_) {
+    report(DiskError::ReadOnly, root_ + " is read-only: entry " + key + " not written");
+    return false;
+  }
+  return publish(key, file);
+}
+
+bool DiskStore::publish(const std::string& key, const std::string& file) {
   if (file.size() > options_.max_bytes) {
     report(DiskError::Full, "entry " + key + " (" + std::to_string(file.size()) + " bytes) exceeds the cache budget of " +
                                 std::to_string(options_.max_bytes) + " bytes");

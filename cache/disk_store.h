@@ -83,6 +83,15 @@ class DiskStore {
   // put leaves no tmp file behind.
   bool put(const std::string& key, const std::string& manifest_json, const std::string& payload);
 
+  // The entry file put() would write for this manifest and payload (signed
+  // with the store's secret, if any): what another tier or machine receives.
+  std::string encode(const std::string& manifest_json, const std::string& payload) const;
+  // Publishes an entry file as it is (its bytes, signature included), as put()
+  // does, after the checks get() makes (with the store's secret): one that
+  // fails them is reported and not written. For entries that come from
+  // elsewhere (a remote tier, `lazyjit-cache remote pull`).
+  bool put_file(const std::string& key, const std::string& file);
+
   // Best-effort hits/last_used update of <key>.stats (tmp + rename; updates
   // racing between processes may be lost). Call it when a hit is used: it is
   // what eviction orders by. Silent on failure and in read-only mode.
@@ -118,6 +127,7 @@ class DiskStore {
   static void check_key(const std::string& key);  // throws std::invalid_argument
   void report(DiskError kind, const std::string& message) const;
   void quarantine(const std::string& key, int fd, DiskError kind);
+  bool publish(const std::string& key, const std::string& file);
 
   DiskStoreOptions options_;
   std::string root_;

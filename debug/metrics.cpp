@@ -25,6 +25,12 @@ const char* counter_name(Counter c) {
     case Counter::DiskMisses: return "disk_misses";
     case Counter::DiskWrites: return "disk_writes";
     case Counter::DiskErrors: return "disk_errors";
+    case Counter::RemoteHits: return "remote_hits";
+    case Counter::RemoteMisses: return "remote_misses";
+    case Counter::RemoteErrors: return "remote_errors";
+    case Counter::RemoteRefused: return "remote_refused";
+    case Counter::RemoteWrites: return "remote_writes";
+    case Counter::RemoteSkipped: return "remote_skipped";
     case Counter::kCount: break;
   }
   return "?";
@@ -58,6 +64,12 @@ void Metrics::disk_error(const std::string& kind) {
   add(Counter::DiskErrors);
   std::lock_guard<std::mutex> g(mu_);
   ++maps_.disk_errors[kind];
+}
+
+void Metrics::remote_error(const std::string& kind) {
+  add(Counter::RemoteErrors);
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.remote_errors[kind];
 }
 
 void Metrics::recompile(RecompileRecord r) {
@@ -102,6 +114,23 @@ std::string Metrics::report() const {
   section("syncs (reason @ call site):", s.syncs);
   section("compiles (why the cache missed):", s.cache_misses);
   section("on-disk cache faults (each one a miss, never run):", s.disk_errors);
+  // The remote tier, when it was used: its counters above, its time here.
+  bool remote = false;
+  for (const char* k : {"remote_hits", "remote_misses", "remote_errors", "remote_writes", "remote_skipped"})
+    remote |= s.counters[k] != 0;
+  if (remote) {
+    auto t = s.timings.find("remote");
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "remote cache: %lld hits, %lld misses, %lld writes, %lld errors (%lld entries refused), "
+                  "%lld skipped while backing off; remote_ms %.3f\n",
+                  (long long)s.counters["remote_hits"], (long long)s.counters["remote_misses"],
+                  (long long)s.counters["remote_writes"], (long long)s.counters["remote_errors"],
+                  (long long)s.counters["remote_refused"], (long long)s.counters["remote_skipped"],
+                  t == s.timings.end() ? 0.0 : t->second.total_ms);
+    os << buf;
+  }
+  section("remote cache faults (each one a miss; refused entries never run):", s.remote_errors);
   if (!s.recompiles.empty()) {
     os << "recompiles by call site (what differed from the nearest earlier program there):\n";
     std::map<std::string, std::vector<const RecompileRecord*>> by_site;

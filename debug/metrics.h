@@ -30,6 +30,12 @@ enum class Counter : int {
   DiskMisses,      // on-disk lookups that found no usable entry
   DiskWrites,      // programs written to the on-disk cache
   DiskErrors,      // on-disk faults (by kind in disk_errors)
+  RemoteHits,      // programs loaded from the remote tier (LAZYJIT_REMOTE_CACHE), verified
+  RemoteMisses,    // remote lookups that found no entry
+  RemoteErrors,    // remote faults: server down or slow, refused entries, ... (by kind in remote_errors)
+  RemoteRefused,   // of remote_errors: entries fetched and refused (unsigned, bad signature, foreign, damaged)
+  RemoteWrites,    // entries written to the remote tier
+  RemoteSkipped,   // remote lookups and writes skipped while backing off after failures
   kCount
 };
 
@@ -50,6 +56,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> syncs;         // "reason @ call site" -> count
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
   std::map<std::string, int64_t> disk_errors;   // "kind: what" -> count (corrupt, foreign, ...)
+  std::map<std::string, int64_t> remote_errors; // kind -> count (connect, timeout, bad_signature, ...)
   std::map<std::string, Timing> timings;        // "compile", "execute", "trace"...
   std::vector<RecompileRecord> recompiles;      // in order, the most recent kMaxRecompiles
 };
@@ -64,6 +71,7 @@ class Metrics {
   void sync(const std::string& reason, const std::string& site);
   void cache_miss(const std::string& why);
   void disk_error(const std::string& kind);
+  void remote_error(const std::string& kind);
   void recompile(RecompileRecord r);
   static constexpr size_t kMaxRecompiles = 1000;
   void time(const std::string& what, double ms);

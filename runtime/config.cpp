@@ -1,5 +1,6 @@
 #include "runtime/config.h"
 
+#include "cache/redis_store.h"
 #include "graph_ir/op_kind.h"
 
 #include <algorithm>
@@ -61,13 +62,21 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
                               "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_CHECK", "LAZYJIT_FAULT", "LAZYJIT_TRACE", "LAZYJIT_DEBUG", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
-                              "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET"};
+                              "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET", "LAZYJIT_REMOTE_CACHE",
+                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
 bool is_op_name(const std::string& s) {
   for (int k = 0; k <= static_cast<int>(ir::kLastOpKind); ++k)
     if (ir::op_name(static_cast<ir::OpKind>(k)) == s) return true;
   return false;
+}
+
+// A URL as a warning may print it: a password in it is not shown.
+std::string redact_password(const std::string& url) {
+  size_t start = url.find("//"), at = url.rfind('@');
+  if (start == std::string::npos || at == std::string::npos || at < start) return url;
+  return url.substr(0, start + 2) + "***" + url.substr(at);
 }
 
 const char* const kPasses[] = {"dce", "fold", "cse", "fuse", "buffers"};
@@ -154,6 +163,18 @@ Config Config::from_env() {
   if (std::string s = env("LAZYJIT_CACHE_MAX_BYTES"); !s.empty() && !parse_bytes(s, &c.cache_max_bytes))
     bad("LAZYJIT_CACHE_MAX_BYTES", s, "a byte count (e.g. 500M, 2G)", "2G");
   c.cache_secret = env("LAZYJIT_CACHE_SECRET");
+  if (std::string s = env("LAZYJIT_REMOTE_CACHE"); !s.empty()) {
+    cache::RedisUrl url;
+    std::string why;
+    if (cache::RedisUrl::parse(s, &url, &why)) c.remote_cache = s;
+    else bad("LAZYJIT_REMOTE_CACHE", redact_password(s), "a redis://host:port/db URL (" + why + ")", "no remote cache");
+  }
+  if (std::string s = env("LAZYJIT_REMOTE_TIMEOUT_MS"); !s.empty()) {
+    if (parse_int(s, 1, 60000, &v)) c.remote_timeout_ms = static_cast<int>(v);
+    else bad("LAZYJIT_REMOTE_TIMEOUT_MS", s, "milliseconds from 1 to 60000", "100");
+  }
+  if (std::string s = env("LAZYJIT_REMOTE_MAX_ENTRY_BYTES"); !s.empty() && !parse_bytes(s, &c.remote_max_entry_bytes))
+    bad("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", s, "a byte count (e.g. 16M, 1G)", "64M");
   // A misspelt switch would otherwise be silently ignored.
   for (char** e = environ; e && *e; ++e) {
     std::string name(*e);

@@ -46,6 +46,10 @@ struct Config {
   std::string cache_dir;                     // LAZYJIT_CACHE_DIR, else $XDG_CACHE_HOME/lazyjit, else ~/.cache/lazyjit
   uint64_t cache_max_bytes = 2ull << 30;     // LAZYJIT_CACHE_MAX_BYTES: least recently used entries go past it
   std::string cache_secret;                  // LAZYJIT_CACHE_SECRET: sign entries (HMAC-SHA256), load only signed ones
+  // The remote tier on Redis (runtime/remote_tier.h), behind the disk tier.
+  std::string remote_cache;                  // LAZYJIT_REMOTE_CACHE=redis://host:port/db; empty: off
+  int remote_timeout_ms = 100;               // LAZYJIT_REMOTE_TIMEOUT_MS: connect, and each reply
+  uint64_t remote_max_entry_bytes = 64ull << 20;  // LAZYJIT_REMOTE_MAX_ENTRY_BYTES: larger entries neither sent nor read
 
   // Problems found reading the environment: a malformed or unknown value gets
   // one warning (printed once, by process_config) and the default.

@@ -13,6 +13,7 @@
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "lowering/program_bytes.h"
+#include "runtime/sync_log.h"
 
 namespace lazyjit::runtime {
 
@@ -36,7 +37,12 @@ double unix_now() {
 
 std::unique_ptr<DiskTier> DiskTier::open(const Config& config, std::string code_fingerprint,
                                          lowering::Target& target) {
-  if (!config.disk_cache || config.cache_dir.empty()) return nullptr;
+  if (!config.disk_cache || config.cache_dir.empty()) {
+    if (!config.remote_cache.empty())
+      std::fprintf(stderr, "lazyjit: remote compile cache off: it sits behind the on-disk cache, which is off "
+                           "(LAZYJIT_CACHE=off or no cache directory)\n");
+    return nullptr;
+  }
   cache::DiskStoreOptions opts;
   opts.dir = config.cache_dir;
   opts.max_bytes = config.cache_max_bytes;
@@ -45,9 +51,12 @@ std::unique_ptr<DiskTier> DiskTier::open(const Config& config, std::string code_
   auto store = cache::DiskStore::open(opts, &warning);
   if (!store) {
     std::fprintf(stderr, "lazyjit: on-disk compile cache off: %s\n", warning.c_str());
+    if (!config.remote_cache.empty()) std::fprintf(stderr, "lazyjit: remote compile cache off with it\n");
     return nullptr;
   }
-  return std::unique_ptr<DiskTier>(new DiskTier(std::move(store), std::move(code_fingerprint), target));
+  std::unique_ptr<DiskTier> tier(new DiskTier(std::move(store), std::move(code_fingerprint), target));
+  tier->remote_ = RemoteTier::open(config);
+  return tier;
 }
 
 DiskTier::DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint,
@@ -99,6 +108,26 @@ std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& k
   return program;
 }
 
+std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::CacheKey& key) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto entry = remote_->get(key.str(), [&](const std::string& m) { return expected(m); });
+  if (!entry) return nullptr;
+  std::shared_ptr<const lowering::Program> program;
+  try {
+    program = lowering::program_from_bytes(
+        std::string_view(entry->file).substr(entry->payload_offset, entry->payload_size), target_);
+  } catch (const std::exception& e) {
+    remote_->refuse(key.str(), cache::DiskError::Corrupt, e.what());
+    return nullptr;
+  }
+  // The same bytes on disk: the next process on this machine finds it there.
+  if (store_->put_file(key.str(), entry->file)) Metrics::get().add(Counter::DiskWrites);
+  Metrics::get().add(Counter::RemoteHits);
+  Metrics::get().time("remote_load", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  sync_note().how = SyncNote::How::Remote;
+  return program;
+}
+
 void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, const std::string& site) {
   const ir::Graph& g = p.graph;
   json inputs = json::array(), outputs = json::array();
@@ -147,7 +176,10 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
       {"ir", g.str()},
       {"plan", p.plan.str(g)},
   };
-  if (store_->put(key.str(), m.dump(), payload)) Metrics::get().add(Counter::DiskWrites);
+  // One encoding for both tiers: the remote gets the bytes the disk holds.
+  std::string file = store_->encode(m.dump(), payload);
+  if (store_->put_file(key.str(), file)) Metrics::get().add(Counter::DiskWrites);
+  if (remote_) remote_->put(key.str(), file);
 }
 
 std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::CacheKey& key,
@@ -159,6 +191,9 @@ std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::
   auto held = store_->lock(key.str(), std::chrono::seconds(120));
   if (auto program = load(key)) return program;
   Metrics::get().add(Counter::DiskMisses);
+  // Under the key's lock: processes of this machine missing it ask the remote once.
+  if (remote_)
+    if (auto program = load_remote(key)) return program;
   auto program = compile();
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("cache", "disk store", debug::TraceArgs{{"key", key.str()}});

@@ -7,6 +7,10 @@
 // A fault never fails a sync: a damaged, foreign or unsigned entry is a miss
 // (counted in disk_errors by kind, moved aside, compiled again); a failed write
 // is counted and the program still runs.
+//
+// With LAZYJIT_REMOTE_CACHE, a disk miss reads through the remote tier
+// (runtime/remote_tier.h): a verified remote entry is written to disk as it is
+// and loaded; what is compiled is written to disk and to the remote.
 #pragma once
 #include <functional>
 #include <memory>
@@ -16,6 +20,7 @@
 #include "cache/disk_store.h"
 #include "lowering/program.h"
 #include "runtime/config.h"
+#include "runtime/remote_tier.h"
 
 namespace lazyjit::runtime {
 
@@ -38,11 +43,13 @@ class DiskTier {
   DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint, lowering::Target& target);
   bool expected(const std::string& manifest) const;
   std::shared_ptr<const lowering::Program> load(const cache::CacheKey& key);
+  std::shared_ptr<const lowering::Program> load_remote(const cache::CacheKey& key);
   void store(const cache::CacheKey& key, const lowering::Program& program, const std::string& site);
 
   std::unique_ptr<cache::DiskStore> store_;
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
   lowering::Target& target_;
+  std::unique_ptr<RemoteTier> remote_;  // null unless LAZYJIT_REMOTE_CACHE (and a secret) is set
 };
 
 }  // namespace lazyjit::runtime

@@ -5,6 +5,7 @@
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> cache hit, ran in 0.41 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled (new shapes) in 55.1 ms, ran in 0.52 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from disk in 2.9 ms, ran in 0.47 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from the remote cache in 4.1 ms, ran in 0.47 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op (past the recompile limit) in 3.1 ms
 //
 // Header-only: a thread_local the pipeline (runtime/pipeline.cpp) fills on the
@@ -17,10 +18,10 @@
 namespace lazyjit::runtime {
 
 struct SyncNote {
-  enum class How { Hit, Compiled, Loaded, Eager };
+  enum class How { Hit, Compiled, Loaded, Remote, Eager };
   How how = How::Hit;  // a hit unless the pipeline says otherwise
   std::string why;     // Compiled: what differs from the nearest program at the site (recompile_explainer.h)
-  double prepare_ms = 0;  // Compiled / Loaded: the compile, or the load from the on-disk cache
+  double prepare_ms = 0;  // Compiled / Loaded / Remote: the compile, or the load from the on-disk or remote cache
 };
 
 // This thread's note for the sync it is running; the tracer resets it first.
@@ -46,6 +47,8 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
       return s + "compiled" + (n.why.empty() ? "" : " (" + n.why + ")") + " in " + ms(n.prepare_ms) + ", ran in " +
              ms(run_ms);
     case SyncNote::How::Loaded: return s + "loaded from disk in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
+    case SyncNote::How::Remote:
+      return s + "loaded from the remote cache in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
     case SyncNote::How::Eager: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
   }
   return s;

@@ -8,7 +8,7 @@ t_setup=$(_lazyjit_now)
 
 LLVM_VERSION=19
 TORCH_VERSION=2.13.0
-APT_PACKAGES=(cmake ninja-build ccache g++ "llvm-${LLVM_VERSION}-dev" libxxhash-dev libtbb-dev libgtest-dev zlib1g-dev libzstd-dev libedit-dev libcurl4-openssl-dev libffi-dev libxml2-dev nlohmann-json3-dev libssl-dev libcli11-dev graphviz chromium)
+APT_PACKAGES=(cmake ninja-build ccache g++ "llvm-${LLVM_VERSION}-dev" libxxhash-dev libtbb-dev libgtest-dev zlib1g-dev libzstd-dev libedit-dev libcurl4-openssl-dev libffi-dev libxml2-dev nlohmann-json3-dev libssl-dev libcli11-dev graphviz chromium redis-server libhiredis-dev)
 PY_PACKAGES=("torch==${TORCH_VERSION}" "pybind11>=2.12" pytest numpy "transformers==5.24.0" expecttest hypothesis)
 
 missing=()

@@ -190,6 +190,34 @@ TEST(DiskStore, WithASecretOnlyEntriesSignedByItAreAccepted) {
   expect_refused(s, "flip", DiskError::BadSignature, "flipped signature");
 }
 
+TEST(DiskStore, PutFileWritesAnEntryFileAsItIsOnlyWhenItChecksOut) {
+  TempDir t;
+  RecordingStore s(opts(t.cache(), "our secret"));
+  ASSERT_TRUE(s.store) << s.warning;
+  std::string file = s->encode(kManifest, "payload");
+  ASSERT_TRUE(s->put_file("k", file));
+  EXPECT_EQ(read_file(s.entry("k")), file);  // byte for byte: the signature carried over
+  auto got = s->get("k", nullptr);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->payload, "payload");
+  EXPECT_TRUE(s.errors.empty());
+  // Signed by another secret, unsigned, damaged: reported, never written.
+  RecordingStore other(opts(t.path() + "/other", "another secret"));
+  RecordingStore plain(opts(t.path() + "/plain"));
+  std::string damaged = file;
+  damaged[damaged.size() / 2] ^= 4;
+  const std::pair<std::string, DiskError> bad[] = {{other->encode(kManifest, "payload"), DiskError::BadSignature},
+                                                   {plain->encode(kManifest, "payload"), DiskError::Unsigned},
+                                                   {damaged, DiskError::Corrupt}};
+  for (const auto& [bytes, kind] : bad) {
+    s.errors.clear();
+    EXPECT_FALSE(s->put_file("bad", bytes));
+    ASSERT_EQ(s.errors.size(), 1u);
+    EXPECT_EQ(s.errors[0].first, kind) << s.errors[0].second;
+    EXPECT_FALSE(exists(s.entry("bad")));
+  }
+}
+
 TEST(DiskStore, LooseDirectoryIsRefusedWithAWarningNamingIt) {
   TempDir t;
   ASSERT_EQ(::mkdir(t.cache().c_str(), 0700), 0);

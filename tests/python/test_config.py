@@ -31,6 +31,11 @@ def run(**env_extra):
     ("LAZYJIT_CACHE", "maybe", "on or off"),
     ("LAZYJIT_CACHE_MAX_BYTES", "lots", "a byte count"),
     ("LAZYJIT_NUM_THREDS", "2", "unknown setting"),
+    ("LAZYJIT_REMOTE_CACHE", "http://cache:6379", "a redis://host:port/db URL"),
+    ("LAZYJIT_REMOTE_CACHE", "redis://cache:99999/0", "a redis://host:port/db URL"),
+    ("LAZYJIT_REMOTE_TIMEOUT_MS", "0", "milliseconds"),
+    ("LAZYJIT_REMOTE_TIMEOUT_MS", "soon", "milliseconds"),
+    ("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "huge", "a byte count"),
 ])
 def test_bad_settings_warn_once_and_fall_back(name, value, says):
     p = run(**{name: value})
@@ -41,9 +46,16 @@ def test_bad_settings_warn_once_and_fall_back(name, value, says):
     assert name in warnings[0] and says in warnings[0], warnings[0]
 
 
+def test_a_password_in_a_bad_remote_url_is_not_printed():
+    p = run(LAZYJIT_REMOTE_CACHE="rediss://me:hunter2@cache:6379/0")
+    assert p.returncode == 0 and "LAZYJIT_REMOTE_CACHE" in p.stderr, p.stderr
+    assert "hunter2" not in p.stderr, p.stderr
+
+
 def test_good_settings_say_nothing():
     p = run(LAZYJIT_MODE="step", LAZYJIT_NUM_THREADS="2", LAZYJIT_VECTOR_BITS="256",
-            LAZYJIT_DISABLE_PASSES="fold,cse", LAZYJIT_CACHE_MAX_BYTES="500M")
+            LAZYJIT_DISABLE_PASSES="fold,cse", LAZYJIT_CACHE_MAX_BYTES="500M", LAZYJIT_REMOTE_TIMEOUT_MS="250",
+            LAZYJIT_REMOTE_MAX_ENTRY_BYTES="16M")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "ok step"
     assert "warning" not in p.stderr, p.stderr

@@ -12,7 +12,7 @@
 // Import checks the archive's checksum, then every entry with
 // cache::entry_file::decode (and the secret, if given), and publishes it with
 // cache::DiskStore::put (tmp file, fsync, rename), re-signing it with the
-// importer's secret. Which entries count as foreign: see foreign_reason().
+// importer's secret. Which entries count as foreign: see foreign.h.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@
 #include "cache/entry_file.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
+#include "tools/lazyjit_cache/foreign.h"
 #include "tools/lazyjit_cache/progress.h"
 #include "tools/lazyjit_cache/text_format.h"
 
@@ -58,63 +59,6 @@ struct Reader {
     return s;
   }
 };
-
-// LLVM's x86 feature names where /proc/cpuinfo spells them differently;
-// features in neither list (LLVM-internal ones like "evex512") are not checked.
-const std::pair<const char*, const char*> kRenamed[] = {
-    {"sse3", "pni"}, {"sse4.1", "sse4_1"}, {"sse4.2", "sse4_2"}, {"pclmul", "pclmulqdq"}, {"lzcnt", "abm"},
-    {"rdrnd", "rdrand"}, {"64bit", "lm"}, {"sahf", "lahf_lm"}, {"crc32", "sse4_2"}, {"bmi", "bmi1"}, {"sha", "sha_ni"},
-    {"avx512bf16", "avx512_bf16"}, {"avx512vbmi2", "avx512_vbmi2"}, {"avx512vnni", "avx512_vnni"},
-    {"avx512bitalg", "avx512_bitalg"}, {"avx512vpopcntdq", "avx512_vpopcntdq"}, {"avx512fp16", "avx512_fp16"},
-    {"avxvnni", "avx_vnni"}};
-const char* const kSameName[] = {"sse", "sse2", "ssse3", "avx", "avx2", "fma", "f16c", "bmi2", "popcnt", "movbe",
-                                 "aes", "adx", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw", "avx512cd",
-                                 "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "xsave", "cx16", "cx8", "mmx",
-                                 "fxsr", "cmov"};
-
-std::set<std::string> host_cpu_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  std::set<std::string> flags;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::stringstream ss(line.substr(line.find(':') + 1));
-    for (std::string f; ss >> f;) flags.insert(f);
-    break;
-  }
-  return flags;
-}
-
-// Empty when the entry may be imported. The tool links no LLVM, so it cannot
-// compute this machine's code fingerprint; unless given one exactly
-// (--expect-fingerprint), it refuses entries whose code needs an x86 feature
-// this CPU lacks (the one mismatch that could matter: SIGILL). Entries for
-// another CPU name, LLVM, lazyjit or libtorch version pass this check; the
-// runtime compares the full fingerprint on every load and treats a mismatch
-// as a miss (and quarantines the entry), so they never run.
-std::string foreign_reason(const json& m, const ImportOptions& o, const std::set<std::string>& host) {
-  std::string fp = m.value("code_fingerprint", std::string());
-  if (!o.expect_fingerprint.empty())
-    return fp == o.expect_fingerprint ? "" : "code_fingerprint differs from --expect-fingerprint";
-  std::string features;
-  if (m.contains("target") && m["target"].is_object()) features = m["target"].value("features", "");
-  else if (size_t at = fp.find(";features "); at != std::string::npos)
-    features = fp.substr(at + 10, fp.find(';', at + 1) - at - 10);
-  if (host.empty()) return "";  // not Linux/x86: nothing to compare against
-  std::stringstream ss(features);
-  std::string missing;
-  for (std::string f; std::getline(ss, f, ',');) {
-    if (f.size() < 2 || f[0] != '+') continue;
-    f = f.substr(1);
-    std::string flag;
-    for (auto& [llvm, cpuinfo] : kRenamed)
-      if (f == llvm) flag = cpuinfo;
-    for (const char* same : kSameName)
-      if (f == same) flag = same;
-    if (!flag.empty() && !host.count(flag)) missing += (missing.empty() ? "" : ",") + f;
-  }
-  return missing.empty() ? "" : "needs CPU features this machine lacks: " + missing;
-}
 
 }  // namespace
 
@@ -193,7 +137,7 @@ int cmd_import(const Common& c, const ImportOptions& o) {
     }
     const auto& d = std::get<cache::entry_file::Decoded>(decoded);
     json m = json::parse(d.manifest, nullptr, false);
-    std::string why = o.allow_foreign ? "" : foreign_reason(m, o, host);
+    std::string why = o.allow_foreign ? "" : foreign_reason(m, o.expect_fingerprint, host);
     if (!why.empty()) {
       refuse("foreign: " + why);
       continue;

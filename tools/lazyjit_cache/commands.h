@@ -58,6 +58,20 @@ struct ImportOptions {
 };
 int cmd_import(const Common& c, const ImportOptions& o);
 
+// remote ls / push / pull: the remote tier on Redis (runtime/remote_tier.h).
+struct RemoteOptions {
+  std::string remote;           // --remote, else $LAZYJIT_REMOTE_CACHE
+  std::string secret;           // --secret, else $LAZYJIT_CACHE_SECRET; push and pull need one
+  int timeout_ms = 2000;        // connect and each reply (the tool waits longer than a training step would)
+  std::string max_entry_bytes;  // --max-entry-bytes, else $LAZYJIT_REMOTE_MAX_ENTRY_BYTES, else 64M
+  bool force = false;           // push/pull entries the other side has too
+  std::string expect_fingerprint;  // pull: accept only this code_fingerprint
+  bool allow_foreign = false;      // pull: accept entries built for another CPU
+};
+int cmd_remote_ls(const Common& c, const RemoteOptions& o);
+int cmd_remote_push(const Common& c, const RemoteOptions& o);
+int cmd_remote_pull(const Common& c, const RemoteOptions& o);
+
 int cmd_report(const Common& c, const std::string& html_file);
 
 // A LAZYJIT_LOG=recompiles log summarized per call site.

@@ -92,11 +92,34 @@ int main(int argc, char** argv) {
   auto* report_cmd = app.add_subcommand("report", "one self-contained HTML page");
   report_cmd->add_option("--html", html, "output file")->required();
 
+  RemoteOptions remote;
+  auto* remote_cmd = app.add_subcommand("remote", "the remote tier on Redis (LAZYJIT_REMOTE_CACHE): ls, push, pull");
+  remote_cmd->require_subcommand(1);
+  auto* remote_ls = remote_cmd->add_subcommand("ls", "list the remote's entries: size, key, target (no payload read)");
+  auto* remote_push = remote_cmd->add_subcommand("push", "send local entries signed with the secret to the remote");
+  auto* remote_pull = remote_cmd->add_subcommand("pull", "fetch, verify and add the remote's entries to the local cache");
+  for (auto* sub : {remote_ls, remote_push, remote_pull}) {
+    sub->add_option("--remote", remote.remote, "redis://host:port/db (default: $LAZYJIT_REMOTE_CACHE)");
+    sub->add_option("--timeout-ms", remote.timeout_ms, "connect and reply timeout (default 2000)");
+    add_dir(sub, c);
+    add_json(sub, c);
+  }
+  for (auto* sub : {remote_push, remote_pull}) {
+    sub->add_option("--secret", remote.secret, "HMAC secret (default: $LAZYJIT_CACHE_SECRET)");
+    sub->add_option("--max-entry-bytes", remote.max_entry_bytes,
+                    "larger entries are refused (default: $LAZYJIT_REMOTE_MAX_ENTRY_BYTES, else 64M)");
+    sub->add_flag("--force", remote.force, "also entries the other side has already");
+  }
+  remote_pull->add_option("--expect-fingerprint", remote.expect_fingerprint,
+                          "accept only entries with exactly this code_fingerprint");
+  remote_pull->add_flag("--allow-foreign", remote.allow_foreign, "accept entries built for another CPU or compiler");
+
   std::string log_file;
   auto* why_cmd = app.add_subcommand("why-miss", "summarize a LAZYJIT_LOG=recompiles log by call site");
   why_cmd->add_option("log", log_file, "the log (a run's stderr)")->required();
 
-  for (auto* sub : app.get_subcommands({})) add_dir(sub, c);
+  for (auto* sub : app.get_subcommands({}))
+    if (sub != remote_cmd) add_dir(sub, c);
   for (auto* sub : {ls_cmd, show_cmd, stats_cmd, explain_cmd, verify_cmd, prune_cmd, import_cmd, why_cmd})
     add_json(sub, c);
 
@@ -127,6 +150,14 @@ int main(int argc, char** argv) {
     }
     if (report_cmd->parsed()) return cmd_report(c, html);
     if (why_cmd->parsed()) return cmd_why_miss(c, log_file);
+    if (remote_cmd->parsed()) {
+      remote.remote = env_or("LAZYJIT_REMOTE_CACHE", remote.remote);
+      remote.secret = env_or("LAZYJIT_CACHE_SECRET", remote.secret);
+      remote.max_entry_bytes = env_or("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", remote.max_entry_bytes);
+      if (remote_ls->parsed()) return cmd_remote_ls(c, remote);
+      if (remote_push->parsed()) return cmd_remote_push(c, remote);
+      if (remote_pull->parsed()) return cmd_remote_pull(c, remote);
+    }
   } catch (const ToolError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return e.exit_code;

@@ -73,6 +73,7 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   d["sync_reasons"] = s.syncs;
   d["compile_reasons"] = s.cache_misses;
   d["disk_errors_by_kind"] = s.disk_errors;
+  d["remote_errors_by_kind"] = s.remote_errors;
   py::dict t;
   for (const auto& [k, v] : s.timings) {
     py::dict e;
@@ -88,6 +89,9 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   // Time spent loading programs from the on-disk cache (linking, no codegen).
   auto load = s.timings.find("disk_load");
   d["load_ms"] = load == s.timings.end() ? 0.0 : load->second.total_ms;
+  // Time spent talking to the remote tier (LAZYJIT_REMOTE_CACHE): lookups and writes.
+  auto remote = s.timings.find("remote");
+  d["remote_ms"] = remote == s.timings.end() ? 0.0 : remote->second.total_ms;
   return d;
 }
 

@@ -1,0 +1,389 @@
+#include "cache/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "cache/entry_file.h"
+
+namespace lazyjit::cache {
+
+const char* remote_error_name(RemoteError e) {
+  switch (e) {
+    case RemoteError::None: return "none";
+    case RemoteError::Connect: return "connect";
+    case RemoteError::Timeout: return "timeout";
+    case RemoteError::Server: return "server";
+    case RemoteError::Protocol: return "protocol";
+    case RemoteError::TooLarge: return "too_large";
+  }
+  return "?";
+}
+
+namespace {
+
+bool parse_uint(const std::string& s, long max, long* out) {
+  if (s.empty() || s.size() > 9) return false;
+  long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+// A socket write to a closed peer raises SIGPIPE, which kills a process that
+// did not ignore it (Python ignores it, a C++ program does not). Blocked on
+// this thread for the call; one raised meanwhile is taken off the queue.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{0, 0};
+        sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv;
+  tv.tv_sec = static_cast<long>(ms.count() / 1000);
+  tv.tv_usec = static_cast<long>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+// `*` `?` `[` `]` `\` are glob characters in SCAN's MATCH.
+std::string glob_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+uint64_t le(std::string_view s, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  return v;
+}
+
+}  // namespace
+
+bool RedisUrl::parse(const std::string& text, RedisUrl* out, std::string* error) {
+  auto fail = [&](const std::string& why) {
+    if (error) *error = why;
+    return false;
+  };
+  const std::string scheme = "redis://";
+  if (text.rfind(scheme, 0) != 0) return fail("not a redis:// URL");
+  RedisUrl u;
+  std::string rest = text.substr(scheme.size());
+  size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  if (slash != std::string::npos) {
+    std::string db = rest.substr(slash + 1);
+    long v = 0;
+    if (!db.empty() && !parse_uint(db, 1 << 20, &v)) return fail("database '" + db + "' is not a number");
+    u.db = static_cast<int>(v);
+  }
+  if (size_t at = authority.rfind('@'); at != std::string::npos) {
+    std::string cred = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    size_t colon = cred.find(':');
+    if (colon == std::string::npos) {
+      u.password = cred;  // redis://password@host, as some clients accept
+    } else {
+      u.user = cred.substr(0, colon);
+      u.password = cred.substr(colon + 1);
+    }
+  }
+  std::string port;
+  if (!authority.empty() && authority[0] == '[') {  // [::1]:6379
+    size_t close = authority.find(']');
+    if (close == std::string::npos) return fail("unclosed '[' in the host");
+    u.host = authority.substr(1, close - 1);
+    if (close + 1 < authority.size()) {
+      if (authority[close + 1] != ':') return fail("junk after the host");
+      port = authority.substr(close + 2);
+    }
+  } else if (size_t colon = authority.rfind(':'); colon != std::string::npos) {
+    u.host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  } else {
+    u.host = authority;
+  }
+  if (u.host.empty()) return fail("no host");
+  if (!port.empty() || authority.back() == ':') {
+    long v = 0;
+    if (!parse_uint(port, 65535, &v) || v == 0) return fail("port '" + port + "' is not a port number");
+    u.port = static_cast<int>(v);
+  }
+  *out = std::move(u);
+  return true;
+}
+
+std::string RedisUrl::str() const {
+  bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + std::to_string(db);
+}
+
+struct RedisStore::Reply {
+  int type = 0;  // REDIS_REPLY_*
+  std::string str;
+  long long integer = 0;
+  std::vector<Reply> elements;
+
+  static Reply from(const redisReply* r) {
+    Reply out;
+    out.type = r->type;
+    out.integer = r->integer;
+    if (r->str) out.str.assign(r->str, r->len);
+    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(from(r->element[i]));
+    return out;
+  }
+};
+
+RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
+
+RedisStore::~RedisStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_locked();
+}
+
+void RedisStore::drop_locked() {
+  if (!ctx_) return;
+  // A forked child shares its parent's socket: closing our copy of the
+  // descriptor is harmless, talking on it is not.
+  SigpipeBlock no_sigpipe;
+  redisFree(ctx_);
+  ctx_ = nullptr;
+}
+
+namespace {
+
+RemoteStatus status_of(redisContext* c, const std::string& what) {
+  RemoteStatus s;
+  int err = errno;
+  std::string text = c ? c->errstr : "out of memory";
+  bool timed_out = c && c->err == REDIS_ERR_IO &&
+                   (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT ||
+                    text.find("temporarily unavailable") != std::string::npos ||
+                    text.find("timed out") != std::string::npos);
+  s.error = timed_out ? RemoteError::Timeout
+            : c && c->err == REDIS_ERR_PROTOCOL ? RemoteError::Protocol
+                                                : RemoteError::Connect;
+  s.message = what + ": " + (timed_out ? "no answer in time (" + text + ")" : text);
+  return s;
+}
+
+}  // namespace
+
+RemoteStatus RedisStore::connect_locked() {
+  if (ctx_ && pid_ == static_cast<long>(::getpid())) return {};
+  drop_locked();
+  const std::string where = options_.url.str();
+  timeval tv = to_timeval(options_.timeout);
+  redisContext* c = redisConnectWithTimeout(options_.url.host.c_str(), options_.url.port, tv);
+  if (!c || c->err) {
+    RemoteStatus s = status_of(c, "cannot connect to " + where);
+    s.error = RemoteError::Connect;
+    if (c) redisFree(c);
+    return s;
+  }
+  if (redisSetTimeout(c, tv) != REDIS_OK) {
+    RemoteStatus s = status_of(c, "cannot set a timeout on the connection to " + where);
+    redisFree(c);
+    return s;
+  }
+  ctx_ = c;
+  pid_ = static_cast<long>(::getpid());
+  std::vector<std::vector<std::string>> setup;
+  if (!options_.url.password.empty()) {
+    if (options_.url.user.empty()) setup.push_back({"AUTH", options_.url.password});
+    else setup.push_back({"AUTH", options_.url.user, options_.url.password});
+  }
+  if (options_.url.db != 0) setup.push_back({"SELECT", std::to_string(options_.url.db)});
+  if (setup.empty()) return {};
+  std::vector<Reply> replies;
+  RemoteStatus s = run_locked(setup, &replies);
+  if (!s.ok()) {
+    drop_locked();
+    if (s.error == RemoteError::Server) s.error = RemoteError::Connect;  // auth or SELECT refused
+    s.message = "cannot use " + where + ": " + s.message;
+  }
+  return s;
+}
+
+RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies) {
+  replies->clear();
+  SigpipeBlock no_sigpipe;
+  if (!ctx_) return {RemoteError::Connect, "not connected"};
+  for (const auto& cmd : commands) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& a : cmd) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      RemoteStatus s = status_of(ctx_, cmd[0] + " on " + options_.url.str());
+      drop_locked();
+      return s;
+    }
+  }
+  RemoteStatus server_error;
+  for (const auto& cmd : commands) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
+      RemoteStatus s = status_of(ctx_, cmd[0] + " on " + options_.url.str());
+      if (raw) freeReplyObject(raw);
+      drop_locked();
+      return s;
+    }
+    auto* r = static_cast<redisReply*>(raw);
+    replies->push_back(Reply::from(r));
+    freeReplyObject(r);
+    // Read every reply first, so that the connection stays in step.
+    if (replies->back().type == REDIS_REPLY_ERROR && server_error.ok())
+      server_error = {RemoteError::Server, cmd[0] + " on " + options_.url.str() + ": " + replies->back().str};
+  }
+  return server_error;
+}
+
+std::optional<std::string> RedisStore::get(const std::string& key, uint64_t max_bytes, RemoteStatus* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *status = connect_locked();
+  if (!status->ok()) return std::nullopt;
+  std::vector<Reply> r;
+  *status = run_locked({{"GETRANGE", options_.prefix + key, "0", std::to_string(max_bytes)}}, &r);
+  if (!status->ok()) return std::nullopt;
+  if (r[0].type != REDIS_REPLY_STRING) {
+    *status = {RemoteError::Protocol, "GETRANGE on " + options_.url.str() + " gave no string"};
+    return std::nullopt;
+  }
+  if (r[0].str.empty()) return std::nullopt;  // no such key (entries are never empty)
+  if (r[0].str.size() > max_bytes) {
+    *status = {RemoteError::TooLarge, key + " is over " + std::to_string(max_bytes) + " bytes"};
+    return std::nullopt;
+  }
+  return std::move(r[0].str);
+}
+
+RemoteStatus RedisStore::put(const std::string& key, const std::string& bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStatus s = connect_locked();
+  if (!s.ok()) return s;
+  std::vector<Reply> r;
+  return run_locked({{"SET", options_.prefix + key, bytes}}, &r);
+}
+
+RemoteStatus RedisStore::remove(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStatus s = connect_locked();
+  if (!s.ok()) return s;
+  std::vector<Reply> r;
+  return run_locked({{"DEL", options_.prefix + key}}, &r);
+}
+
+RemoteStatus RedisStore::keys(std::vector<std::string>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStatus s = connect_locked();
+  if (!s.ok()) return s;
+  const std::string match = glob_escape(options_.prefix) + "*";
+  std::string cursor = "0";
+  do {
+    std::vector<Reply> r;
+    s = run_locked({{"SCAN", cursor, "MATCH", match, "COUNT", "1000"}}, &r);
+    if (!s.ok()) return s;
+    if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements.size() != 2 || r[0].elements[1].type != REDIS_REPLY_ARRAY)
+      return {RemoteError::Protocol, "SCAN on " + options_.url.str() + " gave an unexpected answer"};
+    cursor = r[0].elements[0].str;
+    for (const Reply& k : r[0].elements[1].elements)
+      if (k.str.rfind(options_.prefix, 0) == 0) out->push_back(k.str.substr(options_.prefix.size()));
+  } while (cursor != "0" && !cursor.empty());
+  // SCAN may return a key twice.
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return {};
+}
+
+RemoteStatus RedisStore::exists(const std::vector<std::string>& keys, std::vector<bool>* out) {
+  out->assign(keys.size(), false);
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStatus s = connect_locked();
+  if (!s.ok()) return s;
+  constexpr size_t kBatch = 1000;
+  for (size_t at = 0; at < keys.size(); at += kBatch) {
+    std::vector<std::vector<std::string>> cmds;
+    for (size_t i = at; i < std::min(keys.size(), at + kBatch); ++i) cmds.push_back({"EXISTS", options_.prefix + keys[i]});
+    std::vector<Reply> r;
+    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    for (size_t i = 0; i < r.size(); ++i) (*out)[at + i] = r[i].type == REDIS_REPLY_INTEGER && r[i].integer > 0;
+  }
+  return {};
+}
+
+RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t max_manifest, std::vector<Head>* out) {
+  out->assign(keys.size(), Head{});
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStatus s = connect_locked();
+  if (!s.ok()) return s;
+  const size_t header = entry_file::kHeaderBytes;
+  constexpr size_t kBatch = 500;
+  for (size_t at = 0; at < keys.size(); at += kBatch) {
+    size_t end = std::min(keys.size(), at + kBatch);
+    // Round 1: sizes and headers.
+    std::vector<std::vector<std::string>> cmds;
+    for (size_t i = at; i < end; ++i) {
+      cmds.push_back({"STRLEN", options_.prefix + keys[i]});
+      cmds.push_back({"GETRANGE", options_.prefix + keys[i], "0", std::to_string(header - 1)});
+    }
+    std::vector<Reply> r;
+    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    // Round 2: each manifest, whose length the header gives.
+    cmds.clear();
+    std::vector<size_t> of;
+    for (size_t i = at; i < end; ++i) {
+      Head& h = (*out)[i];
+      h.size = r[2 * (i - at)].type == REDIS_REPLY_INTEGER ? static_cast<uint64_t>(r[2 * (i - at)].integer) : 0;
+      h.bytes = r[2 * (i - at) + 1].str;
+      if (h.bytes.size() < header || std::memcmp(h.bytes.data(), entry_file::kMagic, 8) != 0) continue;
+      uint64_t m = std::min<uint64_t>(le(h.bytes, 12, 4), max_manifest);
+      if (m == 0) continue;
+      cmds.push_back({"GETRANGE", options_.prefix + keys[i], std::to_string(header), std::to_string(header + m - 1)});
+      of.push_back(i);
+    }
+    if (cmds.empty()) continue;
+    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    for (size_t j = 0; j < of.size(); ++j) (*out)[of[j]].bytes += r[j].str;
+  }
+  return {};
+}
+
+}  // namespace lazyjit::cache

@@ -1,0 +1,254 @@
+// cache::RedisStore: URLs, and bytes by key on a real redis-server this test
+// starts on a free loopback port (skipped, saying so, where redis-server is
+// not installed; scripts/setup.sh installs it). A server that is down or
+// never answers costs one bounded error, never a hang or a SIGPIPE.
+#include "cache/redis_store.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cache/entry_file.h"
+#include "tests/cache/disk_test_util.h"
+
+namespace lazyjit::cache {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+
+// A loopback socket bound to a free port; listen() makes connects succeed
+// (the kernel's backlog) with nobody ever answering.
+struct Socket {
+  int fd = -1;
+  int port = 0;
+  explicit Socket(bool listen_too) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    if (listen_too) ::listen(fd, 16);
+  }
+  ~Socket() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+int free_port() { return Socket(false).port; }
+
+std::string redis_server() {
+  for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+// redis-server on 127.0.0.1:<free port>, no persistence, stopped at the end.
+class Server {
+ public:
+  Server() : port_(free_port()) {
+    std::string exe = redis_server();
+    if (exe.empty()) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int null = ::open("/dev/null", O_WRONLY);  // its start-up banner would bury the test's output
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      std::string port = std::to_string(port_);
+      ::execl(exe.c_str(), exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+              "no", "--dir", dir_.path().c_str(), "--loglevel", "warning", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    RedisStore probe(options());
+    for (int i = 0; i < 100; ++i) {  // up to 5 s
+      std::vector<std::string> keys;
+      if (probe.keys(&keys).ok()) {
+        up_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  ~Server() { stop(); }
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool up() const { return up_; }
+  RedisStoreOptions options(const std::string& prefix = "lazyjit:test:") const {
+    RedisStoreOptions o;
+    o.url.host = "127.0.0.1";
+    o.url.port = port_;
+    o.timeout = 500ms;
+    o.prefix = prefix;
+    return o;
+  }
+
+ private:
+  TempDir dir_;
+  int port_;
+  pid_t pid_ = -1;
+  bool up_ = false;
+};
+
+#define NEED_SERVER(server)                                                                       \
+  if (redis_server().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup.sh)"; \
+  ASSERT_TRUE(server.up()) << "redis-server did not start"
+
+TEST(RedisUrl, Parses) {
+  RedisUrl u;
+  std::string why;
+  ASSERT_TRUE(RedisUrl::parse("redis://cache.local:6380/2", &u, &why)) << why;
+  EXPECT_EQ(u.host, "cache.local");
+  EXPECT_EQ(u.port, 6380);
+  EXPECT_EQ(u.db, 2);
+  ASSERT_TRUE(RedisUrl::parse("redis://127.0.0.1", &u, &why));
+  EXPECT_EQ(u.port, 6379);
+  EXPECT_EQ(u.db, 0);
+  ASSERT_TRUE(RedisUrl::parse("redis://me:s3cret@h:1/0", &u, &why));
+  EXPECT_EQ(u.user, "me");
+  EXPECT_EQ(u.password, "s3cret");
+  EXPECT_EQ(u.str(), "redis://h:1/0");  // never the password
+  ASSERT_TRUE(RedisUrl::parse("redis://:pw@[::1]:7000/", &u, &why));
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.port, 7000);
+  EXPECT_EQ(u.password, "pw");
+  EXPECT_EQ(u.str(), "redis://[::1]:7000/0");
+  for (const char* bad : {"http://h:1/0", "redis://", "redis://h:0/0", "redis://h:70000/0", "redis://h:x/0",
+                          "redis://h:1/db", "redis://h:/0", "redis://[::1/0"})
+    EXPECT_FALSE(RedisUrl::parse(bad, &u, &why)) << bad;
+}
+
+TEST(RedisStore, NoServerIsAQuickConnectError) {
+  RedisStoreOptions o;
+  o.url.host = "127.0.0.1";
+  o.url.port = free_port();  // nothing listens there
+  o.timeout = 200ms;
+  RedisStore store(o);
+  auto t0 = std::chrono::steady_clock::now();
+  RemoteStatus s;
+  EXPECT_FALSE(store.get("k", 1 << 20, &s));
+  EXPECT_EQ(s.error, RemoteError::Connect) << s.message;
+  EXPECT_EQ(store.put("k", "v").error, RemoteError::Connect);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}
+
+TEST(RedisStore, AServerThatNeverAnswersTimesOut) {
+  Socket mute(/*listen_too=*/true);
+  RedisStoreOptions o;
+  o.url.host = "127.0.0.1";
+  o.url.port = mute.port;
+  o.timeout = 150ms;
+  RedisStore store(o);
+  auto t0 = std::chrono::steady_clock::now();
+  RemoteStatus s;
+  EXPECT_FALSE(store.get("k", 1 << 20, &s));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_GE(took, 100ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST(RedisStore, BytesByKey) {
+  Server server;
+  NEED_SERVER(server);
+  RedisStore store(server.options());
+  std::string bytes("\0binary\xff\r\n", 10);
+  bytes += std::string(100000, 'x');
+  ASSERT_TRUE(store.put("a-1", bytes).ok());
+  RemoteStatus s;
+  auto got = store.get("a-1", 1 << 20, &s);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, bytes);
+  // Missing: no value, no error.
+  EXPECT_FALSE(store.get("nope", 1 << 20, &s));
+  EXPECT_TRUE(s.ok());
+  // Over the limit: refused without reading it all.
+  EXPECT_FALSE(store.get("a-1", 1000, &s));
+  EXPECT_EQ(s.error, RemoteError::TooLarge);
+  // Replacing, then removing.
+  ASSERT_TRUE(store.put("a-1", "new").ok());
+  EXPECT_EQ(store.get("a-1", 1 << 20, &s).value_or(""), "new");
+  ASSERT_TRUE(store.remove("a-1").ok());
+  EXPECT_FALSE(store.get("a-1", 1 << 20, &s));
+}
+
+TEST(RedisStore, KeysExistsAndHeadsStayUnderThePrefix) {
+  Server server;
+  NEED_SERVER(server);
+  RedisStore store(server.options("lazyjit:test:"));
+  RedisStore other(server.options("other*[x]:"));  // glob characters in a prefix match themselves
+  std::string manifest = entry_file::complete_manifest(R"({"kind":"program","site":"t.py:1"})", "payload");
+  std::string entry = entry_file::encode(manifest, "payload", "secret");
+  ASSERT_TRUE(store.put("k1", entry).ok());
+  ASSERT_TRUE(store.put("k2", "not an entry").ok());
+  ASSERT_TRUE(other.put("k3", entry).ok());
+  std::vector<std::string> keys;
+  ASSERT_TRUE(store.keys(&keys).ok());
+  EXPECT_EQ(keys, (std::vector<std::string>{"k1", "k2"}));
+  ASSERT_TRUE(other.keys(&keys).ok());
+  EXPECT_EQ(keys, (std::vector<std::string>{"k3"}));
+  std::vector<bool> there;
+  ASSERT_TRUE(store.exists({"k1", "k3", "k2"}, &there).ok());
+  EXPECT_EQ(there, (std::vector<bool>{true, false, true}));
+  std::vector<RedisStore::Head> heads;
+  ASSERT_TRUE(store.heads({"k1", "k2", "gone"}, 1 << 20, &heads).ok());
+  EXPECT_EQ(heads[0].size, entry.size());
+  EXPECT_EQ(heads[0].bytes, entry.substr(0, entry_file::kHeaderBytes + manifest.size()));
+  EXPECT_EQ(heads[1].size, 12u);
+  EXPECT_EQ(heads[1].bytes, "not an entry");
+  EXPECT_EQ(heads[2].size, 0u);
+  EXPECT_EQ(heads[2].bytes, "");
+}
+
+TEST(RedisStore, AServerKilledMidUseIsAnErrorThenReconnects) {
+  auto server = std::make_unique<Server>();
+  NEED_SERVER((*server));
+  RedisStoreOptions o = server->options();
+  RedisStore store(o);
+  ASSERT_TRUE(store.put("k", "v").ok());
+  server->stop();
+  // Writing a large value to the dead connection: an error, not SIGPIPE.
+  RemoteStatus s = store.put("k", std::string(4 << 20, 'y'));
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(store.get("k", 100, &s));
+  EXPECT_EQ(s.error, RemoteError::Connect) << s.message;
+}
+
+TEST(RedisStore, DbAndBadPassword) {
+  Server server;
+  NEED_SERVER(server);
+  RedisStoreOptions o = server.options();
+  o.url.db = 3;
+  RedisStore db3(o);
+  RedisStore db0(server.options());
+  ASSERT_TRUE(db3.put("k", "three").ok());
+  RemoteStatus s;
+  EXPECT_FALSE(db0.get("k", 100, &s));  // another database
+  EXPECT_EQ(db3.get("k", 100, &s).value_or(""), "three");
+  o.url.password = "wrong";
+  RedisStore with_password(o);
+  EXPECT_FALSE(with_password.get("k", 100, &s));
+  EXPECT_EQ(s.error, RemoteError::Connect) << s.message;  // AUTH refused: no password is set
+}
+
+}  // namespace
+}  // namespace lazyjit::cache
