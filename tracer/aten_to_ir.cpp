@@ -12,6 +12,7 @@
 
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
+#include "tracer/device_ops.h"
 #include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/trace_context.h"
@@ -601,21 +602,20 @@ bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaRes
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
     for_each_tensor(meta.rets[r], [&](const at::Tensor& m) {
-      // view(dtype), view_as_real, view_as_complex, .real/.imag of complex:
-      // lazyjit's storages hold elements of one dtype and its graphs have no
-      // bitcast, so such a view would read wrong numbers. Refused, not wrong;
-      // record_op adds the op and the user's line.
-      TORCH_CHECK(m.scalar_type() == base.scalar_type(), "lazyjit: ", op.schema().name(),
-                  " would view the ", base.scalar_type(), " elements of a lazyjit tensor as ", m.scalar_type(),
-                  " (a dtype-reinterpreting view), which lazyjit does not support. Move the tensor to the CPU "
-                  "first (.cpu()), or convert values with .to(dtype).");
       at::native::checkInBoundsForStorage(m.sizes(), m.strides(), m.storage_offset(), m.dtype(), base.storage());
     });
   }
   stack->erase(stack->end() - args.size(), stack->end());
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const at::Tensor& base = args[aliased_arg(schema, r)].toTensor();
-    stack->push_back(map_tensors(meta.rets[r], [&](const at::Tensor& m) { return view_like(base, m); }));
+    // A view of a conjugate or negative view is one too (ATen's views copy the
+    // base's key set; conj() and _neg_view flip the bit after aliasing).
+    // view(dtype), view_as_real, view_as_complex, .real/.imag of complex give
+    // a view of another dtype over the base's storage: the graph has no
+    // bitcast, so ops on it run through the CPU kernels (record_op.cpp).
+    stack->push_back(map_tensors(meta.rets[r], [&](const at::Tensor& m) {
+      return with_math_bits(view_like(base, m), base);
+    }));
   }
   return true;
 }

@@ -3,6 +3,22 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/Resize.h>
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_indices_native.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_values_native.h>
+#include <ATen/ops/ccol_indices_native.h>
+#include <ATen/ops/col_indices_native.h>
+#include <ATen/ops/crow_indices_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/row_indices_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/values_native.h>
+#include <torch/library.h>
 
 #include <optional>
 #include <unordered_map>
@@ -11,8 +27,10 @@
 #include "bridge/aten_ir.h"
 #include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
+#include "tracer/lazyjit.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
+#include "tracer/record_op.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -49,42 +67,59 @@ at::Tensor new_empty(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarT
 }
 
 // dst.copy_(src) for every placement of the two.
-// A lazyjit tensor whose dtype is not its storage's (set_ onto another
-// storage, at::storage_copy's byte views): copies only, through the CPU.
-bool reinterprets(const at::Tensor& t) { return is_lazy(t) && storage_of(t).dtype != t.scalar_type(); }
+
+// A tensor over `t`'s elements without t's conj/neg bits.
+at::Tensor plain_alias(const at::Tensor& t) {
+  return make_tensor(t.storage(), t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
+}
+
+// Whether lazyjit's graphs carry `t`'s dtype (not uint16/32/64, float8, ...).
+bool named_dtype(const at::Tensor& t) { return bridge::from_aten(t.scalar_type()) != DType::Other; }
 
 void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   TraceContext& ctx = TraceContext::get();
-  if (!is_lazy(dst)) {  // to the CPU: a sync point
-    dst.copy_(ctx.cpu_view(src, "copy to cpu"));
+  if (!is_lazy(dst)) {  // to the CPU: a sync point; the CPU's copy_ applies the bits
+    dst.copy_(with_math_bits(ctx.cpu_view(src, "copy to cpu"), src));
     return;
   }
-  if (reinterprets(src) || (is_lazy(src) && reinterprets(dst)))
+  if (has_math_bits(dst)) {
+    // dst's elements are its values with its bits applied (the conjugate
+    // fallback copies an in-place op's result back this way).
+    at::Tensor v = at::empty(dst.sizes(), dst.options());
+    copy_into(v, src);
+    return copy_into(plain_alias(dst), resolve_math_bits(with_math_bits(v, dst)));
+  }
+  if (is_lazy(src) && has_math_bits(src)) return copy_into(dst, resolve_math_bits(src));
+  if (is_lazy(src) && (reinterprets(src) || !named_dtype(src)))  // the graph has no bitcast, no such dtypes
     return copy_into(dst, ctx.cpu_view(src, "copy of a dtype-reinterpreting view").clone());
   if (!is_lazy(src)) {
     at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
     buf.copy_(src);
-    if (reinterprets(dst)) {
-      // Bytes into a storage of another dtype (UntypedStorage.copy_): the
-      // storage keeps its dtype; only a copy over all of it is supported.
+    bool whole_storage = dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
+                         static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes();
+    if (reinterprets(dst) && whole_storage && dst.is_contiguous() &&
+        dst.storage().nbytes() % c10::elementSize(storage_of(dst).dtype) == 0) {
+      // Bytes over all of a storage of another dtype (UntypedStorage.copy_):
+      // the storage keeps its dtype.
       LazyStorage& ls = storage_of(dst);
-      TORCH_CHECK(dst.storage_offset() == 0 && dst.is_contiguous() &&
-                      static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes() &&
-                      dst.storage().nbytes() % c10::elementSize(ls.dtype) == 0,
-                  "lazyjit: a copy into part of a storage through a view of another dtype (", dst.scalar_type(),
-                  " over ", ls.dtype, ") is not supported, at ", ctx.call_site());
       at::Tensor typed = make_tensor(dst.storage(), ls.dtype, {ls.numel}, {1}, 0);
       ctx.assign_data(typed, buf.view(at::kByte).view(ls.dtype));
-      return;
-    }
-    if (dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
-        static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes()) {
+    } else if (whole_storage && !reinterprets(dst)) {
       ctx.assign_data(dst, buf);
+    } else if (reinterprets(dst) || !named_dtype(dst)) {
+      // Into part of a storage through a view of another dtype, or of a dtype
+      // the graph does not carry: the CPU's copy_ writes the elements in place,
+      // as run_eager's kernels do.
+      if (ctx.has_pending()) ctx.sync("copy into a dtype-reinterpreting view", ctx.call_site());
+      ctx.prepare_write(dst);
+      ctx.cpu_view(dst, "copy into a dtype-reinterpreting view").copy_(buf);
     } else {
       ctx.write(dst, ctx.input(buf));
     }
     return;
   }
+  if (reinterprets(dst) || !named_dtype(dst))
+    return copy_into(dst, ctx.cpu_view(src, "copy into a dtype-reinterpreting view"));
   // Eager's copy_: nothing to do for the same elements; otherwise
   // TensorIterator's rules, overlap first, then src must broadcast to dst.
   if (dst.is_same(src) ||
@@ -122,9 +157,132 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
 
 }  // namespace
 
+bool reinterprets(const at::Tensor& t) { return is_lazy(t) && storage_of(t).dtype != t.scalar_type(); }
+
+at::Tensor resolve_math_bits(const at::Tensor& t) {
+  if (!has_math_bits(t)) return t;
+  // Recorded like any op: conj_physical and neg of the stored elements.
+  at::Tensor v = plain_alias(t);
+  if (t.is_conj()) v = at::conj_physical(v);
+  if (t.is_neg()) v = at::neg(v);
+  return v;
+}
+
+at::Tensor with_math_bits(at::Tensor cpu, const at::Tensor& t) {
+  if (!has_math_bits(t)) return cpu;
+  if (t.is_conj()) cpu._set_conj(true);
+  if (t.is_neg()) cpu._set_neg(true);
+  return cpu;
+}
+
+// ---- sparse tensors --------------------------------------------------------------
+
+namespace {
+
+at::Tensor component_to_cpu(const at::Tensor& t) {
+  return is_lazy(t) ? TraceContext::get().cpu_view(t, "sparse tensor").clone() : t;
+}
+
+at::Tensor component_to_lazy(const at::Tensor& t) { return is_lazy(t) ? t : t.to(lazyjit::device()); }
+
+// A COO tensor on lazyjit over lazyjit indices and values, as ATen's
+// new_with_dims_and_tensor_sparse makes one on the CPU.
+at::Tensor lazy_sparse_coo(int64_t sparse_dim, int64_t dense_dim, at::IntArrayRef sizes, const at::Tensor& indices,
+                           const at::Tensor& values, std::optional<bool> is_coalesced) {
+  at::Tensor r = at::detail::make_tensor<at::SparseTensorImpl>(
+      c10::DispatchKeySet(c10::DispatchKey::SparsePrivateUse1), values.dtype());
+  auto* impl = static_cast<at::SparseTensorImpl*>(r.unsafeGetTensorImpl());
+  impl->resize_(sparse_dim, dense_dim, sizes);
+  impl->set_indices_and_values_unsafe(component_to_lazy(indices), component_to_lazy(values));
+  if (is_coalesced) impl->set_coalesced(*is_coalesced);
+  return r;
+}
+
+// aten::_sparse_coo_tensor_with_dims_and_tensors(int sparse_dim, int dense_dim,
+// SymInt[] size, Tensor indices, Tensor values, *, ScalarType? dtype, Layout?
+// layout, Device? device, bool? pin_memory, bool? is_coalesced): what
+// .to("lazyjit") of a COO tensor calls.
+void sparse_coo_with_dims_and_tensors(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  Stack& s = *stack;
+  size_t n = s.size() - 10;
+  std::vector<int64_t> sizes;
+  for (const IValue& e : s[n + 2].toListRef()) sizes.push_back(e.isSymInt() ? e.toSymInt().expect_int() : e.toInt());
+  at::Tensor values = s[n + 4].toTensor();
+  if (!s[n + 5].isNone()) values = values.to(static_cast<at::ScalarType>(s[n + 5].toInt()));
+  std::optional<bool> coalesced;
+  if (!s[n + 9].isNone()) coalesced = s[n + 9].toBool();
+  at::Tensor r = lazy_sparse_coo(s[n].toInt(), s[n + 1].toInt(), sizes, s[n + 3].toTensor(), values, coalesced);
+  s.erase(s.begin() + static_cast<std::ptrdiff_t>(n), s.end());
+  s.push_back(r);
+}
+
+}  // namespace
+
+// Ops without a kernel for lazyjit's sparse dispatch keys reach record_op,
+// which runs them through the CPU kernels (run_eager).
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&record_op>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&record_op>());
+}
+// The accessors of sparse tensors, ATen's own kernels (their CompositeExplicit
+// defaults only raise "expected sparse ... layout").
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors",
+         torch::CppFunction::makeFromBoxedFunction<&sparse_coo_with_dims_and_tensors>());
+  m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
+  m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
+  m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+}
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
+  m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
+  m.impl("ccol_indices", TORCH_FN(at::native::ccol_indices_sparse_csr));
+  m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
+  m.impl("values", TORCH_FN(at::native::values_sparse_csr));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
+}
+
+at::Tensor sparse_to_cpu(const at::Tensor& t) {
+  if (t.layout() == at::kSparse) {
+    auto* impl = static_cast<at::SparseTensorImpl*>(t.unsafeGetTensorImpl());
+    at::Tensor values = component_to_cpu(impl->values());
+    return at::_sparse_coo_tensor_with_dims_and_tensors(impl->sparse_dim(), impl->dense_dim(), t.sizes(),
+                                                         component_to_cpu(impl->indices()), values,
+                                                         values.options().layout(at::kSparse), impl->coalesced());
+  }
+  auto* impl = static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+  at::Tensor values = component_to_cpu(impl->values());
+  return at::_sparse_compressed_tensor_unsafe(component_to_cpu(impl->compressed_indices()),
+                                              component_to_cpu(impl->plain_indices()), values, t.sizes(),
+                                              values.options().layout(t.layout()));
+}
+
+at::Tensor sparse_to_lazy(const at::Tensor& cpu) {
+  if (cpu.layout() == at::kSparse)
+    return lazy_sparse_coo(cpu.sparse_dim(), cpu.dense_dim(), cpu.sizes(), cpu._indices(), cpu._values(),
+                           cpu.is_coalesced());
+  at::Tensor ci = cpu.layout() == at::kSparseCsr || cpu.layout() == at::kSparseBsr ? cpu.crow_indices()
+                                                                                   : cpu.ccol_indices();
+  at::Tensor pi = cpu.layout() == at::kSparseCsr || cpu.layout() == at::kSparseBsr ? cpu.col_indices()
+                                                                                   : cpu.row_indices();
+  at::Tensor values = component_to_lazy(cpu.values());
+  return at::_sparse_compressed_tensor_unsafe(component_to_lazy(ci), component_to_lazy(pi), values, cpu.sizes(),
+                                              values.options().layout(cpu.layout()));
+}
+
 bool is_special_op(const std::string& name) {
   static const std::unordered_set<std::string> names = {
-      "aten::empty.memory_format", "aten::empty_strided", "aten::copy_", "aten::_copy_from",
+      "aten::empty.memory_format", "aten::empty_strided", "aten::new_empty_strided", "aten::copy_", "aten::_copy_from",
       "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_", "aten::zero_",
       "aten::fill_.Scalar", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset"};
   return names.count(name) > 0;
@@ -139,7 +297,7 @@ bool special_op(const std::string& name, Stack* stack) {
     // makes data, not a graph node: the filled tensor is then an input like
     // any other, so the first step's graph equals the next steps'.
     at::Tensor t = s[s.size() - (name == "aten::zero_" ? 1 : 2)].toTensor();
-    if (!is_lazy(t) || !ctx.is_fresh(t)) return false;
+    if (!is_lazy(t) || reinterprets(t) || !named_dtype(t) || has_math_bits(t) || !ctx.is_fresh(t)) return false;
     c10::Scalar v = name == "aten::zero_" ? c10::Scalar(int64_t{0}) : s.back().toScalar();
     at::Tensor buf = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
     buf.fill_(v);
@@ -160,6 +318,21 @@ bool special_op(const std::string& name, Stack* stack) {
   if (name == "aten::empty_strided") {
     auto sizes = int_list(s[0]), strides = int_list(s[1]);
     at::ScalarType dt = dtype_arg(s[2]);
+    s.clear();
+    s.push_back(new_empty(sizes, strides, dt));
+    return true;
+  }
+  if (name == "aten::new_empty_strided") {
+    // (self, size, stride, *, dtype, layout, device, pin_memory): the strides
+    // asked for, as empty_strided.
+    if (s.size() != 7 || !is_lazy(s[0].toTensor()) ||
+        !(s[5].isNone() || s[5].toDevice().type() == c10::DeviceType::PrivateUse1))
+      return false;
+    auto sizes = int_list(s[1]), strides = int_list(s[2]);
+    bool odd = sizes.size() != strides.size();
+    for (size_t d = 0; d < sizes.size() && !odd; ++d) odd = sizes[d] < 0 || strides[d] < 0;
+    if (odd) return false;  // the generic path raises eager's error
+    at::ScalarType dt = s[3].isNone() ? s[0].toTensor().scalar_type() : static_cast<at::ScalarType>(s[3].toInt());
     s.clear();
     s.push_back(new_empty(sizes, strides, dt));
     return true;
@@ -219,7 +392,7 @@ bool special_op(const std::string& name, Stack* stack) {
   }
   if (name == "aten::_local_scalar_dense") {
     at::Tensor t = s[0].toTensor();
-    at::Tensor cpu = ctx.cpu_view(t, "item()");
+    at::Tensor cpu = with_math_bits(ctx.cpu_view(t, "item()"), t);
     s.clear();
     s.push_back(cpu.item());
     return true;

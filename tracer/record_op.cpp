@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "bridge/aten_ir.h"
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "runtime/config.h"
@@ -111,6 +112,55 @@ bool writes_overlap_reads(const c10::FunctionSchema& schema, const Stack& args) 
   return false;
 }
 
+bool unnamed_dtype(const at::Tensor& t) { return bridge::from_aten(t.scalar_type()) == ir::DType::Other; }
+
+// What recording must know about an op's lazyjit tensor arguments.
+struct ArgKinds {
+  bool sparse = false;       // a sparse layout: the op runs through its CPU kernel
+  bool math_bits = false;    // a conjugate or negative view (is_conj(), is_neg())
+  bool reinterpret = false;  // a dtype-reinterpreting view (device_ops.h)
+  bool unnamed = false;      // a dtype the graph has no name for (uint16/32/64, ...)
+};
+
+ArgKinds arg_kinds(const Stack& args) {
+  ArgKinds k;
+  for (const IValue& v : args)
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !is_lazy(t)) return;
+      if (is_sparse_layout(t)) {
+        k.sparse = true;
+        return;
+      }
+      k.math_bits |= has_math_bits(t);
+      k.unnamed |= unnamed_dtype(t);
+      k.reinterpret |= reinterprets(t);
+    });
+  return k;
+}
+
+// Replaces the conjugate and negative views among the arguments an op reads by
+// their values (recorded conj_physical / neg): the graph reads stored elements.
+// False when the op writes into one (the caller runs it through the CPU kernel).
+bool resolve_math_bits_args(const c10::FunctionSchema& schema, Stack* args, Stack* stack) {
+  size_t n = args->size();
+  for (size_t i = 0; i < n; ++i) {
+    bool bits = false;
+    for_each_tensor((*args)[i], [&](const at::Tensor& t) { bits |= is_lazy(t) && has_math_bits(t); });
+    if (!bits) continue;
+    const auto* ai = schema.arguments()[i].alias_info();
+    if (ai && ai->isWrite()) return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    bool bits = false;
+    for_each_tensor((*args)[i], [&](const at::Tensor& t) { bits |= is_lazy(t) && has_math_bits(t); });
+    if (!bits) continue;
+    IValue r = map_tensors((*args)[i], [](const at::Tensor& t) { return is_lazy(t) ? resolve_math_bits(t) : t; });
+    (*args)[i] = r;
+    (*stack)[stack->size() - n + i] = r;
+  }
+  return true;
+}
+
 void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack);
 
 }  // namespace
@@ -144,12 +194,25 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   TraceContext::OpScope scope(args.data(), args.size());
   debug::Metrics::get().add(debug::Counter::OpsTraced);
 
+  ArgKinds kinds = arg_kinds(args);
+  // Sparse tensors: lazyjit's sparse dispatch keys send every op without a
+  // kernel of its own here (device_ops.cpp); their CPU kernels run them.
+  if (kinds.sparse) return run_eager(op, stack, "sparse tensors");
   // Copies between devices are allowed in the device's own ops, so they come
   // before the argument checks.
   if (info.special && run_special_op(info.name, args, stack)) return;
   if (info.index) move_cpu_indices(stack, &args);
   check_args(info, op.schema(), args);
   if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
+  if (!info.view) {
+    // Views keep these (record_view); other ops read values.
+    if (kinds.math_bits && !resolve_math_bits_args(op.schema(), &args, stack))
+      return run_eager(op, stack, "it writes into a conjugate or negative view");
+    // The graph has no bitcast, and no other dtypes: the CPU kernel reads and
+    // writes the elements as eager's does.
+    if (kinds.reinterpret) return run_eager(op, stack, "a dtype-reinterpreting view");
+    if (kinds.unnamed) return run_eager(op, stack, "a dtype lazyjit's graphs do not carry");
+  }
   if (info.draws && draw_at_trace_time(op, info.name, stack)) return;
   if (needs_eager(info, args)) return run_eager(op, stack, "needs data");
   if (info.is_mutable && writes_overlap_reads(op.schema(), args))
@@ -162,6 +225,11 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   if (!meta) return run_eager(op, stack, "no usable meta kernel");
   // Meta kernels check shapes, not which dtypes the CPU kernel implements.
   if (meta->dtype_error) return run_eager(op, stack, "its CPU kernel rejects these dtypes");
+  for (const at::Tensor& m : meta->outs) {
+    if (is_sparse_layout(m)) return run_eager(op, stack, "sparse tensors");
+    if (m.defined() && unnamed_dtype(m) && !info.view)
+      return run_eager(op, stack, "a dtype lazyjit's graphs do not carry");
+  }
   if (info.view) {
     if (!record_view(op, args, *meta, stack)) run_eager(op, stack, "view op with an unexpected result");
     return;

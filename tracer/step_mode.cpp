@@ -127,13 +127,23 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
     const auto* ai = schema.arguments()[i].alias_info();
     if (ai && ai->isWrite())
       for_each_tensor(args[i], [&](const at::Tensor& t) {
-        if (is_lazy(t)) ctx.prepare_write(t);
+        if (!is_lazy(t)) return;
+        TORCH_CHECK(!is_sparse_layout(t), "lazyjit: ", name, " writes into a sparse lazyjit tensor (",
+                    t.layout(), "), which lazyjit does not support");
+        ctx.prepare_write(t);
       });
   }
+  // The CPU kernel sees what eager's would: the elements, conj/neg bits included;
+  // sparse tensors are copied to the CPU.
+  auto to_cpu = [&](const at::Tensor& t) -> at::Tensor {
+    if (!is_lazy(t)) return t;
+    if (is_sparse_layout(t)) return sparse_to_cpu(t);
+    return with_math_bits(ctx.cpu_view(t, reason), t);
+  };
   Stack cpu;
   for (const IValue& v : args) {
     if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(c10::Device(at::kCPU));
-    else cpu.push_back(map_tensors(v, [&](const at::Tensor& t) { return is_lazy(t) ? ctx.cpu_view(t, reason) : t; }));
+    else cpu.push_back(map_tensors(v, to_cpu));
   }
   OpEvent event;
   bool hooked = step && has_op_hooks();
@@ -165,19 +175,30 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
     int a = aliased_arg(schema, r);
     auto wrap = [&](const at::Tensor& t, int arg) -> at::Tensor {
       if (!t.defined()) return t;
-      if (arg >= 0 && args[arg].isTensor() && is_lazy(args[arg].toTensor())) {
+      if (is_sparse_layout(t)) return sparse_to_lazy(t);
+      if (arg >= 0 && args[arg].isTensor() && is_lazy(args[arg].toTensor()) &&
+          !is_sparse_layout(args[arg].toTensor())) {
         const at::Tensor& base = args[arg].toTensor();
         if (schema.returns()[r].alias_info()->isWrite()) return base;
         const at::Tensor& data = storage_of(base).data;
-        if (t.is_alias_of(data))
-          return make_tensor(base.storage(), t.scalar_type(), t.sizes(), t.strides(),
-                             t.storage_offset() - data.storage_offset());
+        if (t.is_alias_of(data)) {
+          // A view, of the base's dtype or another (view_as_real): the lazyjit
+          // tensor's offset counts its own elements from the storage's start.
+          int64_t bytes = t.storage_offset() * static_cast<int64_t>(t.element_size()) -
+                          data.storage_offset() * static_cast<int64_t>(data.element_size());
+          at::Tensor v = make_tensor(base.storage(), t.scalar_type(), t.sizes(), t.strides(),
+                                     bytes / static_cast<int64_t>(t.element_size()));
+          return with_math_bits(v, t);
+        }
       }
-      // A fresh result owns its memory; one that aliases an input is copied.
+      // A fresh result owns its memory; one that aliases an input is copied
+      // (as is one with conj/neg bits, resolved).
+      at::Tensor u = has_math_bits(t) ? t.resolve_conj().resolve_neg() : t;
       bool aliases_input = false;
       for (const IValue& v : in_cpu)
-        if (v.isTensor() && v.toTensor().defined() && t.is_alias_of(v.toTensor())) aliases_input = true;
-      at::Tensor d = t.is_non_overlapping_and_dense() && !aliases_input ? t : t.clone(at::MemoryFormat::Contiguous);
+        if (v.isTensor() && v.toTensor().defined() && !is_sparse_layout(v.toTensor()) && u.is_alias_of(v.toTensor()))
+          aliases_input = true;
+      at::Tensor d = u.is_non_overlapping_and_dense() && !aliases_input ? u : u.clone(at::MemoryFormat::Contiguous);
       at::Tensor out = make_tensor(make_storage(d.numel(), d.scalar_type()), d.scalar_type(), d.sizes(), d.strides(), 0);
       ctx.assign_data(out, d);
       return out;
@@ -186,7 +207,9 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   }
   if (hooked) {
     for (const IValue& v : *stack)
-      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) ? IValue(ctx.cpu_view(v.toTensor(), "hook").clone()) : v);
+      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) && !is_sparse_layout(v.toTensor())
+                                  ? IValue(with_math_bits(ctx.cpu_view(v.toTensor(), "hook"), v.toTensor()).clone())
+                                  : v);
     call_op_hooks(event);
   }
   if (step) debug::Metrics::get().add(debug::Counter::StepOps);
