@@ -784,6 +784,11 @@ def _run_eager_raises(torch, lazyjit, op, sample, eager_error):
 # --------------------------------------------------------------------------
 
 class Worker:
+    """A fork-server worker process speaking JSON lines (tools/opinfo_dynamo.py
+    reuses it with its own script and environment)."""
+    script = os.path.abspath(__file__)
+    extra_env: dict = {}
+
     def __init__(self, slot, logdir):
         self.slot = slot
         self.logdir = logdir
@@ -798,9 +803,11 @@ class Worker:
         env = dict(os.environ)
         env.setdefault("LAZYJIT_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
+        for k, v in self.extra_env.items():
+            env.setdefault(k, v)
         pypath = os.path.join(REPO, "python")
         env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
+        self.proc = subprocess.Popen([sys.executable, self.script, "--worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env, cwd=REPO, start_new_session=True)
         self.buf = b""

@@ -35,9 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -229,63 +226,18 @@ def _run_op(torch, lazyjit, oc, op, start, limit, send):
 # Parent side
 # --------------------------------------------------------------------------
 
-class Worker:
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import opinfo_conformance  # noqa: E402  (light: no torch at import)
+
+
+class Worker(opinfo_conformance.Worker):
+    """The conformance harness's worker protocol, running this script's worker."""
+    script = os.path.abspath(__file__)
+    extra_env = {"LAZYJIT_CACHE": "off"}
+
     def __init__(self):
-        self.proc = None
-        self.buf = b""
-
-    def start(self):
-        env = dict(os.environ)
-        env.setdefault("LAZYJIT_NUM_THREADS", "1")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("LAZYJIT_CACHE", "off")
-        pypath = os.path.join(REPO, "python")
-        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, cwd=REPO,
-                                     start_new_session=True)
-        self.buf = b""
-        msg = self.read(240)
-        if not msg or msg.get("ev") != "ready":
-            self.kill()
-            raise RuntimeError(f"worker failed to start: {msg}")
-
-    def send(self, obj):
-        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def read(self, timeout):
-        deadline = time.time() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buf:
-            left = deadline - time.time()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([fd], [], [], min(left, 1.0))
-            if r:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    self.proc.wait()
-                    return {"ev": "died", "rc": self.proc.returncode}
-                self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.send({"cmd": "exit"})
-                self.proc.wait(timeout=30)
-            except Exception:  # noqa: BLE001
-                self.kill()
-        self.proc = None
+        import tempfile
+        super().__init__(0, tempfile.mkdtemp(prefix="opinfo_dynamo_"))
 
 
 def run_op(worker, name, samples, timeout):
