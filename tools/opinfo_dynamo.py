@@ -239,6 +239,14 @@ class Worker(opinfo_conformance.Worker):
         import tempfile
         super().__init__(0, tempfile.mkdtemp(prefix="opinfo_dynamo_"))
 
+    def kill(self):  # run_op starts a fresh worker when proc is None
+        super().kill()
+        self.proc = None
+
+    def stop(self):
+        super().stop()
+        self.proc = None
+
 
 def run_op(worker, name, samples, timeout):
     """The op's record: {"op", "samples": [...]}, resuming after a crash or timeout."""

@@ -349,6 +349,11 @@ int64_t trailing_dims(const at::Tensor& self, const IValue& dims_arg) {
 // vectorizes across the kept dims, where ours would read each reduced row with
 // strided loads, which only pays while the input sits in L1).
 constexpr int64_t kMaxStridedReduction = 8192;
+// Sums (and means) over leading dims longer than this stay ATen's too: ATen adds
+// an outer dim down the rows in float32, ours in float64 (row_schedule.h), and a
+// training loop's bias gradients summed our way drift from eager's over many
+// steps (tests/python/test_rounding.py); max and min are exact either way.
+constexpr int64_t kMaxStridedSumLength = 16;
 std::vector<int64_t> reduced_last(const at::Tensor& self, const IValue& dims_arg, int64_t* k) {
   int64_t rank = self.dim();
   std::vector<int64_t> dims;
@@ -502,6 +507,14 @@ bool try_reduction(const std::string& fname, const Stack& args, const std::vecto
   std::vector<int64_t> perm;
   if (k < 0 && fname != "aten::_softmax" && fname != "aten::_log_softmax")
     perm = reduced_last(self, args[1], &k);
+  if (!perm.empty() && fname != "aten::amax" && fname != "aten::amin") {
+    int64_t length = 1;
+    for (size_t i = perm.size() - k; i < perm.size(); ++i) length *= self.size(perm[i]);
+    if (length > kMaxStridedSumLength) {
+      perm.clear();
+      k = -1;
+    }
+  }
   if (k < 0 || (fname != "aten::sum.dim_IntList" && fname != "aten::sum" && !is_float)) return false;
   if ((fname == "aten::_softmax" || fname == "aten::_log_softmax") && self.dim() > 0 && k != 1) return false;
   if (fname == "aten::native_layer_norm" && self.dim() < k) return false;
