@@ -143,7 +143,6 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
   if (args.size() != args_.size()) return std::nullopt;
   executor::Bindings b{fixed_inputs_, scalars_};
   size_t tensor = 0;
-  std::vector<at::Tensor> bound(arg_input_.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec& spec = args_[i];
     if (spec.kind == ArgSpec::Int) {
@@ -156,7 +155,7 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
         return std::nullopt;
       at::Tensor& in = b.inputs[arg_input_[tensor]];
       in = spec.flat ? t->as_strided({spec.span}, {1}, t->storage_offset()) : *t;
-      bound[tensor++] = in;
+      ++tensor;
     }
   }
   for (const auto& [input, draw] : redraws_) b.inputs[input] = draw();
@@ -168,9 +167,12 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
   for (const Output& o : outputs_) {
     if (o.kind == Output::Computed) result.push_back(r.outputs[o.index]);
     else if (o.kind == Output::Input) result.push_back(b.inputs[o.index]);
-    else result.push_back(bound[o.index].as_strided(o.sizes, o.strides, bound[o.index].storage_offset() + o.offset));
+    else {
+      const at::Tensor& arg = b.inputs[arg_input_[o.index]];
+      result.push_back(arg.as_strided(o.sizes, o.strides, arg.storage_offset() + o.offset));
+    }
   }
-  for (const auto& [k, out] : write_back_) bound[k].copy_(r.outputs[out]);
+  for (const auto& [k, out] : write_back_) b.inputs[arg_input_[k]].copy_(r.outputs[out]);
   return result;
 }
 

@@ -115,12 +115,8 @@ int cmd_import(const Common& c, const ImportOptions& o) {
   uint64_t n = r.le(4);
 
   CacheDir cache = open_cache_dir(c.dir, /*may_be_missing=*/true);
-  std::string warning;
-  auto store = cache::DiskStore::open(cache::DiskStoreOptions{cache.dir, 2ull << 30, o.secret}, &warning);
-  if (!store) throw ToolError("lazyjit-cache: cannot open " + cache.dir + ": " + warning);
-  if (store->read_only()) throw ToolError("lazyjit-cache: " + cache.dir + " is read-only");
   std::string put_error;
-  store->on_error = [&](cache::DiskError, const std::string& m) { put_error = m; };
+  auto store = open_writable_store(cache, o.secret, &put_error);
 
   std::set<std::string> host = host_cpu_flags();
   json imported = json::array(), refused = json::array();

@@ -261,4 +261,14 @@ std::string read_whole_file(const std::string& path) {
   return out;
 }
 
+std::unique_ptr<cache::DiskStore> open_writable_store(const CacheDir& cache, const std::string& secret,
+                                                      std::string* put_error) {
+  std::string warning;
+  auto store = cache::DiskStore::open(cache::DiskStoreOptions{cache.dir, 2ull << 30, secret}, &warning);
+  if (!store) throw ToolError("lazyjit-cache: cannot open " + cache.dir + ": " + warning);
+  if (store->read_only()) throw ToolError("lazyjit-cache: " + cache.dir + " is read-only");
+  store->on_error = [put_error](cache::DiskError, const std::string& m) { *put_error = m; };
+  return store;
+}
+
 }  // namespace lazyjit::cache_tool

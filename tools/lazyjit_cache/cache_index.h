@@ -4,10 +4,13 @@
 // or is half-readable mid-scan becomes an Entry with a `problem`, never a crash.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "cache/disk_store.h"
 
 namespace lazyjit::cache_tool {
 
@@ -30,6 +33,12 @@ struct CacheDir {
 // missing, unreadable or holds no v1/entries (not a lazyjit cache), unless
 // `may_be_missing` (import creates the cache).
 CacheDir open_cache_dir(const std::string& flag, bool may_be_missing = false);
+
+// The cache's DiskStore, to write entries into (import, remote pull): throws
+// ToolError when it cannot be opened or is read-only. A failed put leaves its
+// message in *put_error.
+std::unique_ptr<cache::DiskStore> open_writable_store(const CacheDir& cache, const std::string& secret,
+                                                      std::string* put_error);
 
 struct Entry {
   std::string key;   // file name without ".ljc"

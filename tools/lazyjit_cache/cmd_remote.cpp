@@ -206,12 +206,8 @@ int cmd_remote_pull(const Common& c, const RemoteOptions& o) {
   const uint64_t limit = max_entry_bytes(o);
   std::vector<std::string> keys;
   check(store.keys(&keys));
-  std::string warning;
-  auto disk = cache::DiskStore::open(cache::DiskStoreOptions{cache.dir, 2ull << 30, o.secret}, &warning);
-  if (!disk) throw ToolError("lazyjit-cache: cannot open " + cache.dir + ": " + warning);
-  if (disk->read_only()) throw ToolError("lazyjit-cache: " + cache.dir + " is read-only");
   std::string put_error;
-  disk->on_error = [&](cache::DiskError, const std::string& m) { put_error = m; };
+  auto disk = open_writable_store(cache, o.secret, &put_error);
 
   std::set<std::string> host = host_cpu_flags();
   json pulled = json::array(), present = json::array(), refused = json::array();
