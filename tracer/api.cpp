@@ -58,12 +58,17 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tracer::record_op>());
 }
 
+namespace tracer {
+void ensure_autograd_device_queue();  // autograd_queue.cpp
+}
+
 void init() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (c10::get_privateuse1_backend() != "lazyjit") c10::register_privateuse1_backend("lazyjit");
     c10::SetAllocator(c10::DeviceType::PrivateUse1, tracer::lazy_allocator());
     at::RegisterPrivateUse1HooksInterface(new Hooks());
+    tracer::ensure_autograd_device_queue();
     // Structured ops have a composite kernel that would rewrite e.g. add.Tensor
     // into empty + add.out before the fallback sees it; claiming them keeps
     // functional ops functional in the graph. The ops every device implements

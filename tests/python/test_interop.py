@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from conftest import DEV, lazyjit
+from conftest import DEV, lazyjit, run_python
 
 THIS_FILE = "test_interop.py"
 
@@ -335,3 +335,44 @@ def test_torch_compile_default_backend_runs_lazyjit_graphs_on_lazyjit():
     assert not lazyjit._on_lazyjit(torch.nn.Linear(2, 2), [torch.ones(2)])
     assert lazyjit._on_lazyjit(torch.nn.Linear(2, 2), [torch.ones(2).to(DEV)])
     assert lazyjit._on_lazyjit(torch.nn.Linear(2, 2).to(DEV), [torch.ones(2)])
+
+
+def test_import_after_an_eager_backward_trains_on_lazyjit():
+    # The first backward() of a process sizes autograd's per-device queues; one
+    # run before `import lazyjit` had none for lazyjit, and a lazyjit backward
+    # then failed an internal assert. Gradients, twice (the queue keeps working),
+    # equal eager's; then a reentrant checkpoint and a backward from a thread.
+    code = r"""
+import threading
+import torch
+x = torch.randn(3, requires_grad=True)
+(x * 2).sum().backward()                      # autograd's engine starts: CPU only
+import lazyjit
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+ml = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+ml.load_state_dict(m.state_dict())
+ml.to("lazyjit")
+data = torch.randn(8, 5)
+for _ in range(2):
+    m.zero_grad(); ml.zero_grad()
+    m(data).pow(2).mean().backward()
+    ml(data.to("lazyjit")).pow(2).mean().backward()
+    for p, q in zip(m.parameters(), ml.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad)
+from torch.utils.checkpoint import checkpoint
+w = torch.randn(5, 5, requires_grad=True)
+wl = w.detach().to("lazyjit").requires_grad_()
+checkpoint(lambda a: (a @ a).sin(), w, use_reentrant=True).sum().backward()
+checkpoint(lambda a: (a @ a).sin(), wl, use_reentrant=True).sum().backward()
+torch.testing.assert_close(wl.grad.cpu(), w.grad)
+out = {}
+def work():
+    v = wl.detach().clone().requires_grad_()
+    (v * v).sum().backward()
+    out["g"] = v.grad.cpu()
+t = threading.Thread(target=work); t.start(); t.join()
+torch.testing.assert_close(out["g"], 2 * w.detach())
+print("ok")
+"""
+    assert run_python(code).stdout.strip().endswith("ok")
