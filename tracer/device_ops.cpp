@@ -392,7 +392,8 @@ bool special_op(const std::string& name, Stack* stack) {
   }
   if (name == "aten::_local_scalar_dense") {
     at::Tensor t = s[0].toTensor();
-    at::Tensor cpu = with_math_bits(ctx.cpu_view(t, "item()"), t);
+    std::optional<at::Tensor> apart = ctx.evaluate_apart(t);
+    at::Tensor cpu = with_math_bits(apart ? *apart : ctx.cpu_view(t, "item()"), t);
     s.clear();
     s.push_back(cpu.item());
     return true;

@@ -105,6 +105,10 @@ class TraceContext {
   // True when this graph holds `s`'s elements unchanged (read, not written).
   bool reads_only(const LazyStorage& s) const;
 
+  // `t`'s value (a CPU tensor) when it depends on a small part of this graph
+  // (read_apart.cpp): that part runs as a program of its own, and the graph
+  // records on; nullopt when it does not apply (then cpu_view syncs).
+  std::optional<at::Tensor> evaluate_apart(const at::Tensor& t);
   // A CPU tensor viewing `t`'s materialized elements; syncs first if needed.
   at::Tensor cpu_view(const at::Tensor& t, const char* reason);
   // Before a CPU kernel writes `t`'s materialized elements in place: no graph

@@ -1,0 +1,90 @@
+"""A scalar read (.item(), bool()) that depends on a small part of the pending
+graph runs that part alone and leaves the graph recording (tracer/read_apart.cpp):
+transformers' mask checks no longer cut a forward into several programs."""
+import pytest
+import torch
+from torch.testing import assert_close
+
+from conftest import DEV, lazyjit
+
+APART = "read apart (.item() without a cut)"
+
+
+def _apart_count():
+    return lazyjit.metrics()["timings"].get(APART, {}).get("count", 0)
+
+
+def test_mask_check_mid_forward_does_not_cut(fresh):
+    torch.manual_seed(0)
+    w = torch.randn(16, 16)
+    x = torch.randn(4, 16)
+    mask = torch.ones(4, 16, dtype=torch.long)
+    mask[2, :5] = 0
+    xl, wl, ml = x.to(DEV), w.to(DEV), mask.to(DEV)
+    h = (xl @ wl).tanh()                      # pending work before the check
+    all_ones = bool((ml[:, -1] == 1).all())   # a small part: reads only the mask
+    padded = ml.sum().item()
+    y = torch.where(ml.bool(), h, h * 0.5) if not all_ones else h
+    got = (y * 2).cpu()
+    assert all_ones is True and padded == 59
+    assert lazyjit.metrics()["syncs"] == 1, lazyjit.metrics()["sync_reasons"]
+    assert _apart_count() == 2
+    h_ref = (x @ w).tanh()
+    assert_close(got, h_ref * 2)
+
+
+def test_value_of_computed_part_equals_eager_and_graph_still_computes_it(fresh):
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    xl = x.to(DEV)
+    big = (xl.exp() @ xl.t()).sum()          # other pending work
+    m = (xl * 3 - 1)[1:, ::2]                 # a strided view of a computed value
+    assert m.max().item() == (x * 3 - 1)[1:, ::2].max().item()
+    assert m[1, 1].item() == (x * 3 - 1)[1:, ::2][1, 1].item()
+    assert_close(m.cpu(), (x * 3 - 1)[1:, ::2])
+    assert_close(big.cpu(), (x.exp() @ x.t()).sum())
+    assert lazyjit.metrics()["syncs"] == 1
+
+
+def test_large_part_still_syncs(fresh):
+    x = torch.randn(512, 512)
+    xl = x.to(DEV)
+    other = xl + 1
+    s = (xl * 2).sum()                        # 2 x 262144 elements: over the limit
+    assert s.item() == pytest.approx((x * 2).sum().item(), rel=1e-5)
+    assert _apart_count() == 0
+    assert "item() @" in " ".join(lazyjit.metrics()["sync_reasons"])
+    assert_close(other.cpu(), x + 1)
+
+
+def test_whole_graph_is_synced_once_not_twice(fresh):
+    xl = torch.ones(4).to(DEV)
+    assert (xl * 2).sum().item() == 8.0
+    assert _apart_count() == 0 and lazyjit.metrics()["syncs"] == 1
+
+
+def test_failing_part_raises_eagers_error_at_the_read(fresh):
+    x = torch.randn(8, 8).to(DEV)
+    other = x @ x
+    idx = torch.tensor([1, 9]).to(DEV)
+    with pytest.raises(IndexError):
+        torch.index_select(torch.ones(4).to(DEV), 0, idx).sum().item()
+    assert_close(other.cpu(), x.cpu() @ x.cpu())
+
+
+def test_transformers_forward_with_padding_mask_is_one_program(fresh):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 100, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        ref = m(ids, attention_mask=mask).logits
+        m.to(DEV)
+        lazyjit.reset_metrics()
+        got = m(ids.to(DEV), attention_mask=mask.to(DEV)).logits.cpu()
+    assert_close(got, ref, atol=1e-5, rtol=1e-4)
+    assert lazyjit.metrics()["syncs"] == 1, lazyjit.metrics()["sync_reasons"]
+    assert _apart_count() >= 1

@@ -1,0 +1,110 @@
+// Reading a scalar (.item(), bool(), int()) from a small part of the pending
+// graph without cutting it. transformers' mask helpers ask `mask.all()` of the
+// attention mask before the model runs: the answer needs a handful of ops on
+// the inputs, but a sync would run (and end) the whole graph recorded so far.
+// Here the ops the value depends on are copied into a graph of their own, which
+// is compiled (and cached) like any other and run on the same inputs; the
+// pending graph keeps recording and computes those ops again in its program,
+// which costs little by the limits below.
+#include <chrono>
+#include <unordered_map>
+
+#include "debug/metrics.h"
+
+#include "runtime/runtime.h"
+#include "tracer/trace_context.h"
+
+namespace lazyjit::tracer {
+
+using ir::OpKind;
+using ir::ValueId;
+
+namespace {
+// A part is small: at most this many ops, touching at most this many elements
+// (operands and results, summed over its ops).
+constexpr size_t kMaxOps = 64;
+constexpr int64_t kMaxElements = int64_t{1} << 17;
+
+bool has_effects(const ir::Node& n) {
+  if (n.kind != OpKind::Aten) return false;
+  const std::string& name = std::get<std::string>(n.attrs[0].value);
+  // Collectives talk to other processes: each must run once, in program order.
+  return name.rfind("_c10d", 0) == 0 || name.rfind("c10d", 0) == 0 || name.find("::_c10d") != std::string::npos;
+}
+}  // namespace
+
+std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(mutex());
+  LazyStorage& s = storage_of(t);
+  if (s.epoch != epoch_ || reads_only(s) || s.dtype != t.scalar_type() || capturing() || wants_op_origins())
+    return std::nullopt;
+  const ir::Graph& g = *graph_;
+  // The ops s's value depends on, within the limits.
+  std::vector<bool> part(g.nodes().size(), false);
+  std::vector<uint32_t> work{g.value(s.value).node};
+  size_t ops = 0;
+  int64_t elements = 0;
+  while (!work.empty()) {
+    uint32_t n = work.back();
+    work.pop_back();
+    if (part[n]) continue;
+    part[n] = true;
+    const ir::Node& node = g.nodes()[n];
+    if (node.kind == OpKind::Input || node.kind == OpKind::Scalar) continue;
+    if (has_effects(node) || ++ops > kMaxOps) return std::nullopt;
+    for (ValueId v : node.outputs) elements += g.value(v).type.numel();
+    for (ValueId v : node.operands) {
+      elements += g.value(v).type.numel();
+      work.push_back(g.value(v).node);
+    }
+    if (elements > kMaxElements) return std::nullopt;
+  }
+  size_t pending_ops = 0;
+  for (const ir::Node& n : g.nodes()) pending_ops += n.kind != OpKind::Input && n.kind != OpKind::Scalar;
+  if (ops == pending_ops) return std::nullopt;  // the whole graph: a sync computes it once
+
+  // The part as a graph of its own, in recording order, bound to the same data.
+  ir::Graph sub;
+  runtime::Bindings b;
+  std::unordered_map<ValueId, ValueId> map;
+  for (uint32_t n = 0; n < g.nodes().size(); ++n) {
+    if (!part[n]) continue;
+    const ir::Node& node = g.nodes()[n];
+    if (node.kind == OpKind::Input) {
+      map[node.outputs[0]] = sub.add_input(g.value(node.outputs[0]).type);
+      b.inputs.push_back(inputs_.at(std::get<int64_t>(node.attrs[0].value)));
+    } else if (node.kind == OpKind::Scalar) {
+      map[node.outputs[0]] = sub.add_scalar(g.value(node.outputs[0]).type.dtype, std::get<bool>(node.attrs[1].value));
+      b.scalars.push_back(scalars_.at(std::get<int64_t>(node.attrs[0].value)));
+    } else {
+      std::vector<ValueId> operands;
+      for (ValueId v : node.operands) operands.push_back(map.at(v));
+      std::vector<ir::TensorType> types;
+      for (ValueId v : node.outputs) types.push_back(g.value(v).type);
+      std::vector<ValueId> outs = sub.add_node(node.kind, std::move(operands), node.attrs, std::move(types));
+      for (size_t i = 0; i < outs.size(); ++i) map[node.outputs[i]] = outs[i];
+    }
+  }
+  ValueId v = map.at(s.value);
+  const ir::TensorType& st = sub.value(v).type;
+  if (t.storage_offset() != 0 || !t.sizes().equals(st.sizes) || !t.strides().equals(st.strides))
+    v = sub.add_node1(OpKind::AsStrided, {v},
+                      {{t.sizes().vec(), true}, {t.strides().vec(), true}, {t.storage_offset(), true}},
+                      ir::TensorType{st.dtype, t.sizes().vec(), ir::contiguous_strides(t.sizes().vec())});
+  sub.add_output(v);
+  const auto t0 = std::chrono::steady_clock::now();
+  runtime::RunResult r;
+  try {
+    r = runtime::Runtime::get().run(sub, b, call_site());
+  } catch (const std::exception&) {
+    if (runtime::interrupt_seen()) throw;
+    return std::nullopt;  // e.g. compiling refused in a strict region: the sync says so
+  }
+  // A failing op: the usual sync raises its error where it was recorded.
+  if (!r.failures.empty() || r.outputs.empty() || !r.outputs[0].defined()) return std::nullopt;
+  debug::Metrics::get().time("read apart (.item() without a cut)",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return r.outputs[0];
+}
+
+}  // namespace lazyjit::tracer
