@@ -1,13 +1,17 @@
 #include "cache/redis_store.h"
 
+#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <thread>
 
 #include "cache/entry_file.h"
 
@@ -203,12 +207,91 @@ RemoteStatus status_of(redisContext* c, const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+bool is_numeric_address(const std::string& host) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+std::string getaddrinfo_address(const std::string& host, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    *error = gai_strerror(rc);
+    return {};
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const addrinfo* a = found;
+  for (const addrinfo* p = found; p; p = p->ai_next)
+    if (p->ai_family == AF_INET) {  // IPv4 first, as a server bound to 0.0.0.0 expects
+      a = p;
+      break;
+    }
+  const void* addr = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+  inet_ntop(a->ai_family, addr, text, sizeof text);
+  freeaddrinfo(found);
+  if (!*text) *error = "no address";
+  return text;
+}
+
+}  // namespace
+
+struct RedisStore::Lookup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string address, error;
+};
+
+RemoteStatus RedisStore::resolve_locked(std::string* address) {
+  const std::string& host = options_.url.host;
+  if (is_numeric_address(host)) {
+    *address = host;
+    return {};
+  }
+  if (!lookup_) {
+    auto lookup = std::make_shared<Lookup>();
+    auto resolve = options_.resolve ? options_.resolve : getaddrinfo_address;
+    // Detached: a lookup that hangs outlives this call (and this store) and
+    // ends on its own; it holds only its shared state.
+    std::thread([lookup, resolve, host] {
+      std::string error;
+      std::string found = resolve(host, &error);
+      std::lock_guard<std::mutex> lock(lookup->mu);
+      lookup->address = std::move(found);
+      lookup->error = std::move(error);
+      lookup->done = true;
+      lookup->cv.notify_all();
+    }).detach();
+    lookup_ = std::move(lookup);
+  }
+  std::unique_lock<std::mutex> lock(lookup_->mu);
+  if (!lookup_->cv.wait_for(lock, options_.timeout, [&] { return lookup_->done; }))
+    return {RemoteError::Timeout, "cannot connect to " + options_.url.str() + ": resolving the host name " + host +
+                                      " took longer than " + std::to_string(options_.timeout.count()) + " ms"};
+  std::string found = lookup_->address, error = lookup_->error;
+  lock.unlock();
+  lookup_.reset();  // the next connect looks the name up again
+  if (found.empty())
+    return {RemoteError::Connect, "cannot connect to " + options_.url.str() + ": cannot resolve the host name " + host +
+                                      " (" + error + ")"};
+  *address = found;
+  return {};
+}
+
 RemoteStatus RedisStore::connect_locked() {
   if (ctx_ && pid_ == static_cast<long>(::getpid())) return {};
   drop_locked();
   const std::string where = options_.url.str();
+  std::string address;
+  if (RemoteStatus s = resolve_locked(&address); !s.ok()) return s;
   timeval tv = to_timeval(options_.timeout);
-  redisContext* c = redisConnectWithTimeout(options_.url.host.c_str(), options_.url.port, tv);
+  redisContext* c = redisConnectWithTimeout(address.c_str(), options_.url.port, tv);
   if (!c || c->err) {
     RemoteStatus s = status_of(c, "cannot connect to " + where);
     s.error = RemoteError::Connect;

@@ -4,7 +4,8 @@
 // stored as is under "<prefix><key>" as a plain Redis string, so checksums and
 // signatures travel with it. Checking them is the caller's business.
 //
-// Every call is bounded: connecting and each reply wait at most `timeout`
+// Every call is bounded: resolving the host name, connecting and each reply
+// wait at most `timeout`
 // (SO_RCVTIMEO / SO_SNDTIMEO: per read or write, so a large value that keeps
 // arriving is not cut off). A failed call returns its error and drops the
 // connection; the next call connects again. Nothing throws on a server that is
@@ -17,6 +18,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,6 +60,11 @@ struct RedisStoreOptions {
   RedisUrl url;
   std::chrono::milliseconds timeout{100};  // connect, and each read or write of a reply
   std::string prefix = "lazyjit:v1:";      // the Redis key of entry K is prefix + K
+  // Turns a host name into a numeric address, or "" with *error set. Empty:
+  // getaddrinfo. It runs on a thread of its own: a resolver that hangs costs a
+  // connect `timeout` (a Timeout error), and a later connect waits for the same
+  // lookup rather than starting another.
+  std::function<std::string(const std::string& host, std::string* error)> resolve;
 };
 
 class RedisStore {
@@ -91,7 +98,10 @@ class RedisStore {
 
  private:
   struct Reply;
+  struct Lookup;
   RemoteStatus connect_locked();
+  // The numeric address to connect to (the host itself when numeric).
+  RemoteStatus resolve_locked(std::string* address);
   void drop_locked();
   // Sends every command (argv lists) in one write, then reads one reply each.
   RemoteStatus run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies);
@@ -100,6 +110,7 @@ class RedisStore {
   std::mutex mu_;
   redisContext* ctx_ = nullptr;
   long pid_ = 0;  // the process that connected ctx_
+  std::shared_ptr<Lookup> lookup_;  // a host-name lookup not yet collected
 };
 
 }  // namespace lazyjit::cache

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -164,6 +165,54 @@ TEST(RedisStore, AServerThatNeverAnswersTimesOut) {
   EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
   EXPECT_GE(took, 100ms);
   EXPECT_LT(took, 2s);
+}
+
+TEST(RedisStore, AHostNameLookupThatHangsTimesOut) {
+  RedisStoreOptions o;
+  o.url.host = "cache.example";
+  o.timeout = 150ms;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  o.resolve = [calls](const std::string&, std::string*) {
+    ++*calls;
+    std::this_thread::sleep_for(3s);  // a resolver with no answer
+    return std::string("127.0.0.1");
+  };
+  RedisStore store(o);
+  auto t0 = std::chrono::steady_clock::now();
+  RemoteStatus s;
+  EXPECT_FALSE(store.get("k", 1 << 20, &s));
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_NE(s.message.find("resolving the host name cache.example"), std::string::npos) << s.message;
+  // The next call waits for the same lookup: one lookup in flight, not two.
+  EXPECT_EQ(store.put("k", "v").error, RemoteError::Timeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_EQ(calls->load(), 1);
+}
+
+TEST(RedisStore, HostNamesResolveThroughTheResolver) {
+  Server server;
+  NEED_SERVER(server);
+  RedisStoreOptions o = server.options();
+  o.url.host = "cache.example";
+  o.resolve = [](const std::string& host, std::string* error) {
+    if (host == "cache.example") return std::string("127.0.0.1");
+    *error = "unknown";
+    return std::string();
+  };
+  RedisStore store(o);
+  ASSERT_TRUE(store.put("a", "1").ok());
+  RemoteStatus s;
+  EXPECT_EQ(store.get("a", 1 << 20, &s).value_or(""), "1");
+  o.url.host = "elsewhere.example";
+  RedisStore other(o);
+  EXPECT_EQ(other.put("a", "2").error, RemoteError::Connect);
+  EXPECT_NE(other.put("a", "2").message.find("cannot resolve the host name elsewhere.example (unknown)"),
+            std::string::npos);
+  // localhost through getaddrinfo.
+  o.url.host = "localhost";
+  o.resolve = nullptr;
+  RedisStore local(o);
+  EXPECT_EQ(local.get("a", 1 << 20, &s).value_or(""), "1") << s.message;
 }
 
 TEST(RedisStore, BytesByKey) {
