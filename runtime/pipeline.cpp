@@ -127,7 +127,8 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                         [&] {
                           if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
                           if (config_.on_recompile_limit == RecompileStance::Eager &&
-                              explainer_.count(site) >= config_.recompile_limit) {
+                              explainer_.budget(site) >= config_.recompile_limit &&
+                              explainer_.would_count(graph, site)) {
                             explain_compile(graph, site, Miss::Eager, node_sites);
                             throw RunEagerly{};
                           }
@@ -300,17 +301,20 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
                    "lazyjit: warning: %lld compiles at %s (LAZYJIT_RECOMPILE_LIMIT=%d): from now on its graphs that "
                    "miss the cache run op by op, uncompiled (LAZYJIT_ON_RECOMPILE_LIMIT=eager); this one because: "
                    "%s%s%s. lazyjit.explain_recompiles() lists them all.\n",
-                   static_cast<long long>(r.count - 1), site.empty() ? "(unknown site)" : site.c_str(),
+                   static_cast<long long>(r.budget - 1), site.empty() ? "(unknown site)" : site.c_str(),
                    config_.recompile_limit, r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
     return;
   }
-  if (r.count <= config_.recompile_limit) return;
-  std::string what = std::to_string(r.count) + " compiles at " + (site.empty() ? "(unknown site)" : site) +
+  if (!r.counted || r.budget <= config_.recompile_limit) return;
+  // New sizes of dims already dynamic are not counted: they plan, no code.
+  const int64_t resized = r.count - r.budget;
+  std::string what = std::to_string(r.budget) + " compiles at " + (site.empty() ? "(unknown site)" : site) +
+                     (resized ? " (and " + std::to_string(resized) + " for new sizes of dynamic dims, not counted)" : "") +
                      " (LAZYJIT_RECOMPILE_LIMIT=" + std::to_string(config_.recompile_limit) + "), this one because: " +
                      r.kind + (r.detail.empty() ? "" : ": " + r.detail) +
                      ". lazyjit.explain_recompiles() lists them all.";
   if (config_.on_recompile_limit == RecompileStance::Error) throw std::runtime_error("lazyjit: recompile limit reached: " + what);
-  if (r.count == config_.recompile_limit + 1) std::fprintf(stderr, "lazyjit: warning: %s\n", what.c_str());
+  if (r.budget == config_.recompile_limit + 1) std::fprintf(stderr, "lazyjit: warning: %s\n", what.c_str());
 }
 
 void Runtime::clear_cache() {

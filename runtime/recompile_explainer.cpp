@@ -57,9 +57,39 @@ std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorT
 
 }  // namespace
 
+bool RecompileExplainer::resized_locked(const ir::Graph& g, const std::string& site) {
+  if (!dynamic_) return false;
+  auto seen = seen_.find(site);
+  if (seen == seen_.end()) return false;
+  const ir::Hash128 structure = g.hashes().structure;
+  const Seen* near = nullptr;
+  for (auto it = seen->second.rbegin(); it != seen->second.rend() && !near; ++it)
+    if (it->structure == structure) near = &*it;
+  if (!near || near->inputs.size() != g.inputs().size()) return false;
+  auto& sizes = sizes_[site];
+  bool resized = false;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::TensorType &a = near->inputs[i], &b = g.value(g.inputs()[i]).type;
+    if (a.dtype != b.dtype || a.sizes.size() != b.sizes.size()) return false;
+    if (a.sizes == b.sizes) {
+      if (a.strides != b.strides) return false;  // a new layout: maybe new code
+      continue;
+    }
+    for (size_t d = 0; d < a.sizes.size(); ++d) {
+      if (a.sizes[d] == b.sizes[d]) continue;
+      auto it = sizes.find({i, d});
+      if (it == sizes.end() || it->second.size() < 2) return false;  // its second size: generic code now
+      resized = true;
+    }
+  }
+  return resized;
+}
+
 Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& site, const NodeSites& node_sites) {
   std::lock_guard<std::mutex> lock(mu_);
   Recompile r{site, "", "", ++count_[site]};
+  r.counted = !resized_locked(g, site);
+  r.budget = r.counted ? ++budget_[site] : budget_[site];
   std::vector<Seen>& seen = seen_[site];
   auto& sizes = sizes_[site];
   std::vector<ir::TensorType> inputs;

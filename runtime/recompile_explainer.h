@@ -27,6 +27,12 @@ struct Recompile {
   std::string kind;    // "first at this site", "new shapes", "new graph"
   std::string detail;  // what differs, one line per difference (at most a few)
   int64_t count = 0;   // compiles at this site so far, this one included
+  // Whether it counts against LAZYJIT_RECOMPILE_LIMIT: not when the graph has
+  // the structure of one compiled there and differs from it only in sizes of
+  // dims that were already dynamic there (their kernels are shape-generic: a
+  // plan, no code). `budget`: the compiles at this site that counted so far.
+  bool counted = true;
+  int64_t budget = 0;
 };
 
 class RecompileExplainer {
@@ -42,8 +48,22 @@ class RecompileExplainer {
     auto it = count_.find(site);
     return it == count_.end() ? 0 : it->second;
   }
+  // Misses at `site` so far that counted against the budget (Recompile::counted).
+  int64_t budget(const std::string& site) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = budget_.find(site);
+    return it == budget_.end() ? 0 : it->second;
+  }
+  // Whether compiling `g` at `site` would count against the budget.
+  bool would_count(const ir::Graph& g, const std::string& site) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !resized_locked(g, site);
+  }
 
  private:
+  // `g` has the structure of a graph seen at `site` and differs from the latest
+  // such only in sizes of dims that have taken two sizes there already.
+  bool resized_locked(const ir::Graph& g, const std::string& site);
   struct Seen {
     ir::Hash128 structure;
     std::vector<ir::TensorType> inputs;
@@ -55,6 +75,7 @@ class RecompileExplainer {
   std::mutex mu_;
   std::map<std::string, std::vector<Seen>> seen_;  // per site, most recent last
   std::map<std::string, int64_t> count_;           // per site: compiles
+  std::map<std::string, int64_t> budget_;          // per site: compiles that counted
   // Per site, input and dim: the sizes compiled for so far.
   std::map<std::string, std::map<std::pair<size_t, size_t>, std::set<int64_t>>> sizes_;
 };

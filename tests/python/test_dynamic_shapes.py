@@ -516,7 +516,7 @@ def _warnings(stderr):
 
 
 def test_budget_warn_warns_once_and_stays_correct():
-    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="warn")
+    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="warn", LAZYJIT_DYNAMIC="off")
     assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [], out
     warns = _warnings(err)
     assert len(warns) == 1, err
@@ -525,7 +525,7 @@ def test_budget_warn_warns_once_and_stays_correct():
 
 
 def test_budget_error_raises_on_the_fourth_size():
-    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="error")
+    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="error", LAZYJIT_DYNAMIC="off")
     assert out["done"] == [3, 4, 5] and out["bad"] == [], out
     e = out["error"]
     assert e is not None and e["n"] == 6 and e["type"] == "RuntimeError", out
@@ -534,13 +534,48 @@ def test_budget_error_raises_on_the_fourth_size():
 
 
 def test_budget_eager_runs_past_the_limit_op_by_op():
-    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="eager")
+    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="eager", LAZYJIT_DYNAMIC="off")
     assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [], out
     assert out["end"]["eager_syncs"] == 5, out
     assert out["end"]["compiles"] == 3 == out["at_limit"]["compiles"], out
     assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out  # uncompiled
     warns = _warnings(err)
     assert len(warns) == 1 and SITE in warns[0] and "op by op" in warns[0], err
+
+
+def test_new_sizes_of_dynamic_dims_do_not_count_against_the_budget():
+    # With shape-generic kernels (the default) a dim's third and later sizes
+    # plan a program from cached code: compiles, explained, but not counted
+    # against LAZYJIT_RECOMPILE_LIMIT, so a sweep (or generate's growing KV
+    # length) neither warns nor raises, whatever the stance.
+    for stance in ("error", "eager"):
+        out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT=stance)
+        assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [] and out["error"] is None, out
+        assert out["end"]["compiles"] == 8 and out["end"]["eager_syncs"] == 0, out
+        assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out  # 5.. reuse 4's code
+        assert out["n_explained"] == 8 and _warnings(err) == [], err
+
+
+BUDGET_GRAPHS = """
+import json, torch, lazyjit
+for n, extra in ((3, 0), (4, 0), (5, 0), (6, 0), (6, 1), (6, 2), (6, 3)):
+    y = torch.ones(n, 5).to("lazyjit")
+    for _ in range(extra):  # another graph each time: one more op
+        y = y * 2
+    y = (y.tanh() + 1).cpu()  # SITE
+print(json.dumps({"compiles": lazyjit.metrics()["compiles"]}))
+"""
+
+
+def test_new_graphs_still_count_after_dims_turned_dynamic():
+    # 3: first, 4: now dynamic (both count); 5, 6: new sizes (not counted);
+    # then new graphs at the same site count again: the 4th counted is (6, 2).
+    out, err = run(BUDGET_GRAPHS, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="warn")
+    assert out["compiles"] == 7, out
+    warns = _warnings(err)
+    site = f"<string>:{line_of(BUDGET_GRAPHS, '# SITE')}"
+    assert len(warns) == 1 and f"4 compiles at {site} (and 2 for new sizes of dynamic dims, not counted)" in warns[0], err
+    assert "new graph" in warns[0] or "first op that differs" in warns[0], warns
 
 
 # ----------------------------------------------------------------------------- 8. mark_dynamic / mark_static

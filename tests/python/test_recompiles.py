@@ -77,7 +77,7 @@ BUDGET = ("import torch, lazyjit\n"
 
 
 def test_recompile_limit_warns_once_per_site():
-    p = run_python(BUDGET, {"LAZYJIT_RECOMPILE_LIMIT": "3"})
+    p = run_python(BUDGET, {"LAZYJIT_RECOMPILE_LIMIT": "3", "LAZYJIT_DYNAMIC": "off"})
     warnings = [l for l in p.stderr.splitlines() if "recompile" in l or "compiles at" in l]
     assert len(warnings) == 1 and "4 compiles at <string>:3" in warnings[0], p.stderr
     assert "input 0 dim 0: 3 → 4" in warnings[0], warnings
@@ -88,7 +88,8 @@ def test_recompile_limit_error_raises_with_the_explanation():
     import subprocess, sys
     from conftest import PYTHON_DIR, ROOT
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
-           "LAZYJIT_RECOMPILE_LIMIT": "3", "LAZYJIT_ON_RECOMPILE_LIMIT": "error"}
+           "LAZYJIT_RECOMPILE_LIMIT": "3", "LAZYJIT_ON_RECOMPILE_LIMIT": "error",
+           "LAZYJIT_DYNAMIC": "off"}
     p = subprocess.run([sys.executable, "-c", BUDGET], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "recompile limit reached: 4 compiles at <string>:3" in p.stderr and "3 → 4" in p.stderr, p.stderr
