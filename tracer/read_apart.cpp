@@ -4,7 +4,8 @@
 // the inputs, but a sync would run (and end) the whole graph recorded so far.
 // Here the ops the value depends on are copied into a graph of their own, which
 // is compiled (and cached) like any other and run on the same inputs; the
-// pending graph keeps recording and computes those ops again in its program,
+// storage read gets its data (as from a sync), and the pending graph keeps
+// recording and computes those ops again where its other values need them,
 // which costs little by the limits below.
 #include <chrono>
 #include <unordered_map>
@@ -86,13 +87,8 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
       for (size_t i = 0; i < outs.size(); ++i) map[node.outputs[i]] = outs[i];
     }
   }
-  ValueId v = map.at(s.value);
-  const ir::TensorType& st = sub.value(v).type;
-  if (t.storage_offset() != 0 || !t.sizes().equals(st.sizes) || !t.strides().equals(st.strides))
-    v = sub.add_node1(OpKind::AsStrided, {v},
-                      {{t.sizes().vec(), true}, {t.strides().vec(), true}, {t.storage_offset(), true}},
-                      ir::TensorType{st.dtype, t.sizes().vec(), ir::contiguous_strides(t.sizes().vec())});
-  sub.add_output(v);
+  // The storage's whole value: it becomes the storage's data.
+  sub.add_output(map.at(s.value));
   const auto t0 = std::chrono::steady_clock::now();
   runtime::RunResult r;
   try {
@@ -105,7 +101,20 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
   if (!r.failures.empty() || r.outputs.empty() || !r.outputs[0].defined()) return std::nullopt;
   debug::Metrics::get().time("read apart (.item() without a cut)",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return r.outputs[0];
+  // The storage holds its value now, as after a sync: reading it again runs
+  // nothing, and the pending graph stops writing it (its ops that read the
+  // value compute it again there). It owns its elements (a result may be an
+  // input's memory).
+  at::Tensor full = r.outputs[0];
+  for (const at::Tensor& in : b.inputs)
+    if (in.storage().data() == full.storage().data()) {
+      full = full.clone(at::MemoryFormat::Preserve);
+      break;
+    }
+  untouch(s);
+  s.data = full.as_strided({full.numel()}, {1}, full.storage_offset());
+  s.epoch = 0;
+  return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
 }
 
 }  // namespace lazyjit::tracer
