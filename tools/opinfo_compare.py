@@ -73,16 +73,21 @@ def _tol(dtype, loose):
     return rtol, atol
 
 
+def _check_header(actual, expected, path):
+    """A tensor result's layout, dtype and shape against eager's."""
+    if actual.layout != expected.layout:
+        raise _Mismatch(f"{path}: layout {actual.layout} vs expected {expected.layout}")
+    if actual.dtype != expected.dtype:
+        raise _Mismatch(f"dtype {_dtype_short(actual.dtype)} vs expected {_dtype_short(expected.dtype)}")
+    if actual.shape != expected.shape:
+        raise _Mismatch(f"shape {list(actual.shape)} vs expected {list(expected.shape)}")
+
+
 def _compare(actual, expected, path, loose, torch):
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _Mismatch(f"{path}: expected Tensor, got {type(actual).__name__}")
-        if actual.layout != expected.layout:
-            raise _Mismatch(f"{path}: layout {actual.layout} vs expected {expected.layout}")
-        if actual.dtype != expected.dtype:
-            raise _Mismatch(f"dtype {_dtype_short(actual.dtype)} vs expected {_dtype_short(expected.dtype)}")
-        if actual.shape != expected.shape:
-            raise _Mismatch(f"shape {list(actual.shape)} vs expected {list(expected.shape)}")
+        _check_header(actual, expected, path)
         if expected.layout != torch.strided:
             actual, expected = actual.to_dense(), expected.to_dense()
         rtol, atol = _tol(expected.dtype, loose)

@@ -9,7 +9,7 @@ sample on lazyjit itself, so it lives with the sample runner
 """
 from __future__ import annotations
 
-from opinfo_compare import _Mismatch, _compare, _dtype_short
+from opinfo_compare import _Mismatch, _check_header, _compare, _dtype_short
 
 RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
                 "exponential", "geometric", "cauchy", "poisson", "log_normal")
@@ -105,12 +105,7 @@ def _compare_metadata(actual_lazy, expected, path, torch):
             raise _Mismatch(f"{path}: expected Tensor, got {type(actual_lazy).__name__}")
         if actual_lazy.device.type != "lazyjit":
             raise _Mismatch(f"{path}: on {actual_lazy.device}, expected the lazyjit device")
-        if actual_lazy.layout != expected.layout:
-            raise _Mismatch(f"{path}: layout {actual_lazy.layout} vs expected {expected.layout}")
-        if actual_lazy.dtype != expected.dtype:
-            raise _Mismatch(f"dtype {_dtype_short(actual_lazy.dtype)} vs expected {_dtype_short(expected.dtype)}")
-        if actual_lazy.shape != expected.shape:
-            raise _Mismatch(f"shape {list(actual_lazy.shape)} vs expected {list(expected.shape)}")
+        _check_header(actual_lazy, expected, path)
         if expected.layout == torch.strided and actual_lazy.stride() != expected.stride():
             raise _Mismatch(f"{path}: strides {list(actual_lazy.stride())} vs expected {list(expected.stride())}")
         return
