@@ -13,6 +13,7 @@
 #include "debug/metrics.h"
 
 #include "runtime/runtime.h"
+#include "tracer/lazyjit.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -38,7 +39,10 @@ bool has_effects(const ir::Node& n) {
 std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
   std::lock_guard<std::recursive_mutex> lock(mutex());
   LazyStorage& s = storage_of(t);
-  if (s.epoch != epoch_ || reads_only(s) || s.dtype != t.scalar_type() || capturing() || wants_op_origins())
+  // A strict region promises that nothing runs implicitly: the read syncs, and
+  // the sync raises there.
+  if (s.epoch != epoch_ || reads_only(s) || s.dtype != t.scalar_type() || capturing() || wants_op_origins() ||
+      in_strict_region())
     return std::nullopt;
   const ir::Graph& g = *graph_;
   // The ops s's value depends on, within the limits.

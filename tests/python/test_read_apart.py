@@ -97,3 +97,15 @@ def test_transformers_forward_with_padding_mask_is_one_program(fresh):
     assert_close(got, ref, atol=1e-5, rtol=1e-4)
     assert lazyjit.metrics()["syncs"] == 1, lazyjit.metrics()["sync_reasons"]
     assert _apart_count() >= 1
+
+
+def test_strict_region_still_refuses_the_read(fresh):
+    x = torch.randn(8, 8).to(DEV)
+    mask = torch.ones(8, dtype=torch.long).to(DEV)
+    lazyjit.sync()
+    other = x @ x
+    with lazyjit.strict():
+        with pytest.raises(RuntimeError, match="implicit sync in a strict region"):
+            bool(mask.eq(1).all())
+    assert _apart_count() == 0
+    assert_close(other.cpu(), x.cpu() @ x.cpu())
