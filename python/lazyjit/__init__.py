@@ -223,6 +223,16 @@ class _DeviceModule:
     def _is_in_bad_fork() -> bool:
         return False
 
+    # Dynamo asks before it makes fake tensors on the device (a factory with
+    # device="lazyjit" in a compiled function); nothing to initialize.
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _lazy_init() -> None:
+        pass
+
     # Random ops on lazyjit draw from the CPU generator (see docs/design.md), which
     # torch.manual_seed seeds before it calls this.
     @staticmethod
@@ -361,10 +371,31 @@ def _patch_module_apply():
 _patch_module_apply()
 
 
+def _is_lazyjit_device(d) -> bool:
+    try:
+        return torch.device(d).type == "lazyjit"
+    except (TypeError, RuntimeError):
+        return False
+
+
 def _on_lazyjit(gm, inputs) -> bool:
+    """Whether a graph Dynamo captured touches the lazyjit device: through its
+    inputs, parameters or buffers, or through a tensor it makes there (a
+    factory with device="lazyjit": flex attention's compiled block-mask builder
+    takes only sizes)."""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     tensors += list(gm.parameters()) + list(gm.buffers()) if isinstance(gm, torch.nn.Module) else []
-    return any(t.device.type == "lazyjit" for t in tensors)
+    if any(t.device.type == "lazyjit" for t in tensors):
+        return True
+    graph = getattr(gm, "graph", None)
+    for n in graph.nodes if graph is not None else ():
+        v = n.meta.get("example_value", n.meta.get("val"))
+        for t in v if isinstance(v, (list, tuple)) else (v,):
+            if isinstance(t, torch.Tensor) and t.device.type == "lazyjit":
+                return True
+        if "device" in n.kwargs and _is_lazyjit_device(n.kwargs["device"]):
+            return True
+    return False
 
 
 def _patch_torch_compile():

@@ -337,6 +337,26 @@ def test_torch_compile_default_backend_runs_lazyjit_graphs_on_lazyjit():
     assert lazyjit._on_lazyjit(torch.nn.Linear(2, 2).to(DEV), [torch.ones(2)])
 
 
+def test_torch_compile_of_a_graph_that_makes_lazyjit_tensors_from_sizes():
+    """A graph with no lazyjit input that makes tensors on lazyjit (flex
+    attention's compiled block-mask builder takes only sizes) is lazyjit's too:
+    Inductor failed on it with a LoweringException."""
+    def masks(n: int, m: int):
+        q = torch.arange(n, device=DEV)[:, None]
+        k = torch.arange(m, device=DEV)[None, :]
+        return (q >= k).sum(-1), torch.full((n,), 2.0, device=DEV).cumsum(0)
+    f = torch.compile(masks, dynamic=False)
+    try:
+        for n, m in ((4, 6), (5, 3)):
+            got = f(n, m)
+            want = [t.cpu() for t in masks(n, m)]
+            assert all(t.device.type == "lazyjit" for t in got)
+            for g, w in zip(got, want):
+                assert_close(g.cpu(), w)
+    finally:
+        torch._dynamo.reset()
+
+
 def test_import_after_an_eager_backward_trains_on_lazyjit():
     # The first backward() of a process sizes autograd's per-device queues; one
     # run before `import lazyjit` had none for lazyjit, and a lazyjit backward
