@@ -5,8 +5,9 @@
 // Here the ops the value depends on are copied into a graph of their own, which
 // is compiled (and cached) like any other and run on the same inputs; the
 // storage read gets its data (as from a sync), and the pending graph keeps
-// recording and computes those ops again where its other values need them,
-// which costs little by the limits below.
+// recording. Only a part that nothing else recorded so far reads (checked
+// below) runs apart; ops recorded later that read its values compute them
+// again in the pending graph's program, which costs little by the limits below.
 #include <chrono>
 #include <unordered_map>
 
@@ -65,9 +66,35 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
     }
     if (elements > kMaxElements) return std::nullopt;
   }
+  // The part must stand apart from the rest: when an op outside it reads a
+  // value the part computes (a loss read after its backward was recorded), the
+  // rest would compute the part again, and a training step's graph would be
+  // split at the read (its backward and update left pending into the next
+  // step's graph): that read syncs, as a step's end.
+  // Only what the graph still has to compute counts: the ops the other
+  // storages it changed need (a value an earlier read apart took is dead).
+  std::vector<bool> live(g.nodes().size(), false);
+  work.clear();
+  for (const LazyStorage* o : touched_)
+    if (o != &s && o->epoch == epoch_) work.push_back(g.value(o->value).node);
+  while (!work.empty()) {
+    uint32_t n = work.back();
+    work.pop_back();
+    if (live[n]) continue;
+    live[n] = true;
+    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
+  }
   size_t pending_ops = 0;
-  for (const ir::Node& n : g.nodes()) pending_ops += n.kind != OpKind::Input && n.kind != OpKind::Scalar;
-  if (ops == pending_ops) return std::nullopt;  // the whole graph: a sync computes it once
+  for (uint32_t n = 0; n < g.nodes().size(); ++n) {
+    const ir::Node& node = g.nodes()[n];
+    if (node.kind == OpKind::Input || node.kind == OpKind::Scalar || part[n] || !live[n]) continue;
+    ++pending_ops;
+    for (ValueId v : node.operands) {
+      uint32_t p = g.value(v).node;
+      if (part[p] && g.nodes()[p].kind != OpKind::Input && g.nodes()[p].kind != OpKind::Scalar) return std::nullopt;
+    }
+  }
+  if (pending_ops == 0) return std::nullopt;  // the whole graph: a sync computes it once
 
   // The part as a graph of its own, in recording order, bound to the same data.
   ir::Graph sub;

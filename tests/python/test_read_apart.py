@@ -40,6 +40,8 @@ def test_value_of_computed_part_equals_eager_and_graph_still_computes_it(fresh):
     m = (xl * 3 - 1)[1:, ::2]                 # a strided view of a computed value
     mx = m.max()
     assert mx.item() == (x * 3 - 1)[1:, ::2].max().item()
+    assert _apart_count() == 1
+    # mx's op read m's values, but mx has its value now: m stands apart too.
     assert m[1, 1].item() == (x * 3 - 1)[1:, ::2][1, 1].item()
     assert _apart_count() == 2
     # Each read gave its storage its value: reading again runs nothing.
@@ -109,3 +111,35 @@ def test_strict_region_still_refuses_the_read(fresh):
             bool(mask.eq(1).all())
     assert _apart_count() == 0
     assert_close(other.cpu(), x.cpu() @ x.cpu())
+
+
+def test_a_loss_read_after_its_backward_syncs_the_step(fresh):
+    # A small model's loss.item() after backward() and the update: the update
+    # reads the forward's values, so the read ends the step (one program per
+    # step, as before), instead of leaving the backward pending.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    ml = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    ml.load_state_dict(m.state_dict())
+    ml.to(DEV)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    optl = torch.optim.SGD(ml.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    xl, yl = x.to(DEV), y.to(DEV)
+    for step in range(4):
+        for model, o, a, b in ((m, opt, x, y), (ml, optl, xl, yl)):
+            o.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(a), b)
+            loss.backward()
+            o.step()
+            if model is m:
+                want = loss.item()
+            else:
+                got = loss.item()
+        assert got == pytest.approx(want, rel=1e-5)
+        if step == 1:
+            lazyjit.reset_metrics()
+    assert _apart_count() == 0
+    assert lazyjit.metrics()["syncs"] == 2 and lazyjit.metrics()["compiles"] == 0, lazyjit.metrics()["sync_reasons"]
+    for p, q in zip(m.parameters(), ml.parameters()):
+        assert_close(q.cpu(), p.detach(), rtol=1e-5, atol=1e-6)
