@@ -137,15 +137,20 @@ std::string Metrics::report() const {
     int64_t n = 0;
     double ms = 0;
     std::string parts;
+    double wait_ms = 0;
     for (const auto& [k, t] : s.timings) {
       if (k.rfind("collective ", 0) != 0) continue;
+      if (k == "collective wait") {  // waiting for collectives in flight
+        wait_ms = t.total_ms;
+        continue;
+      }
       n += t.count;
       ms += t.total_ms;
       parts += (parts.empty() ? "" : ", ") + k.substr(11) + " " + std::to_string(t.count);
     }
     if (n) {
-      char buf[80];
-      std::snprintf(buf, sizeof buf, "; %.3f ms in Gloo", ms);
+      char buf[120];
+      std::snprintf(buf, sizeof buf, "; %.3f ms starting them, %.3f ms waiting for them", ms, wait_ms);
       os << "collectives on lazyjit tensors (" << n << ", each a step of the program that ran it): " << parts << buf
          << "\n";
     }

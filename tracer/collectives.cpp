@@ -21,7 +21,9 @@
 //   and reading them syncs it as with any lazyjit tensor.
 //
 // The metrics count each collective a program runs under the timing
-// "collective <op>" (calls, and the time spent in Gloo); the report sums them.
+// "collective <op>" (calls, and the time spent starting it), and the time
+// programs waited for collectives in flight under "collective wait"; the
+// report sums them.
 #include <ATen/ATen.h>
 #include <c10/core/DispatchKey.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -192,14 +194,18 @@ at::Tensor broadcast(const at::Tensor& t, int64_t src, const std::string& group)
 
 // ---- CPU kernels: what a program's collective step runs ----------------------
 
-// Runs _c10d_functional op `name` on `args` and waits for it; the time is
-// counted under "collective <what>".
-at::Tensor run_functional(const char* name, const char* what, Stack args) {
+// Runs _c10d_functional op `name` on `args` and, unless `start_only`, waits for
+// it; the time is counted under "collective <what>". Started only, the
+// collective is in flight when this returns: `_c10d_functional::wait_tensor`
+// on the result waits (programs run the `_start` forms, executor/executable.cpp).
+at::Tensor run_functional(const char* name, const char* what, Stack args, bool start_only = false) {
   auto t0 = std::chrono::steady_clock::now();
   handle(name).callBoxed(&args);
   at::Tensor r = args.at(0).toTensor();
-  Stack w{r};
-  handle("_c10d_functional::wait_tensor").callBoxed(&w);
+  if (!start_only) {
+    Stack w{r};
+    handle("_c10d_functional::wait_tensor").callBoxed(&w);
+  }
   debug::Metrics::get().time(
       std::string("collective ") + what,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -231,6 +237,27 @@ at::Tensor reduce_scatter_cpu(const at::Tensor& t, c10::string_view op, int64_t 
 
 at::Tensor broadcast_cpu(const at::Tensor& t, int64_t src, c10::string_view group) {
   return run_functional("_c10d_functional::broadcast", "broadcast", {t, src, std::string(group)});
+}
+
+// The `_start` forms: the same, left in flight (avg divides once done: it waits).
+at::Tensor all_reduce_start_cpu(const at::Tensor& t, c10::string_view op, c10::string_view group) {
+  if (op == "avg") return all_reduce_cpu(t, op, group);
+  return run_functional("_c10d_functional::all_reduce", "all_reduce", {t, std::string(op), std::string(group)}, true);
+}
+
+at::Tensor all_gather_start_cpu(const at::Tensor& t, int64_t size, c10::string_view group) {
+  return run_functional("_c10d_functional::all_gather_into_tensor", "all_gather",
+                        {t.contiguous(), size, std::string(group)}, true);
+}
+
+at::Tensor reduce_scatter_start_cpu(const at::Tensor& t, c10::string_view op, int64_t size, c10::string_view group) {
+  if (op == "avg") return reduce_scatter_cpu(t, op, size, group);
+  return run_functional("_c10d_functional::reduce_scatter_tensor", "reduce_scatter",
+                        {t.contiguous(), std::string(op), size, std::string(group)}, true);
+}
+
+at::Tensor broadcast_start_cpu(const at::Tensor& t, int64_t src, c10::string_view group) {
+  return run_functional("_c10d_functional::broadcast", "broadcast", {t, src, std::string(group)}, true);
 }
 
 // ---- Meta kernels (shapes; recording computes them itself) --------------------
@@ -490,6 +517,11 @@ TORCH_LIBRARY(lazyjit_c10d, m) {
   m.def("all_gather_into_tensor(Tensor input, int group_size, str group_name) -> Tensor");
   m.def("reduce_scatter_tensor(Tensor input, str reduce_op, int group_size, str group_name) -> Tensor");
   m.def("broadcast(Tensor input, int src, str group_name) -> Tensor");
+  // What a program's step runs: the same, in flight on return (executor/executable.cpp waits).
+  m.def("all_reduce_start(Tensor input, str reduce_op, str group_name) -> Tensor");
+  m.def("all_gather_into_tensor_start(Tensor input, int group_size, str group_name) -> Tensor");
+  m.def("reduce_scatter_tensor_start(Tensor input, str reduce_op, int group_size, str group_name) -> Tensor");
+  m.def("broadcast_start(Tensor input, int src, str group_name) -> Tensor");
   m.def("install_backend", install_backend);
 }
 
@@ -498,6 +530,10 @@ TORCH_LIBRARY_IMPL(lazyjit_c10d, CPU, m) {
   m.impl("all_gather_into_tensor", all_gather_cpu);
   m.impl("reduce_scatter_tensor", reduce_scatter_cpu);
   m.impl("broadcast", broadcast_cpu);
+  m.impl("all_reduce_start", all_reduce_start_cpu);
+  m.impl("all_gather_into_tensor_start", all_gather_start_cpu);
+  m.impl("reduce_scatter_tensor_start", reduce_scatter_start_cpu);
+  m.impl("broadcast_start", broadcast_start_cpu);
 }
 
 TORCH_LIBRARY_IMPL(lazyjit_c10d, Meta, m) {

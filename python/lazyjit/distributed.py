@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["collectives"]
+__all__ = ["collectives", "collective_wait_ms"]
 
 _registered = False
 
@@ -63,11 +63,22 @@ def _register() -> None:
 def collectives() -> dict:
     """The collectives lazyjit programs ran in this process, by kind:
     ``{"all_reduce": {"count": n, "total_ms": ms, "max_ms": ms}, ...}`` (the
-    timings ``collective <kind>`` of ``lazyjit.metrics()``; the time is spent
-    in Gloo, waiting for the other ranks included)."""
+    timings ``collective <kind>`` of ``lazyjit.metrics()``). A program starts
+    a collective and goes on with the steps that do not need its result; the
+    time here is the time spent starting them (a collective that must finish
+    first, avg, or one run in step mode, is waited for there)."""
     from . import _C
 
-    return {k[len("collective "):]: v for k, v in _C.metrics()["timings"].items() if k.startswith("collective ")}
+    return {k[len("collective "):]: v for k, v in _C.metrics()["timings"].items()
+            if k.startswith("collective ") and k != "collective wait"}
+
+
+def collective_wait_ms() -> float:
+    """Milliseconds programs spent waiting for collectives in flight (for the
+    other ranks, and for Gloo), the timing ``collective wait``."""
+    from . import _C
+
+    return _C.metrics()["timings"].get("collective wait", {}).get("total_ms", 0.0)
 
 
 try:
