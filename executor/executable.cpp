@@ -28,7 +28,9 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
 
 namespace {
 
-void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env) {
+// `reuse`: a scatter may write into its base's buffer instead of a copy of it
+// (the base is a step result this step reads last; see run_step).
+void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env, bool reuse = false) {
   const auto& sizes = std::get<std::vector<int64_t>>(n.attrs[0].value);
   const auto& strides = std::get<std::vector<int64_t>>(n.attrs[1].value);
   int64_t offset = std::get<int64_t>(n.attrs[2].value);
@@ -39,7 +41,7 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
     env[n.outputs[0]] = flat.as_strided(sizes, strides, base.storage_offset() + offset);
     return;
   }
-  at::Tensor out = base.clone(at::MemoryFormat::Preserve);
+  at::Tensor out = reuse ? base : base.clone(at::MemoryFormat::Preserve);
   at::Tensor out_flat = out.as_strided({out.numel()}, {1}, out.storage_offset());
   out_flat.as_strided(sizes, strides, out.storage_offset() + offset).copy_(env[n.operands[1]]);
   env[n.outputs[0]] = out;
@@ -119,9 +121,26 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
     case Step::Kind::AsStrided:
-    case Step::Kind::AsStridedScatter:
       run_view(p.graph, p.graph.nodes()[s.node], env);
       break;
+    case Step::Kind::AsStridedScatter: {
+      // A chain of scatters into one buffer (DDP filling a gradient bucket slice
+      // by slice) copies the buffer once, not once per slice: a base that is a
+      // step's result (not an input: the caller's data), that no later step
+      // reads (the buffer plan frees it here, and a view of it would keep it),
+      // held by nothing else, and not aliased by the value written, is written
+      // in place.
+      const ir::Node& n = p.graph.nodes()[s.node];
+      ir::ValueId base = n.operands[0];
+      const at::Tensor& bt = env[base];
+      bool reuse = p.graph.producer(base).kind != OpKind::Input && si < p.plan.frees.size() &&
+                   std::find(p.plan.frees[si].begin(), p.plan.frees[si].end(), base) != p.plan.frees[si].end() &&
+                   bt.defined() && bt.use_count() == 1 && bt.storage().use_count() == 1 &&
+                   bt.sizes().equals(p.graph.value(base).type.sizes) &&
+                   bt.strides().equals(p.graph.value(base).type.strides) && !env[n.operands[1]].is_alias_of(bt);
+      run_view(p.graph, n, env, reuse);
+      break;
+    }
     case Step::Kind::Eager:
       run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
