@@ -4,8 +4,10 @@ Gloo on loopback). Writes what it saw to OUTDIR/rank<R>.json; the test compares.
     python -m torch.distributed.run --nproc_per_node=2 ... dist_worker.py OUTDIR [PART ...]
 
 Parts: collectives (each collective on lazyjit tensors against Gloo on CPU
-tensors, a collective inside one program, errors), ddp_mlp and ddp_gpt2 (DDP on
-lazyjit for a few steps against one eager process training on the whole batch).
+tensors, a collective inside one program, errors), ddp_mlp (AdamW) and ddp_gpt2
+(SGD with momentum): DDP on lazyjit for 4 steps against one eager process
+training on the whole batch. LAZYJIT_TEST_DIST_BACKEND picks init_process_group's backend
+("cpu:gloo,lazyjit:lazyjit" by default).
 """
 import copy
 import json
@@ -191,7 +193,7 @@ def _train(model, opt, batches, loss_fn, per_step=None, sync=None):
     return losses
 
 
-def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, **ddp_args):
+def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adamw=False, **ddp_args):
     torch.manual_seed(0)
     ref = make_model()
     model = copy.deepcopy(ref)
@@ -202,14 +204,18 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, **dd
                 p.add_(1.0)
     batches = make_batches(steps)
     # The oracle: one eager process, the whole batch.
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=lr, momentum=0.9)
+    def make_opt(params):
+        if adamw:
+            return torch.optim.AdamW(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    opt_ref = make_opt(ref.parameters())
     ref_losses = _train(ref, opt_ref, batches, loss_fn)
     # DDP on lazyjit: this rank's half of each batch.
     lazyjit.sync()
     start = counters()
     model = model.to(DEV)
     ddp = DDP(model, **ddp_args)
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+    opt = make_opt(ddp.parameters())
 
     def shard(t):
         if t is None:
@@ -244,7 +250,7 @@ def part_ddp_mlp(rank, world, out):
     def loss_fn(m, x, y):
         return torch.nn.functional.mse_loss(m(x), y)
     lazyjit.reset_metrics()
-    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=0.05,
+    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=0.01, adamw=True,
                                   bucket_cap_mb=0.01)  # small buckets: several per step
     out["ddp_mlp"]["report"] = lazyjit.metrics_report()
 
@@ -272,7 +278,7 @@ def part_ddp_gpt2(rank, world, out):
 
 def main():
     outdir, parts = sys.argv[1], sys.argv[2:] or ["collectives", "ddp_mlp", "ddp_gpt2"]
-    dist.init_process_group(os.environ.get("DIST_BACKEND", "cpu:gloo,lazyjit:lazyjit"))
+    dist.init_process_group(os.environ.get("LAZYJIT_TEST_DIST_BACKEND", "cpu:gloo,lazyjit:lazyjit"))
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {"rank": rank, "world": world}
     try:

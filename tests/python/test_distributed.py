@@ -25,15 +25,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
+def _torchrun(out, parts=(), backend=None):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off",
                OMP_NUM_THREADS="1", LAZYJIT_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                TORCH_CPP_LOG_LEVEL="ERROR")
+    env.pop("LAZYJIT_TEST_DIST_BACKEND", None)
+    if backend:
+        env["LAZYJIT_TEST_DIST_BACKEND"] = backend
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", os.path.join(HERE, "dist_worker.py"),
-           str(out)]
+           str(out), *parts]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     results = []
     for r in range(WORLD):
@@ -46,6 +47,17 @@ def ranks(tmp_path_factory):
     return results
 
 
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    return _torchrun(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def ranks_lazyjit_only(tmp_path_factory):
+    # init_process_group("lazyjit"): the backend's group brings its own Gloo for the CPU.
+    return _torchrun(tmp_path_factory.mktemp("dist_lazyjit"), ["collectives"], backend="lazyjit")
+
+
 COLLECTIVES = ["all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce_product", "all_reduce_avg",
                "all_reduce_int64", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
                "reduce_scatter", "broadcast", "functional_all_reduce", "functional_all_gather", "step_mode"]
@@ -55,6 +67,13 @@ COLLECTIVES = ["all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce
 def test_collective_on_lazyjit_equals_gloo_on_cpu(ranks, name):
     for r in ranks:
         assert r["collectives"][name] is True, (r["rank"], name)
+
+
+def test_backend_alone_serves_cpu_and_lazyjit_tensors(ranks_lazyjit_only):
+    for r in ranks_lazyjit_only:
+        c = r["collectives"]
+        assert [n for n in COLLECTIVES if c[n] is not True] == [], c
+        assert c["inside_one_program_again"]["compiles"] == 0
 
 
 def test_collective_is_a_step_inside_one_program(ranks):
