@@ -5,6 +5,7 @@ each runs tests/python/dist_worker.py and writes what it saw. Eager PyTorch is t
 collectives on lazyjit tensors against Gloo on CPU tensors, DDP training on lazyjit against
 one eager process training on the whole batch. One torchrun run serves every test here.
 """
+import importlib.util
 import json
 import os
 import socket
@@ -47,9 +48,15 @@ def _torchrun(out, parts=(), backend=None):
     return results
 
 
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+MODELS = ["ddp_mlp"] + ([pytest.param("ddp_gpt2")] if HAVE_TRANSFORMERS else
+                        [pytest.param("ddp_gpt2", marks=pytest.mark.skip(reason="transformers is not installed"))])
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    return _torchrun(tmp_path_factory.mktemp("dist"))
+    parts = ["collectives", "ddp_mlp"] + (["ddp_gpt2"] if HAVE_TRANSFORMERS else [])
+    return _torchrun(tmp_path_factory.mktemp("dist"), parts)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +107,7 @@ def test_bad_input_raises_a_clear_error(ranks):
         assert "avg needs a floating-point tensor" in e["avg_int"], e
 
 
-@pytest.mark.parametrize("model", ["ddp_mlp", "ddp_gpt2"])
+@pytest.mark.parametrize("model", MODELS)
 def test_ddp_matches_one_process_on_the_whole_batch(ranks, model):
     for r in ranks:
         d = r[model]
@@ -111,7 +118,7 @@ def test_ddp_matches_one_process_on_the_whole_batch(ranks, model):
     assert ranks[0][model]["losses"] == ranks[1][model]["losses"]
 
 
-@pytest.mark.parametrize("model", ["ddp_mlp", "ddp_gpt2"])
+@pytest.mark.parametrize("model", MODELS)
 def test_ddp_steady_steps_compile_nothing(ranks, model):
     # DDP assigns gradients to buckets twice: at construction (step 1: one bucket, as DDP
     # does without find_unused_parameters), and once more after step 1, in the order the
@@ -131,7 +138,7 @@ def test_ddp_steady_steps_compile_nothing(ranks, model):
         assert item and d["sync_reasons"][item[0]] >= len(steps), d["sync_reasons"]
 
 
-@pytest.mark.parametrize("model", ["ddp_mlp", "ddp_gpt2"])
+@pytest.mark.parametrize("model", MODELS)
 def test_ddp_gradient_buckets_run_inside_the_step_program(ranks, model):
     for r in ranks:
         d = r[model]
