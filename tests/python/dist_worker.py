@@ -240,8 +240,11 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
 
 def part_ddp_mlp(rank, world, out):
     def make_model():
-        return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),
-                                   torch.nn.Tanh(), torch.nn.Linear(64, 4))
+        # Wide enough that loss.item() is not read apart from the step's graph
+        # (tracer/read_apart.cpp: parts of at most 2**17 elements), which would
+        # leave a step's backward pending until the next step's sync.
+        return torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512),
+                                   torch.nn.Tanh(), torch.nn.Linear(512, 4))
 
     def make_batches(steps):
         g = torch.Generator().manual_seed(1)
@@ -250,7 +253,7 @@ def part_ddp_mlp(rank, world, out):
     def loss_fn(m, x, y):
         return torch.nn.functional.mse_loss(m(x), y)
     lazyjit.reset_metrics()
-    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=0.01, adamw=True,
+    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
                                   bucket_cap_mb=0.01)  # small buckets: several per step
     out["ddp_mlp"]["report"] = lazyjit.metrics_report()
 
