@@ -131,6 +131,30 @@ std::string Metrics::report() const {
     os << buf;
   }
   section("remote cache faults (each one a miss; refused entries never run):", s.remote_errors);
+  // Collectives on lazyjit tensors (tracer/collectives.cpp): each is a step of
+  // the program that ran it, timed as "collective <op>".
+  {
+    int64_t n = 0;
+    double ms = 0;
+    std::string parts;
+    double wait_ms = 0;
+    for (const auto& [k, t] : s.timings) {
+      if (k.rfind("collective ", 0) != 0) continue;
+      if (k == "collective wait") {  // waiting for collectives in flight
+        wait_ms = t.total_ms;
+        continue;
+      }
+      n += t.count;
+      ms += t.total_ms;
+      parts += (parts.empty() ? "" : ", ") + k.substr(11) + " " + std::to_string(t.count);
+    }
+    if (n) {
+      char buf[120];
+      std::snprintf(buf, sizeof buf, "; %.3f ms starting them, %.3f ms waiting for them", ms, wait_ms);
+      os << "collectives on lazyjit tensors (" << n << ", each a step of the program that ran it): " << parts << buf
+         << "\n";
+    }
+  }
   if (!s.recompiles.empty()) {
     os << "recompiles by call site (what differed from the nearest earlier program there):\n";
     std::map<std::string, std::vector<const RecompileRecord*>> by_site;

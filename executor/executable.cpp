@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -27,7 +28,9 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
 
 namespace {
 
-void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env) {
+// `reuse`: a scatter may write into its base's buffer instead of a copy of it
+// (the base is a step result this step reads last; see run_step).
+void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env, bool reuse = false) {
   const auto& sizes = std::get<std::vector<int64_t>>(n.attrs[0].value);
   const auto& strides = std::get<std::vector<int64_t>>(n.attrs[1].value);
   int64_t offset = std::get<int64_t>(n.attrs[2].value);
@@ -38,10 +41,36 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
     env[n.outputs[0]] = flat.as_strided(sizes, strides, base.storage_offset() + offset);
     return;
   }
-  at::Tensor out = base.clone(at::MemoryFormat::Preserve);
+  at::Tensor out = reuse ? base : base.clone(at::MemoryFormat::Preserve);
   at::Tensor out_flat = out.as_strided({out.numel()}, {1}, out.storage_offset());
   out_flat.as_strided(sizes, strides, out.storage_offset() + offset).copy_(env[n.operands[1]]);
   env[n.outputs[0]] = out;
+}
+
+// Collectives (tracer/collectives.cpp: lazyjit_c10d::all_reduce, ...) run as
+// their `_start` form, which hands the buffer to the process group's backend
+// and returns without waiting: the steps after it that do not read its result
+// run while it is in flight, and the first step that reads it (or the end of
+// the run) waits for it (`_c10d_functional::wait_tensor`). Programs keep
+// collectives in recorded order, so every rank starts them in the same order.
+constexpr const char* kCollectivePrefix = "lazyjit_c10d::";
+
+bool is_collective(const ir::Node& n) {
+  return n.kind == OpKind::Aten && std::get<std::string>(n.attrs[0].value).rfind(kCollectivePrefix, 0) == 0;
+}
+
+bool has_op(const std::string& full) {
+  return c10::Dispatcher::singleton().findSchema({full, ""}).has_value();
+}
+
+void wait_collective(at::Tensor& t) {
+  static const c10::OperatorHandle wait =
+      c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::wait_tensor", "");
+  auto t0 = std::chrono::steady_clock::now();
+  torch::jit::Stack stack{t};
+  wait.callBoxed(&stack);
+  debug::Metrics::get().time(
+      "collective wait", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
@@ -51,7 +80,16 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
   aten_.resize(p.plan.steps.size());
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     const Step& s = p.plan.steps[si];
-    if (s.kind == Step::Kind::Aten) aten_[si] = std::make_unique<AtenCall>(p.graph, p.graph.nodes()[s.node]);
+    if (s.kind != Step::Kind::Aten) continue;
+    const ir::Node& n = p.graph.nodes()[s.node];
+    std::string start = is_collective(n) ? std::get<std::string>(n.attrs[0].value) + "_start" : "";
+    if (!start.empty() && has_op(start)) {
+      ir::Node c = n;
+      c.attrs[0].value = start;
+      aten_[si] = std::make_unique<AtenCall>(p.graph, c);
+    } else {
+      aten_[si] = std::make_unique<AtenCall>(p.graph, n);
+    }
   }
   for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));
 }
@@ -83,9 +121,26 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
     case Step::Kind::AsStrided:
-    case Step::Kind::AsStridedScatter:
       run_view(p.graph, p.graph.nodes()[s.node], env);
       break;
+    case Step::Kind::AsStridedScatter: {
+      // A chain of scatters into one buffer (DDP filling a gradient bucket slice
+      // by slice) copies the buffer once, not once per slice: a base that is a
+      // step's result (not an input: the caller's data), that no later step
+      // reads (the buffer plan frees it here, and a view of it would keep it),
+      // held by nothing else, and not aliased by the value written, is written
+      // in place.
+      const ir::Node& n = p.graph.nodes()[s.node];
+      ir::ValueId base = n.operands[0];
+      const at::Tensor& bt = env[base];
+      bool reuse = p.graph.producer(base).kind != OpKind::Input && si < p.plan.frees.size() &&
+                   std::find(p.plan.frees[si].begin(), p.plan.frees[si].end(), base) != p.plan.frees[si].end() &&
+                   bt.defined() && bt.use_count() == 1 && bt.storage().use_count() == 1 &&
+                   bt.sizes().equals(p.graph.value(base).type.sizes) &&
+                   bt.strides().equals(p.graph.value(base).type.strides) && !env[n.operands[1]].is_alias_of(bt);
+      run_view(p.graph, n, env, reuse);
+      break;
+    }
     case Step::Kind::Eager:
       run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
@@ -128,13 +183,44 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   // Per value, the failure it depends on (-1: none); empty until a step throws,
   // so a run without failures only tests that it is empty.
   std::vector<int32_t> failed_by;
+  // Results of collectives started and not yet waited for (see is_collective).
+  std::vector<ir::ValueId> in_flight;
+  auto reads_in_flight = [&](size_t si) {
+    const Step& s = p.plan.steps[si];
+    auto hit = [&](ir::ValueId v) {
+      for (;;) {  // a view read through (a folded AsStrided) reads its base
+        if (std::find(in_flight.begin(), in_flight.end(), v) != in_flight.end()) return true;
+        const ir::Node& pr = g.producer(v);
+        if (pr.kind != OpKind::AsStrided || pr.operands.empty()) return false;
+        v = pr.operands[0];
+      }
+    };
+    if (s.kind == Step::Kind::Kernel) {
+      for (const lowering::Access& a : p.plan.kernels[s.kernel].loads)
+        if (a.scalar_index < 0 && hit(a.value)) return true;
+      return false;
+    }
+    for (ir::ValueId v : g.nodes()[s.node].operands)
+      if (hit(v)) return true;
+    return false;
+  };
+  auto wait_all = [&] {
+    for (ir::ValueId v : in_flight)
+      if (env[v].defined()) wait_collective(env[v]);
+    in_flight.clear();
+  };
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    // Every rank waits for its collectives in the same order it started them.
+    if (!in_flight.empty() && (after || reads_in_flight(si))) wait_all();
     int32_t skip = failed_by.empty() ? -1 : failed_operand(si, failed_by);
     if (skip >= 0) {
       mark_results(si, skip, failed_by);
     } else {
       try {
         run_step(si, env, b, threads, &r.stored_nonfinite);
+        const Step& s = p.plan.steps[si];
+        if (s.kind == Step::Kind::Aten && is_collective(g.nodes()[s.node]))
+          for (ir::ValueId v : g.nodes()[s.node].outputs) in_flight.push_back(v);
       } catch (...) {
         const Step& s = p.plan.steps[si];
         uint32_t node = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].nodes.front() : s.node;
@@ -147,6 +233,18 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
     // The buffer plan: results no later step reads go back to the pool now.
     if (si < p.plan.frees.size())
       for (ir::ValueId v : p.plan.frees[si]) env[v].reset();
+  }
+  try {
+    wait_all();
+  } catch (...) {
+    // A collective that failed in flight: its results are lost (its node is the failure).
+    if (failed_by.empty()) failed_by.assign(g.values().size(), -1);
+    for (ir::ValueId v : in_flight) {
+      r.failures.push_back({g.value(v).node, std::current_exception()});
+      failed_by[v] = static_cast<int32_t>(r.failures.size() - 1);
+      env[v].reset();
+    }
+    in_flight.clear();
   }
   r.outputs.reserve(g.outputs().size());
   for (ir::ValueId v : g.outputs())

@@ -123,13 +123,13 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     input_owner_.push_back(shared ? nullptr : &s);
     if (shared) return shared_[&s] = v;
     s.value = v;
-  } else if (!runtime::kernels_support(type.dtype)) {  // e.g. complex: zeros made on the CPU
+  } else {
+    // Uninitialized memory (any content is valid): zeros made on the CPU, read
+    // as an input like any storage's data, so that a graph reading a fresh
+    // storage is the graph that reads it once it holds data (DDP's gradient
+    // buckets, new at its first steps, then filled: one program for both).
     s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
     return storage_value(s, hint);
-  } else {  // uninitialized memory: any content is valid, zeros is cheapest
-    type.strides = ir::contiguous_strides(type.sizes);
-    s.value = graph_->add_node1(OpKind::Full, {scalar(c10::Scalar(int64_t{0}))},
-                                {{static_cast<int64_t>(type.dtype)}}, type);
   }
   touch(s);
   return s.value;

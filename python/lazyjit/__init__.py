@@ -12,6 +12,7 @@ import os
 import torch
 
 from . import _C  # registers the "lazyjit" device (PrivateUse1) with PyTorch
+from . import distributed  # the "lazyjit" torch.distributed backend (python/lazyjit/distributed.py)
 
 __all__ = ["device", "sync", "set_mode", "mode", "add_op_hook", "metrics", "reset_metrics",
            "metrics_report", "clear_cache"]

@@ -1,0 +1,89 @@
+"""torch.distributed on lazyjit tensors: the ``lazyjit`` c10d backend.
+
+After ``import lazyjit``::
+
+    dist.init_process_group("cpu:gloo,lazyjit:lazyjit")   # or "lazyjit"
+    t = torch.ones(4, device="lazyjit")
+    dist.all_reduce(t)            # recorded into the graph, not run
+    print(t.cpu())                # the sync runs the program; Gloo runs the collective in it
+
+A collective on lazyjit tensors is a node of the graph being recorded (a
+library step, ``lazyjit_c10d::all_reduce`` and friends, tracer/collectives.cpp)
+whose CPU kernel runs PyTorch's functional collective on the group's Gloo
+backend when the program runs, then waits for it. The work before and after it
+stays in one compiled program; programs run their collectives in recorded
+order, which is the same on every rank when every rank runs the same code.
+
+The process group this backend makes holds Gloo for CPU tensors (and for the
+transport of lazyjit collectives) and the lazyjit backend for the lazyjit
+device: c10d's eager API (``all_reduce``, ``all_gather``,
+``all_gather_into_tensor``, ``reduce_scatter``, ``reduce_scatter_tensor``,
+``broadcast``, ``barrier``) and DistributedDataParallel's reducer reach it; so
+do the functional collectives (``torch.distributed._functional_collectives``)
+on lazyjit tensors. Works return complete: their tensors hold pending values
+of the graph, and reading one syncs as reading any lazyjit tensor does.
+``barrier()`` runs what was recorded first.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["collectives", "collective_wait_ms"]
+
+_registered = False
+
+
+def _create_backend(store, rank, size, timeout):
+    # c10d's helper takes a ProcessGroup returned by a backend's creator as the
+    # group itself (for every device): it gets Gloo for the CPU and lazyjit's
+    # backend (C++, installed through a custom op) for the lazyjit device.
+    from torch._C._distributed_c10d import PrefixStore, ProcessGroup, ProcessGroupGloo
+
+    pg = ProcessGroup(store, rank, size)
+    gloo = ProcessGroupGloo(PrefixStore("gloo/", store), rank, size, timeout=timeout)
+    gloo._set_sequence_number_for_group()
+    pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, gloo)
+    pg._set_default_backend(ProcessGroup.BackendType.GLOO)
+    torch.ops.lazyjit_c10d.install_backend(pg.boxed())
+    return pg
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_available() or "lazyjit" in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend("lazyjit", _create_backend, devices=["lazyjit"])
+    _registered = True
+
+
+def collectives() -> dict:
+    """The collectives lazyjit programs ran in this process, by kind:
+    ``{"all_reduce": {"count": n, "total_ms": ms, "max_ms": ms}, ...}`` (the
+    timings ``collective <kind>`` of ``lazyjit.metrics()``). A program starts
+    a collective and goes on with the steps that do not need its result; the
+    time here is the time spent starting them (a collective that must finish
+    first, avg, or one run in step mode, is waited for there)."""
+    from . import _C
+
+    return {k[len("collective "):]: v for k, v in _C.metrics()["timings"].items()
+            if k.startswith("collective ") and k != "collective wait"}
+
+
+def collective_wait_ms() -> float:
+    """Milliseconds programs spent waiting for collectives in flight (for the
+    other ranks, and for Gloo), the timing ``collective wait``."""
+    from . import _C
+
+    return _C.metrics()["timings"].get("collective wait", {}).get("total_ms", 0.0)
+
+
+try:
+    _register()
+except Exception as e:  # torch.distributed missing or broken: lazyjit works without it
+    import warnings
+
+    warnings.warn(f"lazyjit: the 'lazyjit' torch.distributed backend is not registered: {e}", stacklevel=2)

@@ -1,0 +1,310 @@
+"""One rank of tests/python/test_distributed.py, started by torchrun (2 processes,
+Gloo on loopback). Writes what it saw to OUTDIR/rank<R>.json; the test compares.
+
+    python -m torch.distributed.run --nproc_per_node=2 ... dist_worker.py OUTDIR [PART ...]
+
+Parts: collectives (each collective on lazyjit tensors against Gloo on CPU
+tensors, a collective inside one program, errors), ddp_mlp (AdamW) and ddp_gpt2
+(SGD with momentum): DDP on lazyjit for 4 steps against one eager process
+training on the whole batch. LAZYJIT_TEST_DIST_BACKEND picks init_process_group's backend
+("cpu:gloo,lazyjit:lazyjit" by default).
+"""
+import copy
+import json
+import os
+import sys
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.distributed._functional_collectives as fc  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import lazyjit  # noqa: E402
+
+DEV = "lazyjit"
+warnings.filterwarnings("ignore", category=FutureWarning)  # c10d's deprecation notes for *_into_tensor
+
+
+def counters():
+    m = lazyjit.metrics()
+    return {k: m[k] for k in ("compiles", "graphs_executed", "syncs", "cache_misses")} | {
+        "collectives": sum(v["count"] for v in lazyjit.distributed.collectives().values())}
+
+
+def delta(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def same(a, b):
+    a, b = a.cpu(), b.cpu()
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def part_collectives(rank, world, out):
+    res = {}
+    g = dist.group.WORLD
+    base = torch.arange(12, dtype=torch.float32).reshape(4, 3) * (rank + 1) - 5
+
+    def both(fn):
+        """fn(tensor_factory) on lazyjit and on CPU; both results as CPU tensors."""
+        lz = fn(lambda t: t.clone().to(DEV))
+        cp = fn(lambda t: t.clone())
+        return lz, cp
+
+    def all_reduce(op):
+        def f(mk):
+            t = mk(base)
+            dist.all_reduce(t, op=op)
+            return t.cpu()
+        return f
+
+    for name, op in [("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX), ("min", dist.ReduceOp.MIN),
+                     ("product", dist.ReduceOp.PRODUCT)]:
+        lz, cp = both(all_reduce(op))
+        res[f"all_reduce_{name}"] = same(lz, cp)
+    # Gloo has no AVG: lazyjit sums and divides; compared with the CPU sum / world.
+    t = base.clone().to(DEV)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    c = base.clone()
+    dist.all_reduce(c)
+    res["all_reduce_avg"] = bool(torch.allclose(t.cpu(), c / world))
+    # Integer all_reduce.
+    lz, cp = both(lambda mk: (lambda t: (dist.all_reduce(t), t.cpu())[1])(mk(torch.arange(5) + rank)))
+    res["all_reduce_int64"] = same(lz, cp)
+
+    def all_gather(mk):
+        t = mk(base)
+        outs = [mk(torch.zeros(4, 3)) for _ in range(world)]
+        dist.all_gather(outs, t)
+        return torch.stack([o.cpu() for o in outs])
+    res["all_gather"] = same(*both(all_gather))
+
+    def all_gather_into_tensor(mk):
+        t = mk(base)
+        o = mk(torch.zeros(4 * world, 3))
+        dist.all_gather_into_tensor(o, t)
+        return o.cpu()
+    res["all_gather_into_tensor"] = same(*both(all_gather_into_tensor))
+
+    def reduce_scatter_tensor(mk):
+        t = mk(torch.arange(8 * world, dtype=torch.float32).reshape(2 * world, 4) + rank)
+        o = mk(torch.zeros(2, 4))
+        dist.reduce_scatter_tensor(o, t)
+        return o.cpu()
+    # Gloo on CPU has reduce_scatter_tensor only through its own implementation;
+    # compare with the sum of what every rank holds, sliced.
+    lz = reduce_scatter_tensor(lambda t: t.clone().to(DEV))
+    full = sum(torch.arange(8 * world, dtype=torch.float32).reshape(2 * world, 4) + r for r in range(world))
+    res["reduce_scatter_tensor"] = same(lz, full[2 * rank:2 * rank + 2])
+
+    def reduce_scatter(mk):
+        ins = [mk(torch.full((3,), float(rank * 10 + i))) for i in range(world)]
+        o = mk(torch.zeros(3))
+        dist.reduce_scatter(o, ins)
+        return o.cpu()
+    lz = reduce_scatter(lambda t: t.clone().to(DEV))
+    res["reduce_scatter"] = same(lz, torch.full((3,), float(sum(r * 10 + rank for r in range(world)))))
+
+    def broadcast(mk):
+        t = mk(base)
+        dist.broadcast(t, src=1)
+        return t.cpu()
+    res["broadcast"] = same(*both(broadcast))
+
+    # Functional collectives on lazyjit tensors (what traced code calls).
+    f = fc.all_reduce(base.clone().to(DEV), "sum", g)
+    c = base.clone()
+    dist.all_reduce(c)
+    res["functional_all_reduce"] = same(fc.wait_tensor(f), c)
+    f = fc.all_gather_tensor(base.clone().to(DEV), 0, g)
+    c = torch.zeros(4 * world, 3)
+    dist.all_gather_into_tensor(c, base.clone())
+    res["functional_all_gather"] = same(f, c)
+
+    dist.barrier()
+    # A collective inside one program: work before and after it, one sync.
+    lazyjit.sync()
+    before = counters()
+    x = base.clone().to(DEV)
+    y = (x * 2).relu()
+    dist.all_reduce(y)
+    z = (y + 1).sum(0)
+    z_cpu = z.cpu()
+    res["inside_one_program"] = delta(before, counters())
+    xc = (base.clone() * 2).relu()
+    dist.all_reduce(xc)
+    res["inside_one_program_value"] = same(z_cpu, (xc + 1).sum(0))
+    # The same again: the program is cached.
+    before = counters()
+    y = (base.clone().to(DEV) * 2).relu()
+    dist.all_reduce(y)
+    (y + 1).sum(0).cpu()
+    res["inside_one_program_again"] = delta(before, counters())
+    res["report"] = lazyjit.metrics_report()
+
+    # Step mode runs the collective at once.
+    lazyjit.set_mode("step")
+    try:
+        t = base.clone().to(DEV)
+        dist.all_reduce(t)
+        c = base.clone()
+        dist.all_reduce(c)
+        res["step_mode"] = same(t, c)
+    finally:
+        lazyjit.set_mode("lazy")
+
+    # Bad input: clear errors, nothing sent (every rank raises the same).
+    errors = {}
+    for name, fn in [
+        ("premul_sum", lambda: torch.ops._c10d_functional.all_reduce(base.to(DEV), "premul_sum", g.group_name)),
+        ("alltoall", lambda: dist.all_to_all_single(torch.zeros(4, device=DEV), torch.ones(4, device=DEV))),
+        ("all_to_all_functional", lambda: torch.ops._c10d_functional.all_to_all_single(
+            torch.ones(4, device=DEV), [2, 2], [2, 2], g.group_name)),
+        ("no_group", lambda: torch.ops._c10d_functional.all_reduce(base.to(DEV), "sum", "no-such-group")),
+        ("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64, device=DEV), op=dist.ReduceOp.AVG)),
+    ]:
+        try:
+            fn()
+            errors[name] = None
+        except Exception as e:  # noqa: BLE001
+            errors[name] = f"{type(e).__name__}: {e}".splitlines()[0]
+    res["errors"] = errors
+    lazyjit.sync()
+    dist.barrier()
+    out["collectives"] = res
+
+
+def _train(model, opt, batches, loss_fn, per_step=None, sync=None):
+    losses = []
+    for x, y in batches:
+        before = counters() if per_step is not None else None
+        opt.zero_grad()
+        loss = loss_fn(model, x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if per_step is not None:
+            per_step.append(delta(before, counters()))
+    return losses
+
+
+def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adamw=False, **ddp_args):
+    torch.manual_seed(0)
+    ref = make_model()
+    model = copy.deepcopy(ref)
+    # Rank 1 starts from other weights: DDP's broadcast from rank 0 must fix them.
+    if rank != 0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    batches = make_batches(steps)
+    # The oracle: one eager process, the whole batch.
+    def make_opt(params):
+        if adamw:
+            return torch.optim.AdamW(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    opt_ref = make_opt(ref.parameters())
+    ref_losses = _train(ref, opt_ref, batches, loss_fn)
+    # DDP on lazyjit: this rank's half of each batch.
+    lazyjit.sync()
+    start = counters()
+    model = model.to(DEV)
+    ddp = DDP(model, **ddp_args)
+    opt = make_opt(ddp.parameters())
+
+    def shard(t):
+        if t is None:
+            return None
+        n = t.shape[0] // world
+        return t[rank * n:(rank + 1) * n].to(DEV)
+    per_step = []
+    init = delta(start, counters())
+    losses = _train(ddp, opt, [(shard(x), shard(y)) for x, y in batches], loss_fn, per_step)
+    # The mean of the ranks' losses is the whole batch's loss.
+    lt = torch.tensor(losses)
+    dist.all_reduce(lt)
+    lt /= world
+    err = max((p.detach().cpu() - q.detach()).abs().max().item()
+              for p, q in zip(model.parameters(), ref.parameters()))
+    scale = max(q.detach().abs().max().item() for q in ref.parameters())
+    return {"losses": lt.tolist(), "ref_losses": ref_losses, "max_param_err": err, "param_scale": scale,
+            "per_step": per_step, "init": init, "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
+            "sync_reasons": lazyjit.metrics()["sync_reasons"],
+            "fallbacks": lazyjit.metrics()["fallbacks"]}
+
+
+def part_ddp_mlp(rank, world, out):
+    def make_model():
+        # Wide enough that loss.item() is not read apart from the step's graph
+        # (tracer/read_apart.cpp: parts of at most 2**17 elements), which would
+        # leave a step's backward pending until the next step's sync.
+        return torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512),
+                                   torch.nn.Tanh(), torch.nn.Linear(512, 4))
+
+    def make_batches(steps):
+        g = torch.Generator().manual_seed(1)
+        return [(torch.randn(32, 16, generator=g), torch.randn(32, 4, generator=g)) for _ in range(steps)]
+
+    def loss_fn(m, x, y):
+        return torch.nn.functional.mse_loss(m(x), y)
+    lazyjit.reset_metrics()
+    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
+                                  bucket_cap_mb=0.01)  # small buckets: several per step
+    out["ddp_mlp"]["report"] = lazyjit.metrics_report()
+
+
+def part_ddp_gpt2(rank, world, out):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+
+    def make_model():
+        cfg = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=32, bos_token_id=0,
+                         eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return GPT2LMHeadModel(cfg)
+
+    def make_batches(steps):
+        g = torch.Generator().manual_seed(2)
+        return [(torch.randint(0, 100, (4, 16), generator=g), None) for _ in range(steps)]
+
+    def loss_fn(m, x, _):
+        return m(input_ids=x, labels=x).loss
+    lazyjit.reset_metrics()
+    out["ddp_gpt2"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=0.02,
+                                   bucket_cap_mb=0.05)
+
+
+def main():
+    outdir, parts = sys.argv[1], sys.argv[2:] or ["collectives", "ddp_mlp", "ddp_gpt2"]
+    dist.init_process_group(os.environ.get("LAZYJIT_TEST_DIST_BACKEND", "cpu:gloo,lazyjit:lazyjit"))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {"rank": rank, "world": world}
+    try:
+        for p in parts:
+            globals()[f"part_{p}"](rank, world, out)
+    except Exception:  # noqa: BLE001
+        out["error"] = traceback.format_exc()
+        raise
+    finally:
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    dist.destroy_process_group()
+    # No interpreter shutdown: a Gloo worker thread may still be dropping the last
+    # reference to a finished work (a barrier holds the works before it; here the
+    # eager CPU all_reduces the comparisons made) whose tensors are Python objects.
+    # If that happens while Python finalizes, the thread dies taking the GIL and the
+    # process aborts, "terminate called without an active exception" (1 run in 4
+    # under load; core: ProcessGroupGloo::runLoop -> ~AsyncBarrierWork ->
+    # ~AsyncAllreduceWork -> TensorImpl::decref_pyobject -> take_gil -> pthread_exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

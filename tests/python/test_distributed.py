@@ -1,0 +1,148 @@
+"""torch.distributed on lazyjit tensors (issue 15, item 1): the "lazyjit" c10d backend.
+
+torchrun starts 2 processes on loopback with init_process_group("cpu:gloo,lazyjit:lazyjit");
+each runs tests/python/dist_worker.py and writes what it saw. Eager PyTorch is the oracle:
+collectives on lazyjit tensors against Gloo on CPU tensors, DDP training on lazyjit against
+one eager process training on the whole batch. One torchrun run serves every test here.
+"""
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD = 2
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(out, parts=(), backend=None):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off",
+               OMP_NUM_THREADS="1", LAZYJIT_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               TORCH_CPP_LOG_LEVEL="ERROR")
+    env.pop("LAZYJIT_TEST_DIST_BACKEND", None)
+    if backend:
+        env["LAZYJIT_TEST_DIST_BACKEND"] = backend
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}", "--nnodes=1",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", os.path.join(HERE, "dist_worker.py"),
+           str(out), *parts]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    results = []
+    for r in range(WORLD):
+        path = out / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote nothing\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+        results.append(json.loads(path.read_text()))
+    for r in results:
+        assert "error" not in r, r["error"]
+    assert p.returncode == 0, p.stderr[-6000:]
+    return results
+
+
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+MODELS = ["ddp_mlp"] + ([pytest.param("ddp_gpt2")] if HAVE_TRANSFORMERS else
+                        [pytest.param("ddp_gpt2", marks=pytest.mark.skip(reason="transformers is not installed"))])
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    parts = ["collectives", "ddp_mlp"] + (["ddp_gpt2"] if HAVE_TRANSFORMERS else [])
+    return _torchrun(tmp_path_factory.mktemp("dist"), parts)
+
+
+@pytest.fixture(scope="module")
+def ranks_lazyjit_only(tmp_path_factory):
+    # init_process_group("lazyjit"): the backend's group brings its own Gloo for the CPU.
+    return _torchrun(tmp_path_factory.mktemp("dist_lazyjit"), ["collectives"], backend="lazyjit")
+
+
+COLLECTIVES = ["all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce_product", "all_reduce_avg",
+               "all_reduce_int64", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+               "reduce_scatter", "broadcast", "functional_all_reduce", "functional_all_gather", "step_mode"]
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_collective_on_lazyjit_equals_gloo_on_cpu(ranks, name):
+    for r in ranks:
+        assert r["collectives"][name] is True, (r["rank"], name)
+
+
+def test_backend_alone_serves_cpu_and_lazyjit_tensors(ranks_lazyjit_only):
+    for r in ranks_lazyjit_only:
+        c = r["collectives"]
+        assert [n for n in COLLECTIVES if c[n] is not True] == [], c
+        assert c["inside_one_program_again"]["compiles"] == 0
+
+
+def test_collective_is_a_step_inside_one_program(ranks):
+    for r in ranks:
+        c = r["collectives"]
+        # x*2 -> relu -> all_reduce -> +1 -> sum: one sync, one program, the collective in it.
+        d = c["inside_one_program"]
+        assert d["syncs"] == 1 and d["graphs_executed"] == 1 and d["collectives"] == 1, d
+        assert c["inside_one_program_value"] is True
+        # The same work again hits the cache.
+        d = c["inside_one_program_again"]
+        assert d == {"compiles": 0, "graphs_executed": 1, "syncs": 1, "cache_misses": 0, "collectives": 1}, d
+        assert "collectives on lazyjit tensors (" in c["report"]
+        assert "all_reduce" in c["report"].split("collectives on lazyjit tensors", 1)[1].splitlines()[0]
+
+
+def test_bad_input_raises_a_clear_error(ranks):
+    for r in ranks:
+        e = r["collectives"]["errors"]
+        assert "reduce op 'premul_sum' is not supported on lazyjit tensors" in e["premul_sum"], e
+        assert "does not support alltoall" in e["alltoall"] and "lazyjit" in e["alltoall"], e
+        assert "all_to_all_single on lazyjit tensors is not supported" in e["all_to_all_functional"], e
+        assert "no-such-group" in e["no_group"], e
+        assert "avg needs a floating-point tensor" in e["avg_int"], e
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_ddp_matches_one_process_on_the_whole_batch(ranks, model):
+    for r in ranks:
+        d = r[model]
+        assert d["losses"] == pytest.approx(d["ref_losses"], rel=1e-4, abs=1e-5), (d["losses"], d["ref_losses"])
+        assert d["max_param_err"] <= 1e-4 * max(1.0, d["param_scale"]), d["max_param_err"]
+        assert d["buckets"] >= 2, d["buckets"]  # gradients travel in several buckets
+    # Both ranks hold the same parameters (DDP's broadcast fixed rank 1's).
+    assert ranks[0][model]["losses"] == ranks[1][model]["losses"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_ddp_steady_steps_compile_nothing(ranks, model):
+    # DDP assigns gradients to buckets twice: at construction (step 1: one bucket, as DDP
+    # does without find_unused_parameters), and once more after step 1, in the order the
+    # gradients arrived (DDP's reducer rebuilds them at step 2's forward, broadcasting the
+    # new layout from rank 0 and reading it back: two small programs). So step 2's program
+    # runs over new buckets and is compiled once; from step 3 on nothing compiles, the
+    # step is one program, cut only by loss.item().
+    for r in ranks:
+        d = r[model]
+        steps = d["per_step"]
+        assert steps[0]["compiles"] >= 1 and steps[0]["syncs"] == 1, steps
+        assert steps[1]["compiles"] == 1 and steps[1]["syncs"] == 3, (steps, d["sync_reasons"])
+        for s in steps[2:]:
+            assert s["compiles"] == 0 and s["cache_misses"] == 0, (steps, d["sync_reasons"])
+            assert s["syncs"] == 1 and s["graphs_executed"] == 1, steps
+        item = [k for k in d["sync_reasons"] if k.startswith("item() @ ") and "dist_worker.py" in k]
+        assert item and d["sync_reasons"][item[0]] >= len(steps), d["sync_reasons"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_ddp_gradient_buckets_run_inside_the_step_program(ranks, model):
+    for r in ranks:
+        d = r[model]
+        for s in d["per_step"][2:]:
+            # Every bucket's all_reduce runs inside the step's one program: no graph is cut for them.
+            assert s["collectives"] == d["buckets"] and s["graphs_executed"] == 1, (s, d["buckets"])
+        assert not d["fallbacks"], d["fallbacks"]
