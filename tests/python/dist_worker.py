@@ -126,7 +126,17 @@ def part_collectives(rank, world, out):
     dist.all_gather_into_tensor(c, base.clone())
     res["functional_all_gather"] = same(f, c)
 
+    # barrier(): without device_ids c10d sends it to the CPU backend (Gloo) at
+    # once; on the lazyjit device it first runs what this rank recorded.
+    lazyjit.sync()
+    pending = (base.clone().to(DEV) * 3).relu()
+    before = counters()
     dist.barrier()
+    res["barrier_cpu_syncs"] = delta(before, counters())["syncs"]
+    before = counters()
+    dist.barrier(device_ids=[0])
+    res["barrier_lazyjit_syncs"] = delta(before, counters())["syncs"]
+    res["barrier_value"] = same(pending, (base.clone() * 3).relu())
     # A collective inside one program: work before and after it, one sync.
     lazyjit.sync()
     before = counters()
