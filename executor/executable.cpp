@@ -73,6 +73,41 @@ void wait_collective(at::Tensor& t) {
       "collective wait", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// The base of step `si`'s in-place work: value `v` when it is a step result
+// (not an input: the caller's data) that no later step reads (the buffer plan
+// frees it after `si`, and a view of it would keep it), held by nothing else,
+// with its declared layout. Such a buffer may be written in place.
+bool dead_after(const lowering::Program& p, size_t si, ir::ValueId v, const std::vector<at::Tensor>& env) {
+  const at::Tensor& t = env[v];
+  return p.graph.producer(v).kind != OpKind::Input && si < p.plan.frees.size() &&
+         std::find(p.plan.frees[si].begin(), p.plan.frees[si].end(), v) != p.plan.frees[si].end() &&
+         t.defined() && t.use_count() == 1 && t.storage().use_count() == 1 &&
+         t.sizes().equals(p.graph.value(v).type.sizes) && t.strides().equals(p.graph.value(v).type.strides);
+}
+
+// An all_reduce whose input no later step reads reduces that buffer in place
+// (`_c10d_functional::all_reduce_`, left in flight) instead of a copy of it:
+// DDP's bucket, divided by the group size, is reduced where it lies.
+bool all_reduce_in_place(const lowering::Program& p, size_t si, const ir::Node& n, std::vector<at::Tensor>& env) {
+  if (std::get<std::string>(n.attrs[0].value) != "lazyjit_c10d::all_reduce" || n.attrs.size() != 4) return false;
+  const auto* op = std::get_if<std::string>(&n.attrs[2].value);
+  const auto* group = std::get_if<std::string>(&n.attrs[3].value);
+  ir::ValueId in = n.operands.at(0), out = n.outputs.at(0);
+  if (!op || !group || *op == "avg" || !dead_after(p, si, in, env) || !env[in].is_contiguous() ||
+      p.graph.value(in).type.sizes != p.graph.value(out).type.sizes ||
+      p.graph.value(in).type.strides != p.graph.value(out).type.strides)
+    return false;
+  static const c10::OperatorHandle all_reduce_ =
+      c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::all_reduce_", "");
+  auto t0 = std::chrono::steady_clock::now();
+  torch::jit::Stack stack{env[in], *op, *group};
+  all_reduce_.callBoxed(&stack);
+  env[out] = env[in];
+  debug::Metrics::get().time(
+      "collective all_reduce", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return true;
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program) : program_(std::move(program)) {
@@ -117,9 +152,12 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
                     b.scalars, threads);
       break;
-    case Step::Kind::Aten:
-      aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);
+    case Step::Kind::Aten: {
+      const ir::Node& n = p.graph.nodes()[s.node];
+      if (is_collective(n) && all_reduce_in_place(p, si, n, env)) break;
+      aten_[si]->run(p.graph, n, env, b.scalars);
       break;
+    }
     case Step::Kind::AsStrided:
       run_view(p.graph, p.graph.nodes()[s.node], env);
       break;
@@ -132,12 +170,7 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       // in place.
       const ir::Node& n = p.graph.nodes()[s.node];
       ir::ValueId base = n.operands[0];
-      const at::Tensor& bt = env[base];
-      bool reuse = p.graph.producer(base).kind != OpKind::Input && si < p.plan.frees.size() &&
-                   std::find(p.plan.frees[si].begin(), p.plan.frees[si].end(), base) != p.plan.frees[si].end() &&
-                   bt.defined() && bt.use_count() == 1 && bt.storage().use_count() == 1 &&
-                   bt.sizes().equals(p.graph.value(base).type.sizes) &&
-                   bt.strides().equals(p.graph.value(base).type.strides) && !env[n.operands[1]].is_alias_of(bt);
+      bool reuse = dead_after(p, si, base, env) && !env[n.operands[1]].is_alias_of(env[base]);
       run_view(p.graph, n, env, reuse);
       break;
     }

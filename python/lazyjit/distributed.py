@@ -22,7 +22,8 @@ device: c10d's eager API (``all_reduce``, ``all_gather``,
 do the functional collectives (``torch.distributed._functional_collectives``)
 on lazyjit tensors. Works return complete: their tensors hold pending values
 of the graph, and reading one syncs as reading any lazyjit tensor does.
-``barrier()`` runs what was recorded first.
+``barrier(device_ids=[0])`` (the lazyjit device's) runs what was recorded
+first; a plain ``barrier()`` goes to Gloo (c10d picks the CPU backend).
 """
 from __future__ import annotations
 

@@ -126,7 +126,17 @@ def part_collectives(rank, world, out):
     dist.all_gather_into_tensor(c, base.clone())
     res["functional_all_gather"] = same(f, c)
 
+    # barrier(): without device_ids c10d sends it to the CPU backend (Gloo) at
+    # once; on the lazyjit device it first runs what this rank recorded.
+    lazyjit.sync()
+    pending = (base.clone().to(DEV) * 3).relu()
+    before = counters()
     dist.barrier()
+    res["barrier_cpu_syncs"] = delta(before, counters())["syncs"]
+    before = counters()
+    dist.barrier(device_ids=[0])
+    res["barrier_lazyjit_syncs"] = delta(before, counters())["syncs"]
+    res["barrier_value"] = same(pending, (base.clone() * 3).relu())
     # A collective inside one program: work before and after it, one sync.
     lazyjit.sync()
     before = counters()
@@ -240,9 +250,8 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
 
 def part_ddp_mlp(rank, world, out):
     def make_model():
-        # Wide enough that loss.item() is not read apart from the step's graph
-        # (tracer/read_apart.cpp: parts of at most 2**17 elements), which would
-        # leave a step's backward pending until the next step's sync.
+        # 512 wide: each step's loss.item() syncs the whole step whatever
+        # tracer/read_apart.cpp decides (its forward alone is over 2**17 elements).
         return torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512),
                                    torch.nn.Tanh(), torch.nn.Linear(512, 4))
 

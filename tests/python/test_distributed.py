@@ -76,6 +76,14 @@ def test_collective_on_lazyjit_equals_gloo_on_cpu(ranks, name):
         assert r["collectives"][name] is True, (r["rank"], name)
 
 
+def test_barrier(ranks):
+    for r in ranks:
+        c = r["collectives"]
+        # dist.barrier() goes to Gloo at once; dist.barrier(device_ids=[0]) is the lazyjit
+        # backend's: it runs what was recorded (one sync), then Gloo's barrier.
+        assert (c["barrier_cpu_syncs"], c["barrier_lazyjit_syncs"], c["barrier_value"]) == (0, 1, True), c
+
+
 def test_backend_alone_serves_cpu_and_lazyjit_tensors(ranks_lazyjit_only):
     for r in ranks_lazyjit_only:
         c = r["collectives"]
