@@ -345,10 +345,12 @@ std::string Graph::verify() const {
   return {};
 }
 
-std::vector<bool> live_nodes(const Graph& g) {
+std::vector<bool> live_nodes(const Graph& g) { return live_nodes(g, g.outputs()); }
+
+std::vector<bool> live_nodes(const Graph& g, const std::vector<ValueId>& roots) {
   std::vector<bool> live(g.nodes().size(), false);
   std::vector<uint32_t> work;
-  for (ValueId v : g.outputs()) work.push_back(g.value(v).node);
+  for (ValueId v : roots) work.push_back(g.value(v).node);
   while (!work.empty()) {
     uint32_t n = work.back();
     work.pop_back();

@@ -126,5 +126,7 @@ class Graph {
 
 // Per node: whether some graph output depends on it.
 std::vector<bool> live_nodes(const Graph& g);
+// Per node: whether one of `roots` depends on it.
+std::vector<bool> live_nodes(const Graph& g, const std::vector<ValueId>& roots);
 
 }  // namespace lazyjit::ir

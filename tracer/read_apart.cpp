@@ -73,17 +73,10 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
   // step's graph): that read syncs, as a step's end.
   // Only what the graph still has to compute counts: the ops the other
   // storages it changed need (a value an earlier read apart took is dead).
-  std::vector<bool> live(g.nodes().size(), false);
-  work.clear();
+  std::vector<ValueId> roots;
   for (const LazyStorage* o : touched_)
-    if (o != &s && o->epoch == epoch_) work.push_back(g.value(o->value).node);
-  while (!work.empty()) {
-    uint32_t n = work.back();
-    work.pop_back();
-    if (live[n]) continue;
-    live[n] = true;
-    for (ValueId v : g.nodes()[n].operands) work.push_back(g.value(v).node);
-  }
+    if (o != &s && o->epoch == epoch_) roots.push_back(o->value);
+  const std::vector<bool> live = ir::live_nodes(g, roots);
   size_t pending_ops = 0;
   for (uint32_t n = 0; n < g.nodes().size(); ++n) {
     const ir::Node& node = g.nodes()[n];
