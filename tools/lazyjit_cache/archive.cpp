@@ -126,16 +126,10 @@ int cmd_import(const Common& c, const ImportOptions& o) {
     std::string_view file = r.take(r.le(8));
     progress.update(i + 1);
     auto refuse = [&](const std::string& why) { refused.push_back({{"key", key}, {"reason", why}}); };
-    auto decoded = cache::entry_file::decode(file, o.secret);
-    if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
-      refuse(std::string(cache::disk_error_name(err->kind)) + ": " + err->message);
-      continue;
-    }
-    const auto& d = std::get<cache::entry_file::Decoded>(decoded);
-    json m = json::parse(d.manifest, nullptr, false);
-    std::string why = o.allow_foreign ? "" : foreign_reason(m, o.expect_fingerprint, host);
-    if (!why.empty()) {
-      refuse("foreign: " + why);
+    cache::entry_file::Decoded d;
+    if (std::string why = admission_refusal(file, o.secret, o.allow_foreign, o.expect_fingerprint, host, &d);
+        !why.empty()) {
+      refuse(why);
       continue;
     }
     try {

@@ -229,15 +229,10 @@ int cmd_remote_pull(const Common& c, const RemoteOptions& o) {
     }
     check(s);
     if (!file) continue;  // removed since the listing
-    auto decoded = entry_file::decode(*file, o.secret);
-    if (auto* err = std::get_if<entry_file::DecodeError>(&decoded)) {
-      refuse(std::string(cache::disk_error_name(err->kind)) + ": " + err->message);
-      continue;
-    }
-    json m = json::parse(std::get<entry_file::Decoded>(decoded).manifest, nullptr, false);
-    std::string why = o.allow_foreign ? "" : foreign_reason(m, o.expect_fingerprint, host);
-    if (!why.empty()) {
-      refuse("foreign: " + why);
+    entry_file::Decoded d;
+    if (std::string why = admission_refusal(*file, o.secret, o.allow_foreign, o.expect_fingerprint, host, &d);
+        !why.empty()) {
+      refuse(why);
       continue;
     }
     try {

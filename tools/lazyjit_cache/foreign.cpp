@@ -3,6 +3,9 @@
 
 #include <fstream>
 #include <sstream>
+#include <variant>
+
+#include "cache/disk_error.h"
 
 namespace lazyjit::cache_tool {
 
@@ -60,6 +63,18 @@ std::string foreign_reason(const json& m, const std::string& expect_fingerprint,
     if (!flag.empty() && !host.count(flag)) missing += (missing.empty() ? "" : ",") + f;
   }
   return missing.empty() ? "" : "needs CPU features this machine lacks: " + missing;
+}
+
+std::string admission_refusal(std::string_view file, const std::string& secret, bool allow_foreign,
+                              const std::string& expect_fingerprint, const std::set<std::string>& host,
+                              cache::entry_file::Decoded* out) {
+  auto decoded = cache::entry_file::decode(file, secret);
+  if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded))
+    return std::string(cache::disk_error_name(err->kind)) + ": " + err->message;
+  *out = std::get<cache::entry_file::Decoded>(decoded);
+  if (allow_foreign) return "";
+  std::string why = foreign_reason(json::parse(out->manifest, nullptr, false), expect_fingerprint, host);
+  return why.empty() ? "" : "foreign: " + why;
 }
 
 }  // namespace lazyjit::cache_tool

@@ -4,6 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
+
+#include "cache/entry_file.h"
 
 namespace lazyjit::cache_tool {
 
@@ -19,5 +22,14 @@ std::set<std::string> host_cpu_flags();
 // as a miss (and quarantines the entry), so they never run.
 std::string foreign_reason(const nlohmann::json& manifest, const std::string& expect_fingerprint,
                            const std::set<std::string>& host);
+
+// Why an entry file may not be taken into this machine's cache (import,
+// `remote pull`): "<disk error kind>: ..." when it does not decode with
+// `secret`, "foreign: ..." when foreign_reason says so (unless
+// `allow_foreign`); empty when it may, with *out its decoded parts (views into
+// `file`).
+std::string admission_refusal(std::string_view file, const std::string& secret, bool allow_foreign,
+                              const std::string& expect_fingerprint, const std::set<std::string>& host,
+                              cache::entry_file::Decoded* out);
 
 }  // namespace lazyjit::cache_tool
