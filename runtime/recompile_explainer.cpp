@@ -57,16 +57,19 @@ std::string node_diff(size_t i, const ir::Node& a, const std::vector<ir::TensorT
 
 }  // namespace
 
+const RecompileExplainer::Seen* RecompileExplainer::latest_with(const std::vector<Seen>& seen, const ir::Hash128& structure) {
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it)
+    if (it->structure == structure) return &*it;
+  return nullptr;
+}
+
 bool RecompileExplainer::resized_locked(const ir::Graph& g, const std::string& site) {
   if (!dynamic_) return false;
   auto seen = seen_.find(site);
   if (seen == seen_.end()) return false;
-  const ir::Hash128 structure = g.hashes().structure;
-  const Seen* near = nullptr;
-  for (auto it = seen->second.rbegin(); it != seen->second.rend() && !near; ++it)
-    if (it->structure == structure) near = &*it;
+  const Seen* near = latest_with(seen->second, g.hashes().structure);
   if (!near || near->inputs.size() != g.inputs().size()) return false;
-  auto& sizes = sizes_[site];
+  const auto& sizes = sizes_[site];
   bool resized = false;
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const ir::TensorType &a = near->inputs[i], &b = g.value(g.inputs()[i]).type;
@@ -96,9 +99,7 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
   for (ir::ValueId v : g.inputs()) inputs.push_back(g.value(v).type);
   ir::GraphHashes h = g.hashes();
   // The nearest graph: the latest with the same structure, else the latest.
-  const Seen* near = nullptr;
-  for (auto it = seen.rbegin(); it != seen.rend() && !near; ++it)
-    if (it->structure == h.structure) near = &*it;
+  const Seen* near = latest_with(seen, h.structure);
   bool same_structure = near != nullptr;
   if (!near && !seen.empty()) near = &seen.back();
   std::vector<std::string> lines;

@@ -70,6 +70,8 @@ class RecompileExplainer {
     std::vector<ir::Node> nodes;
     std::vector<ir::TensorType> types;  // per value
   };
+  // The latest graph seen with this structure, or null.
+  static const Seen* latest_with(const std::vector<Seen>& seen, const ir::Hash128& structure);
   static constexpr size_t kKeepPerSite = 8;
   bool dynamic_ = true;
   std::mutex mu_;
