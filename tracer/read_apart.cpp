@@ -46,6 +46,9 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
       in_strict_region())
     return std::nullopt;
   const ir::Graph& g = *graph_;
+  auto source = [&](uint32_t n) {
+    return g.nodes()[n].kind == OpKind::Input || g.nodes()[n].kind == OpKind::Scalar;
+  };
   // The ops s's value depends on, within the limits.
   std::vector<bool> part(g.nodes().size(), false);
   std::vector<uint32_t> work{g.value(s.value).node};
@@ -56,8 +59,8 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
     work.pop_back();
     if (part[n]) continue;
     part[n] = true;
+    if (source(n)) continue;
     const ir::Node& node = g.nodes()[n];
-    if (node.kind == OpKind::Input || node.kind == OpKind::Scalar) continue;
     if (has_effects(node) || ++ops > kMaxOps) return std::nullopt;
     for (ValueId v : node.outputs) elements += g.value(v).type.numel();
     for (ValueId v : node.operands) {
@@ -79,13 +82,10 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
   const std::vector<bool> live = ir::live_nodes(g, roots);
   size_t pending_ops = 0;
   for (uint32_t n = 0; n < g.nodes().size(); ++n) {
-    const ir::Node& node = g.nodes()[n];
-    if (node.kind == OpKind::Input || node.kind == OpKind::Scalar || part[n] || !live[n]) continue;
+    if (source(n) || part[n] || !live[n]) continue;
     ++pending_ops;
-    for (ValueId v : node.operands) {
-      uint32_t p = g.value(v).node;
-      if (part[p] && g.nodes()[p].kind != OpKind::Input && g.nodes()[p].kind != OpKind::Scalar) return std::nullopt;
-    }
+    for (ValueId v : g.nodes()[n].operands)
+      if (part[g.value(v).node] && !source(g.value(v).node)) return std::nullopt;
   }
   if (pending_ops == 0) return std::nullopt;  // the whole graph: a sync computes it once
 
@@ -119,16 +119,15 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
     r = runtime::Runtime::get().run(sub, b, call_site());
   } catch (const std::exception&) {
     if (runtime::interrupt_seen()) throw;
-    return std::nullopt;  // e.g. compiling refused in a strict region: the sync says so
+    return std::nullopt;  // a compile that failed or was refused: the sync says why
   }
   // A failing op: the usual sync raises its error where it was recorded.
   if (!r.failures.empty() || r.outputs.empty() || !r.outputs[0].defined()) return std::nullopt;
   debug::Metrics::get().time("read apart (.item() without a cut)",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   // The storage holds its value now, as after a sync: reading it again runs
-  // nothing, and the pending graph stops writing it (its ops that read the
-  // value compute it again there). It owns its elements (a result may be an
-  // input's memory).
+  // nothing (later ops read its data as an input), and the pending graph stops
+  // writing it. It owns its elements (a result may be an input's memory).
   at::Tensor full = r.outputs[0];
   for (const at::Tensor& in : b.inputs)
     if (in.storage().data() == full.storage().data()) {
