@@ -372,18 +372,11 @@ def _patch_module_apply():
 _patch_module_apply()
 
 
-def _is_lazyjit_device(d) -> bool:
-    try:
-        return torch.device(d).type == "lazyjit"
-    except (TypeError, RuntimeError):
-        return False
-
-
 def _on_lazyjit(gm, inputs) -> bool:
     """Whether a graph Dynamo captured touches the lazyjit device: through its
-    inputs, parameters or buffers, or through a tensor it makes there (a
-    factory with device="lazyjit": flex attention's compiled block-mask builder
-    takes only sizes)."""
+    inputs, parameters or buffers, or through a tensor it makes there (its
+    nodes' example values: flex attention's compiled block-mask builder takes
+    only sizes and makes its tensors with device="lazyjit")."""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     tensors += list(gm.parameters()) + list(gm.buffers()) if isinstance(gm, torch.nn.Module) else []
     if any(t.device.type == "lazyjit" for t in tensors):
@@ -394,8 +387,6 @@ def _on_lazyjit(gm, inputs) -> bool:
         for t in v if isinstance(v, (list, tuple)) else (v,):
             if isinstance(t, torch.Tensor) and t.device.type == "lazyjit":
                 return True
-        if "device" in n.kwargs and _is_lazyjit_device(n.kwargs["device"]):
-            return True
     return False
 
 
