@@ -31,8 +31,6 @@ import torch
 
 __all__ = ["collectives", "collective_wait_ms"]
 
-_registered = False
-
 
 def _create_backend(store, rank, size, timeout):
     # c10d's helper takes a ProcessGroup returned by a backend's creator as the
@@ -50,15 +48,11 @@ def _create_backend(store, rank, size, timeout):
 
 
 def _register() -> None:
-    global _registered
-    if _registered:
-        return
     import torch.distributed as dist
 
-    if not dist.is_available() or "lazyjit" in dist.Backend.backend_list:
+    if not dist.is_available() or "lazyjit" in dist.Backend.backend_list:  # registered once per process
         return
     dist.Backend.register_backend("lazyjit", _create_backend, devices=["lazyjit"])
-    _registered = True
 
 
 def collectives() -> dict:
