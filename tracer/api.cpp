@@ -13,6 +13,7 @@
 #include "runtime/runtime.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/lazyjit.h"
+#include "tracer/pinned_memory.h"
 #include "tracer/record_op.h"
 #include "tracer/trace_context.h"
 
@@ -42,11 +43,12 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }
-  bool isPinnedPtr(const void*) const override { return false; }
+  // Pinned host memory is ordinary host memory here (copies are synchronous), from
+  // an allocator that remembers it, so is_pinned() holds (tracer/pinned_memory.h).
+  bool isPinnedPtr(const void* data) const override { return tracer::is_pinned_ptr(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return tracer::pinned_allocator(); }
   // Random ops on lazyjit draw from the CPU generator, so a seeded program gives
   // the CPU's numbers.
-  // Pinned host memory is ordinary host memory here: copies are synchronous.
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();
   }

@@ -68,6 +68,19 @@ def test_dtype_conversion_on_device(src, dst):
     assert_close(x.to(DEV).to(dst).cpu(), x.to(dst), rtol=0, atol=0)
 
 
+def test_pinned_host_memory():
+    # Host memory pinned for the lazyjit device (the current accelerator): is_pinned()
+    # holds for it and for nothing else, and it travels to the device and back.
+    t = torch.randn(6)
+    assert not t.is_pinned()
+    p = t.pin_memory()
+    assert p.is_pinned() and p.device.type == "cpu" and torch.equal(p, t)
+    assert torch.empty(3, pin_memory=True).is_pinned()
+    assert not p.clone().is_pinned()
+    assert torch.equal(p.to(DEV).cpu(), t)
+    assert torch.equal(torch.zeros(6).copy_(p.to(DEV) * 2), t * 2)
+
+
 def test_copy_between_devices():
     x = torch.randn(3, 4)
     d = torch.empty(3, 4, device=DEV)
