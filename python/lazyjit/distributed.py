@@ -27,6 +27,8 @@ first; a plain ``barrier()`` goes to Gloo (c10d picks the CPU backend).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["collectives", "collective_wait_ms"]
@@ -47,12 +49,55 @@ def _create_backend(store, rank, size, timeout):
     return pg
 
 
+def _fix_ddp_buckets(ddp) -> None:
+    """DDP's buckets on lazyjit are final from construction on.
+
+    Without ``find_unused_parameters`` DDP puts every gradient in one bucket
+    for the first step and rebuilds its buckets once, before step 2's forward,
+    in the order step 1's gradients arrived. The bucket layout is part of the
+    step's program (where each gradient is copied in and out of its bucket,
+    which all_reduce covers), so on lazyjit that rebuild makes step 2 a new
+    program to compile. lazyjit asks DDP's reducer to rebuild right away,
+    before step 1, with DDP's own size limits (a first bucket of 1 MiB, then
+    ``bucket_cap_mb``) over the parameters in their order; rank 0's layout is
+    broadcast as in the rebuild DDP would make. Step 1's program is then every
+    step's program. The cost: the buckets follow the parameters' order, not
+    the order their gradients arrive, so a program starts its all_reduces once
+    the first bucket's last gradient (that of the first parameters, computed
+    last) is ready, instead of while the backward computes the rest."""
+    reducer = getattr(ddp, "reducer", None)
+    params = [p for p in ddp.module.parameters() if p.requires_grad]
+    if reducer is None or getattr(ddp, "_use_python_reducer", False) or not params \
+            or params[0].device.type != "lazyjit":
+        return
+    reducer._push_all_rebuilt_params()  # nothing when DDP would not rebuild (find_unused_parameters)
+    if reducer._rebuild_buckets():
+        ddp._has_rebuilt_buckets = True
+
+
+def _patch_ddp() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if getattr(DDP.__init__, "_lazyjit", False):
+        return
+    init = DDP.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _fix_ddp_buckets(self)
+
+    __init__._lazyjit = True
+    DDP.__init__ = __init__
+
+
 def _register() -> None:
     import torch.distributed as dist
 
     if not dist.is_available() or "lazyjit" in dist.Backend.backend_list:  # registered once per process
         return
     dist.Backend.register_backend("lazyjit", _create_backend, devices=["lazyjit"])
+    _patch_ddp()
 
 
 def collectives() -> dict:

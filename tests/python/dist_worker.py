@@ -4,8 +4,8 @@ Gloo on loopback). Writes what it saw to OUTDIR/rank<R>.json; the test compares.
     python -m torch.distributed.run --nproc_per_node=2 ... dist_worker.py OUTDIR [PART ...]
 
 Parts: collectives (each collective on lazyjit tensors against Gloo on CPU
-tensors, a collective inside one program, errors), ddp_mlp (AdamW) and ddp_gpt2
-(SGD with momentum): DDP on lazyjit for 4 steps against one eager process
+tensors, a collective inside one program, errors), ddp_mlp and ddp_gpt2
+(AdamW): DDP on lazyjit for 4 steps against one eager process
 training on the whole batch. LAZYJIT_TEST_DIST_BACKEND picks init_process_group's backend
 ("cpu:gloo,lazyjit:lazyjit" by default).
 """
@@ -234,6 +234,7 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
         return t[rank * n:(rank + 1) * n].to(DEV)
     per_step = []
     init = delta(start, counters())
+    rebuilt_at_construction = ddp._has_rebuilt_buckets
     losses = _train(ddp, opt, [(shard(x), shard(y)) for x, y in batches], loss_fn, per_step)
     # The mean of the ranks' losses is the whole batch's loss.
     lt = torch.tensor(losses)
@@ -243,7 +244,7 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
               for p, q in zip(model.parameters(), ref.parameters()))
     scale = max(q.detach().abs().max().item() for q in ref.parameters())
     return {"losses": lt.tolist(), "ref_losses": ref_losses, "max_param_err": err, "param_scale": scale,
-            "per_step": per_step, "init": init, "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
+            "per_step": per_step, "init": init, "rebuilt_at_construction": rebuilt_at_construction, "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
             "sync_reasons": lazyjit.metrics()["sync_reasons"],
             "fallbacks": lazyjit.metrics()["fallbacks"]}
 
@@ -284,8 +285,38 @@ def part_ddp_gpt2(rank, world, out):
     def loss_fn(m, x, _):
         return m(input_ids=x, labels=x).loss
     lazyjit.reset_metrics()
-    out["ddp_gpt2"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=0.02,
+    # AdamW, as transformers trains: SGD with momentum would make step 2 a second program
+    # (its momentum buffers are created at step 1, then updated: different code), with or
+    # without DDP.
+    out["ddp_gpt2"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
                                    bucket_cap_mb=0.05)
+
+
+class _Branchy(torch.nn.Module):
+    """An MLP with a head the loss never uses: DDP needs find_unused_parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+        self.unused_head = torch.nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def part_ddp_unused(rank, world, out):
+    # find_unused_parameters=True: the reducer marks the unused head's gradients ready
+    # itself and all-reduces which parameters each rank used, through a pinned host
+    # buffer (tracer/pinned_memory.cpp).
+    def make_batches(steps):
+        g = torch.Generator().manual_seed(3)
+        return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(steps)]
+
+    def loss_fn(m, x, y):
+        return torch.nn.functional.mse_loss(m(x), y)
+    lazyjit.reset_metrics()
+    out["ddp_unused"] = _ddp_compare(rank, world, _Branchy, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
+                                     find_unused_parameters=True)
 
 
 def main():
