@@ -140,7 +140,7 @@ def main():
               f"machine, one thread per rank, 2 ranks; load average (1 min) {load_before[0]:.1f} before, "
               f"{load_after[0]:.1f} after (other work shared the machine: read the two systems against each "
               "other, not as absolute times). \"buckets\" and the columns after it are lazyjit's, from its last "
-              "run, per process, over all steps (DDP's construction and bucket rebuild included); \"collective "
+              "run, per process, over all steps (DDP's construction included); \"collective "
               "ms/step\" is the time its programs spent starting collectives and waiting for them (for Gloo and "
               "for the other rank), per step."]
     Path(a.out).write_text("\n".join(lines) + "\n")
