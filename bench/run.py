@@ -115,6 +115,7 @@ class Workload:
     no_grad = True      # run the step under torch.no_grad()
     train = False       # step mutates state (compare parameters at the end)
     memory_bound = False
+    compiles_itself = False  # build(device, compile_backend=...) applies torch.compile itself
     sizes: dict = {}
     # Timed calls per sample: a workload whose call takes microseconds loops this many
     # calls per timed sample (and per warm-up step) and reports the per-call time, so a
@@ -359,8 +360,54 @@ class SmallOps(Workload):
                 f"({self.calls} calls per timed sample)")
 
 
+class LlamaDecode(Workload):
+    """Greedy decoding with a transformers Llama (small config, random weights): one
+    call is model.generate(...) of `tokens` new tokens after an 8-token prompt, batch
+    1, the KV cache growing a token per step. Times are per call; per token is the
+    call's time over `tokens` (the ratios are the same). Warm-up calls fill lazyjit's
+    caches (the timed calls compile nothing: each decode step's program is cached);
+    torch.compile compiles the model's forward (generate's loop stays Python)."""
+    key = "g_decode"
+    title = "Llama greedy decode"
+    compiles_itself = True
+    # (layers, hidden, intermediate, heads, prompt, new tokens)
+    sizes = {"full": (4, 256, 688, 4, 8, 32), "quick": (2, 256, 688, 4, 8, 16),
+             "tiny": (1, 64, 128, 4, 4, 4)}
+
+    def build(self, device, compile_backend: str | None = None):
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        layers, hidden, inter, heads, prompt, self.tokens = self.size
+        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                          num_key_value_heads=heads, num_hidden_layers=layers, vocab_size=1000,
+                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                          pad_token_id=0)
+        cfg._attn_implementation = LLAMA_ATTN
+        torch.manual_seed(9)
+        model = LlamaForCausalLM(cfg).eval().to(device)
+        if compile_backend:
+            model.forward = torch.compile(model.forward, backend=compile_backend)
+        g = torch.Generator().manual_seed(10)
+        ids = torch.randint(3, 1000, (1, prompt), generator=g).to(device)
+        tokens = self.tokens
+
+        def decode(ids):
+            return model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                  pad_token_id=0)
+
+        return decode, (ids,)
+
+    def describe(self):
+        layers, hidden, inter, heads, prompt, tokens = self.size
+        return (f"{self.title}: transformers Llama, {layers} layers, hidden {hidden}, intermediate "
+                f"{inter}, {heads} heads, batch 1, {prompt}-token prompt, {tokens} new tokens per call "
+                f"(per token: the call's time / {tokens}), attn={LLAMA_ATTN}")
+
+
 WORKLOADS = {w.key: w for w in (GeluPrimitive, Softmax, LayerNorm, MLPForward, LlamaLayer,
-                                MLPTrain, SmallOps)}
+                                MLPTrain, SmallOps, LlamaDecode)}
 
 # The issue's targets (bench/README.md): min speedup over eager, over inductor, and for
 # memory-bound ones the minimum fraction of measured triad bandwidth. They are checked
@@ -373,6 +420,7 @@ TARGETS = {
     "c_mlp": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "d_llama_layer": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "e_mlp_train": {"vs_eager": 1.3, "vs_inductor": 1.0},
+    "g_decode": {"vs_eager": 1.2},
     "f_small_ops": {"vs_eager": 1.5, "vs_inductor": 1.0,
                     "systems": {"vs_eager": "lazyjit", "vs_inductor": "lazyjit_compile"}},
 }
@@ -653,7 +701,7 @@ def run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: fl
         dyn0 = _dynamo_counters()
     cs0 = _compile_stats(lazyjit) if system == "lazyjit_compile" else None
     t_build = time.perf_counter()
-    if backend and wl.train:
+    if backend and (wl.train or wl.compiles_itself):
         built = wl.build("cpu", compile_backend=backend)
         fn, args = built
     else:
@@ -1104,6 +1152,9 @@ def render_markdown(results: dict) -> str:
                  + (" — **the machine was shared with other work during the run: "
                     "expect noise, and OpenMP-threaded code (eager, Inductor, ATen calls) "
                     "suffers most from oversubscription**" if busy else ""))
+    if results["config"].get("competing_load"):
+        L.append(f"- **Competing load during the workloads: {results['config']['competing_load']}** "
+                 "(started by `--load`; the triad and tracing figures are taken before it starts)")
     if tr:
         L.append(f"- Measured bandwidth (triad a = b + s·c, {tr['array_mib']:.0f} MiB arrays, "
                  f"best of {tr['reps']}): **{tr['gbps_best']:.1f} GB/s** "
@@ -1347,6 +1398,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1,
                     help="passes over the systems, each system in its own process every pass, "
                          "alternating; timed samples pooled (default 1)")
+    ap.add_argument("--load", action="store_true",
+                    help="a competing load: one process spinning on one core during the "
+                         "workloads (not during the triad and tracing measurements)")
     ap.add_argument("--scale", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -1382,7 +1436,8 @@ def main(argv=None):
                "config": {"scale": args.scale, "warmup": args.warmup, "runs": args.runs,
                           "systems": args.systems, "workloads": keys,
                           "min_time_s": args.min_time, "max_runs": args.max_runs,
-                          "llama_attn": LLAMA_ATTN, "threads": args.threads},
+                          "llama_attn": LLAMA_ATTN, "threads": args.threads,
+                          "competing_load": "one process spinning on one core" if args.load else None},
                "workloads": {}}
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -1397,9 +1452,15 @@ def main(argv=None):
             results["tracing"] = tracing_cost(trace_ops, trace_reps)
         except Exception as e:
             results["tracing"] = {"error": _short_error(e)}
-    with tempfile.TemporaryDirectory(prefix="lazyjit-bench-") as tmp:
-        for key in keys:
-            results["workloads"][key] = run_workload(key, args, Path(tmp))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.load else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="lazyjit-bench-") as tmp:
+            for key in keys:
+                results["workloads"][key] = run_workload(key, args, Path(tmp))
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
     results["total_wall_s"] = time.perf_counter() - t_start
     results["machine"]["loadavg_end"] = os.getloadavg()
     summarize(results)
