@@ -249,6 +249,18 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
             "fallbacks": lazyjit.metrics()["fallbacks"]}
 
 
+def _regression_batches(seed, batch):
+    """make_batches for _ddp_compare: (x [batch, 16], y [batch, 4]) per step."""
+    def make_batches(steps):
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(batch, 16, generator=g), torch.randn(batch, 4, generator=g)) for _ in range(steps)]
+    return make_batches
+
+
+def _mse(m, x, y):
+    return torch.nn.functional.mse_loss(m(x), y)
+
+
 def part_ddp_mlp(rank, world, out):
     def make_model():
         # 512 wide: each step's loss.item() syncs the whole step whatever
@@ -256,15 +268,9 @@ def part_ddp_mlp(rank, world, out):
         return torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512),
                                    torch.nn.Tanh(), torch.nn.Linear(512, 4))
 
-    def make_batches(steps):
-        g = torch.Generator().manual_seed(1)
-        return [(torch.randn(32, 16, generator=g), torch.randn(32, 4, generator=g)) for _ in range(steps)]
-
-    def loss_fn(m, x, y):
-        return torch.nn.functional.mse_loss(m(x), y)
     lazyjit.reset_metrics()
-    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
-                                  bucket_cap_mb=0.01)  # small buckets: several per step
+    out["ddp_mlp"] = _ddp_compare(rank, world, make_model, _regression_batches(seed=1, batch=32), _mse, steps=4,
+                                  lr=1e-3, adamw=True, bucket_cap_mb=0.01)  # small buckets: several per step
     out["ddp_mlp"]["report"] = lazyjit.metrics_report()
 
 
@@ -308,15 +314,9 @@ def part_ddp_unused(rank, world, out):
     # find_unused_parameters=True: the reducer marks the unused head's gradients ready
     # itself and all-reduces which parameters each rank used, through a pinned host
     # buffer (tracer/pinned_memory.cpp).
-    def make_batches(steps):
-        g = torch.Generator().manual_seed(3)
-        return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(steps)]
-
-    def loss_fn(m, x, y):
-        return torch.nn.functional.mse_loss(m(x), y)
     lazyjit.reset_metrics()
-    out["ddp_unused"] = _ddp_compare(rank, world, _Branchy, make_batches, loss_fn, steps=4, lr=1e-3, adamw=True,
-                                     find_unused_parameters=True)
+    out["ddp_unused"] = _ddp_compare(rank, world, _Branchy, _regression_batches(seed=3, batch=8), _mse, steps=4,
+                                     lr=1e-3, adamw=True, find_unused_parameters=True)
 
 
 def main():
