@@ -278,6 +278,7 @@ class MLPTrain(Workload):
     title = "MLP block training step (fwd+bwd+AdamW)"
     no_grad = False
     train = True
+    compiles_itself = True
     sizes = {"full": (256, 1024), "quick": (64, 256), "tiny": (8, 32)}
 
     def build(self, device, compile_inductor: bool = False, compile_backend: str | None = None):
@@ -379,7 +380,7 @@ class LlamaDecode(Workload):
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
-        layers, hidden, inter, heads, prompt, self.tokens = self.size
+        layers, hidden, inter, heads, prompt, tokens = self.size
         cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                           num_key_value_heads=heads, num_hidden_layers=layers, vocab_size=1000,
                           max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
@@ -391,7 +392,6 @@ class LlamaDecode(Workload):
             model.forward = torch.compile(model.forward, backend=compile_backend)
         g = torch.Generator().manual_seed(10)
         ids = torch.randint(3, 1000, (1, prompt), generator=g).to(device)
-        tokens = self.tokens
 
         def decode(ids):
             return model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
@@ -701,7 +701,7 @@ def run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: fl
         dyn0 = _dynamo_counters()
     cs0 = _compile_stats(lazyjit) if system == "lazyjit_compile" else None
     t_build = time.perf_counter()
-    if backend and (wl.train or wl.compiles_itself):
+    if backend and wl.compiles_itself:
         built = wl.build("cpu", compile_backend=backend)
         fn, args = built
     else:

@@ -65,10 +65,10 @@ def _fix_ddp_buckets(ddp) -> None:
     the order their gradients arrive, so a program starts its all_reduces once
     the first bucket's last gradient (that of the first parameters, computed
     last) is ready, instead of while the backward computes the rest."""
-    reducer = getattr(ddp, "reducer", None)
-    params = [p for p in ddp.module.parameters() if p.requires_grad]
-    if reducer is None or getattr(ddp, "_use_python_reducer", False) or not params \
-            or params[0].device.type != "lazyjit":
+    reducer = getattr(ddp, "reducer", None)  # none when every parameter's all_reduce is delayed
+    first = next((p for p in ddp.module.parameters() if p.requires_grad), None)
+    if reducer is None or getattr(ddp, "_use_python_reducer", False) or first is None \
+            or first.device.type != "lazyjit":
         return
     reducer._push_all_rebuilt_params()  # nothing when DDP would not rebuild (find_unused_parameters)
     if reducer._rebuild_buckets():

@@ -244,7 +244,8 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
               for p, q in zip(model.parameters(), ref.parameters()))
     scale = max(q.detach().abs().max().item() for q in ref.parameters())
     return {"losses": lt.tolist(), "ref_losses": ref_losses, "max_param_err": err, "param_scale": scale,
-            "per_step": per_step, "init": init, "rebuilt_at_construction": rebuilt_at_construction, "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
+            "per_step": per_step, "init": init, "rebuilt_at_construction": rebuilt_at_construction,
+            "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
             "sync_reasons": lazyjit.metrics()["sync_reasons"],
             "fallbacks": lazyjit.metrics()["fallbacks"]}
 
