@@ -14,6 +14,7 @@ const char* counter_name(Counter c) {
     case Counter::KernelHits: return "kernel_hits";
     case Counter::GenericCompiles: return "generic_compiles";
     case Counter::DynamicDims: return "dynamic_dims";
+    case Counter::ShapeBinds: return "shape_binds";
     case Counter::EagerSyncs: return "eager_syncs";
     case Counter::CacheHits: return "cache_hits";
     case Counter::CacheMisses: return "cache_misses";
@@ -112,7 +113,7 @@ std::string Metrics::report() const {
   };
   section("fallbacks (op: reason @ call site, run by its eager CPU kernel):", s.fallback_sites);
   section("syncs (reason @ call site):", s.syncs);
-  section("compiles (why the cache missed):", s.cache_misses);
+  section("cache misses (why; each then compiled, loaded, or bound to new sizes):", s.cache_misses);
   section("on-disk cache faults (each one a miss, never run):", s.disk_errors);
   // The remote tier, when it was used: its counters above, its time here.
   bool remote = false;

@@ -19,6 +19,7 @@ enum class Counter : int {
   KernelHits,      // kernels a new program found compiled (kernel cache, or equal to one before it)
   GenericCompiles, // of llvm_compiles: shape-generic kernels (sizes read at run time)
   DynamicDims,     // input dims that took a second size at a sync call site (runtime/recompile_explainer.h)
+  ShapeBinds,      // programs made for new sizes from a compiled one of the same structure (runtime/shape_binder.h)
   EagerSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=eager)
   CacheHits,
   CacheMisses,

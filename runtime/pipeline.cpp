@@ -125,6 +125,10 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
     lookup = cache_
         .get_or_compile(key,
                         [&] {
+                          // New sizes of a structure compiled before: no compile (shape_binder.h).
+                          const uint64_t code = checked ? checked_code_hash_ : code_hash_;
+                          if (auto bound = bind_sizes(graph, shapes, code))
+                            return std::make_shared<const executor::Executable>(std::move(bound));
                           if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
                           if (config_.on_recompile_limit == RecompileStance::Eager &&
                               explainer_.budget(site) >= config_.recompile_limit &&
@@ -132,8 +136,10 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                             explain_compile(graph, site, Miss::Eager, node_sites);
                             throw RunEagerly{};
                           }
-                          return std::make_shared<const executor::Executable>(
-                              load_or_compile(graph, key, site, shapes, node_sites, checked));
+                          auto program = load_or_compile(graph, key, site, shapes, node_sites, checked);
+                          if (shapes.value_or(config_.dynamic) != lowering::Shapes::Off)
+                            binder_.remember(graph, code, program);
+                          return std::make_shared<const executor::Executable>(std::move(program));
                         });
   } catch (const RunEagerly&) {
     return nullptr;
@@ -142,7 +148,9 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
     debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
                          lookup.hit ? debug::TraceArgs{{"key", key.str()}, {"site", site}}
                                     : debug::TraceArgs{{"key", key.str()}, {"site", site}, {"reason", lookup.miss_reason},
-                                                       {"kind", "loaded from the on-disk cache"}});
+                                                       {"kind", sync_note().how == SyncNote::How::Bound
+                                                                    ? "bound to new sizes"
+                                                                    : "loaded from the on-disk cache"}});
   return lookup.entry;
 }
 
@@ -220,6 +228,22 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
   to_traced_nodes(r, graph, e.program().graph);
   sync_note().how = SyncNote::How::Eager;
   return r;
+}
+
+std::shared_ptr<const lowering::Program> Runtime::bind_sizes(const ir::Graph& graph,
+                                                             std::optional<lowering::Shapes> shapes,
+                                                             uint64_t code_hash) {
+  if (shapes.value_or(config_.dynamic) == lowering::Shapes::Off) return nullptr;
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("compile", "bind to new sizes", debug::TraceArgs{{"nodes", graph.nodes().size()}});
+  auto program = binder_.bind(graph, code_hash, config_.disabled_passes);
+  if (!program) return nullptr;
+  debug::Metrics& m = debug::Metrics::get();
+  m.add(debug::Counter::ShapeBinds);
+  m.time("bind", program->compile_ms);
+  sync_note().how = SyncNote::How::Bound;
+  sync_note().prepare_ms = program->compile_ms;
+  return program;
 }
 
 std::shared_ptr<const lowering::Program> Runtime::load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
@@ -319,6 +343,7 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
 
 void Runtime::clear_cache() {
   cache_.clear();
+  binder_.clear();
   target_->clear_kernels();
   executor::trim_buffer_pool();
 }

@@ -24,6 +24,7 @@
 #include "runtime/config.h"
 #include "runtime/observed_run.h"
 #include "runtime/recompile_explainer.h"
+#include "runtime/shape_binder.h"
 
 namespace lazyjit::lowering {
 class Target;
@@ -153,6 +154,10 @@ class Runtime {
   // Past the limit with the eager stance: `graph` runs op by op, uncompiled and
   // uncached (lowering::plan_eager).
   RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);
+  // `graph` bound to a program of its structure compiled before (shape_binder.h),
+  // or null; never when `shapes` (or LAZYJIT_DYNAMIC) asks for exact code.
+  std::shared_ptr<const lowering::Program> bind_sizes(const ir::Graph& graph, std::optional<lowering::Shapes> shapes,
+                                                      uint64_t code_hash);
   std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
                                                            const std::string& site,
                                                            std::optional<lowering::Shapes> shapes,
@@ -165,6 +170,7 @@ class Runtime {
   uint64_t checked_code_hash_ = 0;  // the same, for programs whose kernels test their stores (NaN checks on)
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
   RecompileExplainer explainer_;
+  ShapeBinder binder_;  // new sizes of a compiled structure, bound without compiling
   std::atomic<bool> debug_nans_{false};
   std::atomic<bool> check_graphs_{false};
   mutable std::mutex repro_mu_;

@@ -5,6 +5,7 @@
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> cache hit, ran in 0.41 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled (new shapes) in 55.1 ms, ran in 0.52 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from disk in 2.9 ms, ran in 0.47 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> bound to new sizes in 0.08 ms, ran in 0.47 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from the remote cache in 4.1 ms, ran in 0.47 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op (past the recompile limit) in 3.1 ms
 //
@@ -18,10 +19,10 @@
 namespace lazyjit::runtime {
 
 struct SyncNote {
-  enum class How { Hit, Compiled, Loaded, Remote, Eager };
+  enum class How { Hit, Compiled, Loaded, Remote, Eager, Bound };
   How how = How::Hit;  // a hit unless the pipeline says otherwise
   std::string why;     // Compiled: what differs from the nearest program at the site (recompile_explainer.h)
-  double prepare_ms = 0;  // Compiled / Loaded / Remote: the compile, or the load from the on-disk or remote cache
+  double prepare_ms = 0;  // Compiled / Loaded / Remote / Bound: the compile, the load, or the binding to new sizes
 };
 
 // This thread's note for the sync it is running; the tracer resets it first.
@@ -50,6 +51,8 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
     case SyncNote::How::Remote:
       return s + "loaded from the remote cache in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
     case SyncNote::How::Eager: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
+    case SyncNote::How::Bound:
+      return s + "bound to new sizes in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
   }
   return s;
 }

@@ -149,6 +149,11 @@ class CpuCode : public CompiledCode {
   }
   const std::string& llvm_ir() const override { return ir_; }
   const std::string& assembly() const override { return asm_; }
+  bool all_generic() const override {
+    for (const KernelRef& k : kernels_)
+      if (!k->generic) return false;
+    return true;
+  }
 
  private:
   std::vector<KernelRef> kernels_;  // one per plan kernel (equal ones shared)

@@ -337,7 +337,7 @@ with torch.no_grad():
         if i == 1:
             after_two = dict(lazyjit.metrics())
 m = lazyjit.metrics()
-keys = ("compiles", "llvm_compiles", "kernel_hits", "generic_compiles", "dynamic_dims")
+keys = ("compiles", "llvm_compiles", "kernel_hits", "generic_compiles", "dynamic_dims", "shape_binds")
 print(json.dumps({"bad": bad, "after_two": {k: after_two[k] for k in keys}, "after_all": {k: m[k] for k in keys}}))
 """
 
@@ -348,8 +348,9 @@ def test_mlp_over_20_batch_sizes_compiles_kernels_for_two():
     two, all_ = out["after_two"], out["after_all"]
     assert two["llvm_compiles"] > 0, out
     assert all_["llvm_compiles"] == two["llvm_compiles"], out
-    assert all_["compiles"] == 20 and all_["kernel_hits"] > 0, out
-    assert all_["generic_compiles"] >= 1 and all_["dynamic_dims"] >= 1, out
+    # One program, compiled for the first size; every other size binds to it.
+    assert all_["compiles"] == 1 and all_["shape_binds"] == 19, out
+    assert all_["generic_compiles"] >= 1, out
 
 
 # ----------------------------------------------------------------------------- 4. identical layers share kernels
@@ -400,10 +401,12 @@ for plen, new in json.loads(sys.argv[1]):
     with torch.no_grad():
         want = ref.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=0)[0].tolist()
         before = lazyjit.metrics()["llvm_compiles"]
+        before_compiles = lazyjit.metrics()["compiles"]
         got = model.generate(ids.to("lazyjit"), max_new_tokens=new, do_sample=False, pad_token_id=0).cpu()[0].tolist()
     m = lazyjit.metrics()
     out.append({"want": want, "got": got, "llvm_before": before, "llvm_after": m["llvm_compiles"],
-                "compiles": m["compiles"], "generic_compiles": m["generic_compiles"]})
+                "compiles": m["compiles"], "generic_compiles": m["generic_compiles"],
+                "compiles_before": before_compiles, "shape_binds": m["shape_binds"]})
 print(json.dumps(out))
 """
 
@@ -420,28 +423,47 @@ def test_gpt2_generate_16_and_48_tokens_compile_the_same_kernels():
     (short,), (long_,) = _generate([8, 16]), _generate([8, 48])
     assert short["llvm_after"] > 0
     assert long_["llvm_after"] == short["llvm_after"], {"16 tokens": short, "48 tokens": long_}
-    assert long_["compiles"] > short["compiles"]  # programs per step; kernels shared
+    # Programs do not grow with the tokens either: each decode step binds the
+    # decode program to its KV length.
+    assert long_["compiles"] == short["compiles"], {"16 tokens": short, "48 tokens": long_}
+    assert long_["shape_binds"] > short["shape_binds"] > 0, {"16 tokens": short, "48 tokens": long_}
 
 
-def test_gpt2_second_generate_with_another_prompt_length_compiles_no_kernel():
+def test_gpt2_second_generate_with_another_prompt_length_compiles_nothing():
     first, second = _generate([8, 16], [11, 20])
     added = second["llvm_after"] - second["llvm_before"]
     assert added == 0, {"first generate llvm_compiles": first["llvm_after"], "second generate added": added}
+    # Not even a plan: the prefill at 11 tokens and every decode step bind.
+    assert second["compiles"] == second["compiles_before"] == first["compiles"], (first, second)
+    assert second["shape_binds"] > first["shape_binds"], (first, second)
 
 
 # ----------------------------------------------------------------------------- 6. explanations
 
-def test_second_size_is_explained_and_now_dynamic(fresh):
+def test_a_second_size_binds_without_a_compile(fresh):
     lazyjit = fresh
-    for n in (7, 8):
+    for n in (7, 8, 1, 300):
         x = randn(n, 16)
         torch.testing.assert_close((torch.tanh(x.to(DEV)) * 3 + 1).cpu(), torch.tanh(x) * 3 + 1)
     rs = lazyjit.explain_recompiles()
+    assert [r["kind"] for r in rs] == ["first at this site"], rs
+    m = lazyjit.metrics()
+    assert m["compiles"] == 1 and m["shape_binds"] == 3 and m["generic_compiles"] >= 1, m
+
+
+def test_a_size_the_program_does_not_hold_for_is_explained_and_now_dynamic(fresh):
+    # y's dim 0 goes 7 -> 8 (binds), then 1: y broadcasts over x's rows, which
+    # the code compiled for a y read row by row does not do: a compile, explained.
+    lazyjit = fresh
+    for xn, yn in ((7, 7), (8, 8), (8, 1)):
+        x, y = randn(xn, 16), randn(yn, 16, seed=1)
+        torch.testing.assert_close((torch.tanh(x.to(DEV)) * y.to(DEV)).cpu(), torch.tanh(x) * y)
+    rs = lazyjit.explain_recompiles()
     assert [r["kind"] for r in rs] == ["first at this site", "new shapes"], rs
-    assert "input 0 dim 0: 7 → 8" in rs[1]["detail"] and "now dynamic" in rs[1]["detail"], rs[1]
+    assert "input 1 dim 0: 7 → 1" in rs[1]["detail"] and "now dynamic" in rs[1]["detail"], rs[1]
     assert "now dynamic" not in rs[0]["detail"], rs
     m = lazyjit.metrics()
-    assert m["dynamic_dims"] >= 1 and m["generic_compiles"] >= 1, m
+    assert m["compiles"] == 2 and m["shape_binds"] == 1 and m["dynamic_dims"] >= 1, m
 
 
 def test_changed_op_is_named_with_where_it_was_recorded(fresh):
@@ -504,7 +526,7 @@ for n in sizes:
     if n == 5:
         at_limit = dict(lazyjit.metrics())
 m = lazyjit.metrics()
-keys = ("compiles", "llvm_compiles", "eager_syncs")
+keys = ("compiles", "llvm_compiles", "eager_syncs", "shape_binds")
 print(json.dumps({"done": done, "bad": bad, "error": error, "at_limit": {k: at_limit[k] for k in keys},
                   "end": {k: m[k] for k in keys}, "n_explained": len(lazyjit.explain_recompiles())}))
 """
@@ -543,17 +565,18 @@ def test_budget_eager_runs_past_the_limit_op_by_op():
     assert len(warns) == 1 and SITE in warns[0] and "op by op" in warns[0], err
 
 
-def test_new_sizes_of_dynamic_dims_do_not_count_against_the_budget():
-    # With shape-generic kernels (the default) a dim's third and later sizes
-    # plan a program from cached code: compiles, explained, but not counted
-    # against LAZYJIT_RECOMPILE_LIMIT, so a sweep (or generate's growing KV
-    # length) neither warns nor raises, whatever the stance.
+def test_new_sizes_do_not_count_against_the_budget():
+    # By default (LAZYJIT_DYNAMIC=auto) a new size binds the program compiled
+    # for the first: no compile, nothing to explain or count against
+    # LAZYJIT_RECOMPILE_LIMIT, so a sweep (or generate's growing KV length)
+    # neither warns nor raises, whatever the stance.
     for stance in ("error", "eager"):
         out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT=stance)
         assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [] and out["error"] is None, out
-        assert out["end"]["compiles"] == 8 and out["end"]["eager_syncs"] == 0, out
-        assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out  # 5.. reuse 4's code
-        assert out["n_explained"] == 8 and _warnings(err) == [], err
+        assert out["end"]["compiles"] == 1 and out["end"]["eager_syncs"] == 0, out
+        assert out["end"]["shape_binds"] == 7, out
+        assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out
+        assert out["n_explained"] == 1 and _warnings(err) == [], err
 
 
 BUDGET_GRAPHS = """
@@ -563,18 +586,18 @@ for n, extra in ((3, 0), (4, 0), (5, 0), (6, 0), (6, 1), (6, 2), (6, 3)):
     for _ in range(extra):  # another graph each time: one more op
         y = y * 2
     y = (y.tanh() + 1).cpu()  # SITE
-print(json.dumps({"compiles": lazyjit.metrics()["compiles"]}))
+print(json.dumps({"compiles": lazyjit.metrics()["compiles"], "shape_binds": lazyjit.metrics()["shape_binds"]}))
 """
 
 
-def test_new_graphs_still_count_after_dims_turned_dynamic():
-    # 3: first, 4: now dynamic (both count); 5, 6: new sizes (not counted);
-    # then new graphs at the same site count again: the 4th counted is (6, 2).
+def test_new_graphs_still_count_while_new_sizes_bind():
+    # 3: first (counts); 4, 5, 6: new sizes, bound (no compile); then new
+    # graphs at the same site compile and count: the 4th counted is (6, 3).
     out, err = run(BUDGET_GRAPHS, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="warn")
-    assert out["compiles"] == 7, out
+    assert out["compiles"] == 4 and out["shape_binds"] == 3, out
     warns = _warnings(err)
     site = f"<string>:{line_of(BUDGET_GRAPHS, '# SITE')}"
-    assert len(warns) == 1 and f"4 compiles at {site} (and 2 for new sizes of dynamic dims, not counted)" in warns[0], err
+    assert len(warns) == 1 and f"4 compiles at {site} (LAZYJIT_RECOMPILE_LIMIT=3)" in warns[0], err
     assert "new graph" in warns[0] or "first op that differs" in warns[0], warns
 
 

@@ -1,5 +1,10 @@
 """Every compile is explained in the user's terms: what differs from the nearest
-program compiled before at the same sync call site (issue 9, item 4)."""
+program compiled before at the same sync call site (issue 9, item 4).
+
+New sizes of a compiled graph bind to its program without a compile
+(runtime/shape_binder.h), so the tests that explain size changes mark the dim
+static (lazyjit.mark_static) or run with LAZYJIT_DYNAMIC=off: exact code, a
+compile per size."""
 import torch
 
 from conftest import run_python
@@ -13,7 +18,9 @@ def test_new_batch_size_names_the_dim_and_the_sizes_seen(fresh):
     lin = lin.to("lazyjit")
     for batch in (7, 8, 1, 8):
         x = torch.randn(batch, 16)
-        got = torch.nn.functional.gelu(lin(x.to("lazyjit"))).cpu()
+        xl = x.to("lazyjit")
+        lazyjit.mark_static(xl, 0)
+        got = torch.nn.functional.gelu(lin(xl)).cpu()
         with torch.no_grad():
             torch.testing.assert_close(got, torch.nn.functional.gelu(ref(x)))
     rs = lazyjit.explain_recompiles()
@@ -31,7 +38,9 @@ def test_a_long_sweep_keeps_each_explanation_short(fresh):
     lazyjit = fresh
     for n in range(1, 21):
         x = torch.randn(n, 4)
-        torch.testing.assert_close((x.to("lazyjit") * 2).cpu(), x * 2)
+        xl = x.to("lazyjit")
+        lazyjit.mark_static(xl, 0)
+        torch.testing.assert_close((xl * 2).cpu(), x * 2)
     last = lazyjit.explain_recompiles()[-1]["detail"]
     assert "19 → 20 (sizes seen: 1, 2, 3, …, 18, 19, 20; 20 sizes)" in last, last
 
@@ -52,7 +61,9 @@ def test_slice_bound_change_is_named(fresh):
     lazyjit = fresh
     x = torch.randn(32, 8)
     for end in (17, 18):
-        got = (x.to("lazyjit")[:end] * 3).cpu()
+        xl = x.to("lazyjit")
+        lazyjit.mark_static(xl, 0)
+        got = (xl[:end] * 3).cpu()
         torch.testing.assert_close(got, x[:end] * 3)
     rs = lazyjit.explain_recompiles()
     assert rs[-1]["kind"] == "new shapes", rs
@@ -63,7 +74,7 @@ def test_log_recompiles_prints_each_compile():
     code = ("import torch, lazyjit\n"
             "for n in (3, 4):\n"
             "    (torch.ones(n).to('lazyjit') * 2).cpu()\n")
-    p = run_python(code, {"LAZYJIT_LOG": "recompiles"})
+    p = run_python(code, {"LAZYJIT_LOG": "recompiles", "LAZYJIT_DYNAMIC": "off"})
     lines = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: compiling at")]
     assert len(lines) == 2, p.stderr
     assert "first at this site" in lines[0] and "input 0 dim 0: 3 → 4" in lines[1], lines
@@ -93,3 +104,13 @@ def test_recompile_limit_error_raises_with_the_explanation():
     p = subprocess.run([sys.executable, "-c", BUDGET], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "recompile limit reached: 4 compiles at <string>:3" in p.stderr and "3 → 4" in p.stderr, p.stderr
+
+
+def test_new_sizes_bind_without_a_compile_to_explain(fresh):
+    lazyjit = fresh
+    for n in (3, 4, 9, 1):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close((x.to("lazyjit").tanh() * 2).cpu(), x.tanh() * 2)
+    rs = lazyjit.explain_recompiles()
+    assert [r["kind"] for r in rs] == ["first at this site"], rs
+    assert lazyjit.metrics()["shape_binds"] == 3, lazyjit.metrics()
