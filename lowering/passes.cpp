@@ -56,8 +56,9 @@ class Rewriter {
   }
 
   Graph& graph() { return out_; }
-  Graph finish() {
+  Graph finish(ValueMap* map_out) {
     for (ValueId v : src_.outputs()) out_.add_output(map(v));
+    if (map_out) *map_out = map_;  // kUnmapped is kDropped
     return std::move(out_);
   }
 
@@ -189,17 +190,17 @@ struct NodeKeyHash {
 
 }  // namespace
 
-Graph eliminate_dead_code(const Graph& g) {
+Graph eliminate_dead_code(const Graph& g, ValueMap* map) {
   std::vector<bool> live = ir::live_nodes(g);
   Rewriter rw(g);
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (live[i] && !is_source(n.kind)) rw.copy(n);
   }
-  return rw.finish();
+  return rw.finish(map);
 }
 
-Graph eliminate_common_subexpressions(const Graph& g) {
+Graph eliminate_common_subexpressions(const Graph& g, ValueMap* map) {
   Rewriter rw(g);
   // Candidates by op and renamed operands; attributes and result types are
   // compared exactly on a bucket hit.
@@ -228,10 +229,10 @@ Graph eliminate_common_subexpressions(const Graph& g) {
     rw.copy(n);
     bucket.push_back(i);
   }
-  return rw.finish();
+  return rw.finish(map);
 }
 
-Graph fold_constants(const Graph& g) {
+Graph fold_constants(const Graph& g, ValueMap* map) {
   Rewriter rw(g);
   // Replacements are found on the old graph; a chain of them resolves because
   // each replaced value maps to whatever its replacement already maps to.
@@ -245,7 +246,7 @@ Graph fold_constants(const Graph& g) {
     if (same) rw.alias(n.outputs[0], rw.map(*same));
     else rw.copy(n);
   }
-  return rw.finish();
+  return rw.finish(map);
 }
 
 const std::vector<GraphPass>& graph_pipeline() {
@@ -259,10 +260,18 @@ const std::vector<GraphPass>& graph_pipeline() {
 }
 
 Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
-                       const std::function<void(const std::string&, const Graph&)>& after) {
+                       const std::function<void(const std::string&, const Graph&)>& after, ValueMap* map) {
+  if (map) {
+    map->resize(g.values().size());
+    for (ValueId v = 0; v < map->size(); ++v) (*map)[v] = v;
+  }
+  ValueMap step;
   for (const GraphPass& p : graph_pipeline()) {
     if (std::find(disabled.begin(), disabled.end(), p.name) != disabled.end()) continue;
-    g = p.run(g);
+    g = p.run(g, map ? &step : nullptr);
+    if (map)
+      for (ValueId& v : *map)
+        if (v != kDropped) v = step[v];
     if (after) after(p.name, g);
   }
   return g;

@@ -20,13 +20,19 @@
 
 namespace lazyjit::lowering {
 
+// Where a pass put each value of the graph it ran on: per value, the value of
+// its result that computes it (itself renamed, or what it was merged or folded
+// into), or kDropped when no output depends on it.
+inline constexpr ir::ValueId kDropped = ~ir::ValueId{0};
+using ValueMap = std::vector<ir::ValueId>;
+
 // Drops nodes no output depends on (sources are kept: they are the interface).
-ir::Graph eliminate_dead_code(const ir::Graph& g);
+ir::Graph eliminate_dead_code(const ir::Graph& g, ValueMap* map = nullptr);
 
 // Merges nodes with the same op, operands, attributes and result types. Every
 // node kind is pure (random draws happen at trace time; ATen nodes that mutate
 // work on clones), so this is legal for ATen steps too.
-ir::Graph eliminate_common_subexpressions(const ir::Graph& g);
+ir::Graph eliminate_common_subexpressions(const ir::Graph& g, ValueMap* map = nullptr);
 
 // Constant folding and identities decided by the structure alone:
 //  - casts that change nothing, and round trips through a wider type
@@ -36,20 +42,21 @@ ir::Graph eliminate_common_subexpressions(const ir::Graph& g);
 //    maximum(x, x), minimum(x, x), clamp with no bounds.
 // A rewrite applies only when the result's type (dtype, sizes, strides) equals
 // the replaced value's.
-ir::Graph fold_constants(const ir::Graph& g);
+ir::Graph fold_constants(const ir::Graph& g, ValueMap* map = nullptr);
 
 struct GraphPass {
   const char* name;
-  ir::Graph (*run)(const ir::Graph&);
+  ir::Graph (*run)(const ir::Graph&, ValueMap*);
 };
 // The graph passes in pipeline order.
 const std::vector<GraphPass>& graph_pipeline();
 
 
 // Runs the pipeline, skipping `disabled` names, calling `after` with each
-// pass's name and result (for dumps).
+// pass's name and result (for dumps). `map`, when not null, gets where each
+// value of `g` went in the result (all passes composed).
 ir::Graph run_graph_passes(
     ir::Graph g, const std::vector<std::string>& disabled,
-    const std::function<void(const std::string& pass, const ir::Graph&)>& after = {});
+    const std::function<void(const std::string& pass, const ir::Graph&)>& after = {}, ValueMap* map = nullptr);
 
 }  // namespace lazyjit::lowering

@@ -138,7 +138,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                           }
                           auto program = load_or_compile(graph, key, site, shapes, node_sites, checked);
                           if (shapes.value_or(config_.dynamic) != lowering::Shapes::Off)
-                            binder_.remember(graph, code, program);
+                            binder_.remember(graph, code, program, config_.disabled_passes);
                           return std::make_shared<const executor::Executable>(std::move(program));
                         });
   } catch (const RunEagerly&) {
@@ -243,6 +243,12 @@ std::shared_ptr<const lowering::Program> Runtime::bind_sizes(const ir::Graph& gr
   m.time("bind", program->compile_ms);
   sync_note().how = SyncNote::How::Bound;
   sync_note().prepare_ms = program->compile_ms;
+  // Each new size leaves freed blocks of its own sizes between long-lived
+  // program data, as a compile does (trim_heap): a sweep over 3,000 sizes held
+  // 1,056 MB against eager's ~280 MB. Trimming after every 32nd binding keeps it
+  // at ~320 MB for ~0.04 ms per binding on average.
+  static std::atomic<int64_t> binds{0};
+  if (binds.fetch_add(1, std::memory_order_relaxed) % 32 == 31) trim_heap();
   return program;
 }
 

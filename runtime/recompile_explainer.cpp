@@ -141,18 +141,32 @@ Recompile RecompileExplainer::explain(const ir::Graph& g, const std::string& sit
     }
     if (inputs.size() != near->inputs.size())
       lines.push_back(std::to_string(near->inputs.size()) + " → " + std::to_string(inputs.size()) + " inputs");
-    // The first op that differs. On a known structure only an attribute
-    // change says more (a slice bound); output sizes follow from the inputs.
+    // The first op that differs. An output that only changed sizes follows
+    // from the inputs: on a known structure only an attribute change says more
+    // (a slice bound); in a new graph the first op changed otherwise (another
+    // op, other operands) says what changed, else the first output that did.
     size_t n = std::min(near->nodes.size(), g.nodes().size());
-    for (size_t i = 0; i < n; ++i) {
+    std::string first_output;  // a new graph's first output-only difference
+    for (size_t i = 0; i <= n; ++i) {
+      if (i == n) {
+        if (same_structure || first_output.empty()) break;
+        lines.push_back(first_output + " (first op that differs)");
+        break;
+      }
       const ir::Node& b = g.nodes()[i];
       if (b.kind == ir::OpKind::Input || b.kind == ir::OpKind::Scalar) continue;
       std::string d = node_diff(i, near->nodes[i], near->types, b, g);
-      if (d.empty() || (same_structure && d.find(": output ") != std::string::npos)) continue;
+      if (d.empty()) continue;
+      const bool output_only = d.find(": output ") != std::string::npos;
+      if (output_only && (same_structure || !first_output.empty())) continue;
       // Where the user recorded it, after "op #i name".
       if (std::string where = node_sites ? node_sites(static_cast<uint32_t>(i)) : ""; !where.empty()) {
         size_t colon = d.find(": ");
         d.insert(colon == std::string::npos ? d.size() : colon, " (" + where + ")");
+      }
+      if (output_only) {
+        first_output = d;
+        continue;
       }
       lines.push_back(same_structure ? d : d + " (first op that differs)");
       break;

@@ -11,6 +11,10 @@
 
 namespace lazyjit::runtime {
 
+using ir::Graph;
+using ir::Node;
+using ir::ValueId;
+
 namespace {
 
 // The code of a bound program: the code of the program it was bound from,
@@ -30,20 +34,124 @@ class BoundCode : public lowering::CompiledCode {
   std::shared_ptr<const lowering::Program> from_;
 };
 
-std::vector<ir::Hash128> generic_keys(const ir::Graph& g, const lowering::Plan& plan) {
+std::vector<ir::Hash128> generic_keys(const Graph& g, const lowering::Plan& plan) {
   std::vector<ir::Hash128> keys;
   keys.reserve(plan.kernels.size());
   for (const lowering::FusedKernel& k : plan.kernels) keys.push_back(lowering::kernel_key(g, k).generic);
   return keys;
 }
 
+bool wrapped_scalar(const Node& p) {
+  return p.attrs.size() > 1 && std::holds_alternative<bool>(p.attrs[1].value) && std::get<bool>(p.attrs[1].value);
+}
+
 }  // namespace
 
-void ShapeBinder::remember(const ir::Graph& traced, uint64_t code_hash,
-                           std::shared_ptr<const lowering::Program> program) {
+// What the graph passes did to the graph a program was compiled for, so that
+// another graph of its structure gets the same result without running them:
+// per program node, the traced node it copies; per traced value the passes
+// folded or merged into another, that other (`as`). Replaying is valid at
+// new sizes when each such pair still has equal types (a fold or merge that
+// no longer holds would change results; one that now would hold but was not
+// made changes nothing).
+struct Replay {
+  std::vector<uint32_t> node_src;  // per program node: its traced node (sources: unused)
+  struct Same {
+    ValueId value, as;  // traced value, and the traced value the program computes it as
+    bool merged;        // an equal op (cse), not a fold
+  };
+  std::vector<Same> same;
+};
+
+struct ShapeBinder::Family {
+  std::shared_ptr<const lowering::Program> program;
+  std::vector<ir::Hash128> kernel_keys;  // generic key of each plan kernel
+  std::optional<Replay> replay;          // none: run the passes on each new graph
+};
+
+namespace {
+
+std::optional<Replay> make_replay(const Graph& traced, const Graph& program,
+                                  const std::vector<std::string>& disabled) {
+  lowering::ValueMap map;
+  Graph again = lowering::run_graph_passes(Graph(traced), disabled, {}, &map);
+  if (!(again.hashes().structure == program.hashes().structure) || again.values().size() != program.values().size())
+    return std::nullopt;
+  // The first traced value each program value computes: what the pass kept.
+  std::vector<ValueId> first(program.values().size(), lowering::kDropped);
+  for (ValueId v = 0; v < map.size(); ++v)
+    if (map[v] != lowering::kDropped && first[map[v]] == lowering::kDropped) first[map[v]] = v;
+  Replay r;
+  r.node_src.assign(program.nodes().size(), 0);
+  for (uint32_t j = 0; j < program.nodes().size(); ++j) {
+    const Node& n = program.nodes()[j];
+    if (n.kind == ir::OpKind::Input || n.kind == ir::OpKind::Scalar) continue;
+    ValueId t = first[n.outputs[0]];
+    if (t == lowering::kDropped) return std::nullopt;  // a node the passes made, not copied
+    const uint32_t i = traced.value(t).node;
+    const Node& src = traced.nodes()[i];
+    if (src.kind != n.kind || src.outputs.size() != n.outputs.size() || src.attrs.size() != n.attrs.size())
+      return std::nullopt;
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      if (first[n.outputs[o]] != src.outputs[o]) return std::nullopt;
+    r.node_src[j] = i;
+  }
+  for (ValueId v = 0; v < map.size(); ++v) {
+    if (map[v] == lowering::kDropped || first[map[v]] == v) continue;
+    const ValueId as = first[map[v]];
+    const Node &p = traced.producer(v), &q = traced.producer(as);
+    r.same.push_back({v, as, p.kind == q.kind && p.attrs == q.attrs});
+  }
+  return r;
+}
+
+// `traced` after the passes, made by replaying what they did to the program's
+// graph; null when a fold or merge no longer holds at its sizes.
+std::optional<Graph> replay_passes(const Graph& traced, const Graph& program, const Replay& r) {
+  for (const Replay::Same& s : r.same) {
+    if (!(traced.value(s.value).type == traced.value(s.as).type)) return std::nullopt;
+    const Node& p = traced.producer(s.value);
+    if (s.merged) {  // still equal ops (their operands are pairs of their own)
+      if (!(p.attrs == traced.producer(s.as).attrs)) return std::nullopt;
+      continue;
+    }
+    if (p.kind != ir::OpKind::AsStrided) continue;  // the other folds hold on dtypes and equal types
+    // A view folds into its operand when it reads all of it, in its layout.
+    const ir::TensorType& src = traced.value(p.operands[0]).type;
+    if (std::get<int64_t>(p.attrs[2].value) != 0 || std::get<std::vector<int64_t>>(p.attrs[0].value) != src.sizes ||
+        std::get<std::vector<int64_t>>(p.attrs[1].value) != src.strides)
+      return std::nullopt;
+  }
+  Graph g;
+  for (ValueId v : program.inputs()) {
+    (void)v;
+    g.add_input(traced.value(traced.inputs()[g.inputs().size()]).type);
+  }
+  for (ValueId v : program.scalars()) g.add_scalar(program.value(v).type.dtype, wrapped_scalar(program.producer(v)));
+  for (uint32_t j = 0; j < program.nodes().size(); ++j) {
+    const Node& n = program.nodes()[j];
+    if (n.kind == ir::OpKind::Input || n.kind == ir::OpKind::Scalar) continue;
+    const Node& src = traced.nodes()[r.node_src[j]];
+    std::vector<ir::TensorType> types;
+    types.reserve(src.outputs.size());
+    for (ValueId o : src.outputs) types.push_back(traced.value(o).type);
+    g.add_node(n.kind, n.operands, src.attrs, std::move(types));  // sources first, nodes in order: same value ids
+  }
+  for (ValueId v : program.outputs()) g.add_output(v);
+  if (!(g.hashes().structure == program.hashes().structure)) return std::nullopt;
+  return g;
+}
+
+}  // namespace
+
+void ShapeBinder::remember(const Graph& traced, uint64_t code_hash, std::shared_ptr<const lowering::Program> program,
+                           const std::vector<std::string>& disabled_passes) {
   if (!program || (program->code && !program->code->all_generic())) return;
   if (!program->code && !program->plan.kernels.empty()) return;
-  Family f{program, generic_keys(program->graph, program->plan)};
+  auto f = std::make_shared<Family>();
+  f->kernel_keys = generic_keys(program->graph, program->plan);
+  f->replay = make_replay(traced, program->graph, disabled_passes);
+  f->program = std::move(program);
   const ir::Hash128 s = traced.hashes().structure;
   const Key key{s.lo, s.hi, code_hash};
   std::lock_guard<std::mutex> lock(mu_);
@@ -55,15 +163,15 @@ void ShapeBinder::remember(const ir::Graph& traced, uint64_t code_hash,
       order_.erase(order_.begin());
     }
   }
-  std::vector<Family>& fs = it->second;
+  auto& fs = it->second;
   fs.insert(fs.begin(), std::move(f));
   if (fs.size() > kPerStructure) fs.pop_back();
 }
 
-std::shared_ptr<const lowering::Program> ShapeBinder::bind(const ir::Graph& traced, uint64_t code_hash,
+std::shared_ptr<const lowering::Program> ShapeBinder::bind(const Graph& traced, uint64_t code_hash,
                                                            const std::vector<std::string>& disabled_passes) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<Family> fs;
+  std::vector<std::shared_ptr<const Family>> fs;
   {
     const ir::Hash128 s = traced.hashes().structure;
     std::lock_guard<std::mutex> lock(mu_);
@@ -71,23 +179,28 @@ std::shared_ptr<const lowering::Program> ShapeBinder::bind(const ir::Graph& trac
     if (it == families_.end()) return nullptr;
     fs = it->second;
   }
-  // The passes lowering runs (lower.cpp); their result has the structure of a
-  // remembered program's graph when they did the same to it.
-  ir::Graph g = lowering::run_graph_passes(ir::Graph(traced), disabled_passes);
-  const ir::Hash128 structure = g.hashes().structure;
-  for (const Family& f : fs) {
-    if (!(f.program->graph.hashes().structure == structure)) continue;
+  std::optional<Graph> passed;  // the passes run on `traced`, when a family has no replay
+  for (const auto& f : fs) {
+    const Graph& pg = f->program->graph;
+    std::optional<Graph> g;
+    if (f->replay) {
+      g = replay_passes(traced, pg, *f->replay);
+    } else {
+      if (!passed) passed = lowering::run_graph_passes(Graph(traced), disabled_passes);
+      if (passed->hashes().structure == pg.hashes().structure) g = *passed;
+    }
+    if (!g) continue;
     std::optional<lowering::Plan> plan;
     try {
-      plan = lowering::bind_plan(g, f.program->plan);
+      plan = lowering::bind_plan(*g, f->program->plan);
     } catch (const std::runtime_error&) {  // a row schedule that no longer holds
       continue;
     }
-    if (!plan || generic_keys(g, *plan) != f.kernel_keys) continue;
+    if (!plan || generic_keys(*g, *plan) != f->kernel_keys) continue;
     auto p = std::make_shared<lowering::Program>();
     p->plan = std::move(*plan);
-    p->graph = std::move(g);
-    if (f.program->code) p->code = std::make_unique<BoundCode>(f.program);
+    p->graph = std::move(*g);
+    if (f->program->code) p->code = std::make_unique<BoundCode>(f->program);
     p->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return p;
   }

@@ -37,7 +37,8 @@ class ShapeBinder {
   // Remembers `program`, compiled (or loaded) for `traced`, as one that graphs
   // of `traced`'s structure may bind to, when all its code is shape-generic.
   // `code_hash` tells programs of other code apart (NaN-checked stores).
-  void remember(const ir::Graph& traced, uint64_t code_hash, std::shared_ptr<const lowering::Program> program);
+  void remember(const ir::Graph& traced, uint64_t code_hash, std::shared_ptr<const lowering::Program> program,
+                const std::vector<std::string>& disabled_passes);
   // `traced` as a program bound from a remembered one of its structure, or
   // null when none holds for its sizes. `disabled_passes` as for lowering.
   std::shared_ptr<const lowering::Program> bind(const ir::Graph& traced, uint64_t code_hash,
@@ -49,13 +50,10 @@ class ShapeBinder {
   static constexpr size_t kStructures = 512;
 
  private:
-  struct Family {
-    std::shared_ptr<const lowering::Program> program;
-    std::vector<ir::Hash128> kernel_keys;  // generic key of each plan kernel
-  };
+  struct Family;  // shape_binder.cpp
   using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // traced structure (lo, hi), code hash
   std::mutex mu_;
-  std::map<Key, std::vector<Family>> families_;
+  std::map<Key, std::vector<std::shared_ptr<const Family>>> families_;
   std::vector<Key> order_;  // structures, oldest first (forgotten past kStructures)
 };
 

@@ -14,20 +14,21 @@ import pytest
 
 from conftest import PYTHON_DIR
 
-# A fused chain after a matmul, read back with item() at the same line three
-# times: a compile, a cache hit, then a new batch size (a recompile).
+# A fused chain after a matmul, read back with item() at the same line four
+# times: a compile, a cache hit, a new batch size (bound to the first program,
+# no compile), then another activation (a new graph: a recompile).
 SCRIPT = """\
 import torch, lazyjit
 torch.manual_seed(0)
 w = torch.randn(64, 64)
 wl = w.to("lazyjit")
-def step(x, w):
-    return ((x @ w).tanh() * 2 + 1).softmax(-1)
-for n in (8, 8, 9):
+def step(x, w, act):
+    return (act(x @ w) * 2 + 1).softmax(-1)
+for n, act in ((8, torch.tanh), (8, torch.tanh), (9, torch.tanh), (9, torch.sigmoid)):
     x = torch.randn(n, 64)
-    y = step(x.to("lazyjit"), wl)
+    y = step(x.to("lazyjit"), wl, act)
     got = y.sum().item()
-    torch.testing.assert_close(y.cpu(), step(x, w))
+    torch.testing.assert_close(y.cpu(), step(x, w, act))
 print("ok")
 """
 ITEM_LINE = next(i + 1 for i, l in enumerate(SCRIPT.splitlines()) if "got = y.sum().item()" in l)
@@ -62,16 +63,18 @@ def test_level1_logs_each_sync_with_the_line_and_each_recompile(tmp_path):
     p = run_level(tmp_path, 1)
     site = f"train.py:{ITEM_LINE}"
     at_item = [l for l in sync_lines(p.stderr) if f"{site} (item())" in l]
-    assert len(at_item) == 3, p.stderr
+    assert len(at_item) == 4, p.stderr
     num = r"\d+(\.\d+)? ms"
     assert re.search(rf"\d+ ops -> compiled \(first at this site\) in {num}, ran in {num}$", at_item[0]), at_item[0]
     assert re.search(rf"\d+ ops -> cache hit, ran in {num}$", at_item[1]), at_item[1]
-    assert re.search(rf"-> compiled \(new shapes\) in {num}, ran in {num}$", at_item[2]), at_item[2]
-    # The recompile's explanation, before its sync line.
+    assert re.search(rf"\d+ ops -> bound to new sizes in {num}, ran in {num}$", at_item[2]), at_item[2]
+    assert re.search(rf"-> compiled \(new graph\) in {num}, ran in {num}$", at_item[3]), at_item[3]
+    # The recompile's explanation, before its sync line; the binding has none.
     lines = p.stderr.splitlines()
-    why = next(i for i, l in enumerate(lines) if l.startswith("lazyjit: compiling at ") and f"{site}: new shapes" in l)
-    assert "8 → 9" in lines[why], lines[why]
-    assert why < lines.index(at_item[2])
+    whys = [i for i, l in enumerate(lines) if l.startswith("lazyjit: compiling at ") and f"{site}: " in l]
+    assert len(whys) == 2 and "first at this site" in lines[whys[0]], lines
+    assert "new graph" in lines[whys[1]] and "tanh → sigmoid" in lines[whys[1]], lines[whys[1]]
+    assert lines.index(at_item[2]) < whys[1] < lines.index(at_item[3])
     assert not (tmp_path / "lazyjit_debug").exists()  # level 1 writes no files
 
 
@@ -80,8 +83,10 @@ def test_level1_says_when_a_program_came_from_the_disk_cache(tmp_path):
     run_level(tmp_path, 1, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=cache)  # compiles, writes
     p = run_level(tmp_path, 1, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=cache)
     at_item = [l for l in sync_lines(p.stderr) if f"train.py:{ITEM_LINE} (item())" in l]
-    assert len(at_item) == 3 and all(" -> loaded from disk in " in at_item[i] for i in (0, 2)), p.stderr
-    assert "cache hit" in at_item[1] and "compiling at" not in p.stderr, p.stderr
+    assert len(at_item) == 4 and all(" -> loaded from disk in " in at_item[i] for i in (0, 3)), p.stderr
+    # The new batch size binds to the program loaded from disk.
+    assert "cache hit" in at_item[1] and " -> bound to new sizes in " in at_item[2], p.stderr
+    assert "compiling at" not in p.stderr, p.stderr
 
 
 def _dumps(d: Path):

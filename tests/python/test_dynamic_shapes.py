@@ -661,3 +661,36 @@ def test_mark_rejects_bad_dims_and_cpu_tensors(mark):
     fn(x, -1)  # in range: accepted
     fn(x, [0, 1])
     torch.testing.assert_close((x * 2).cpu(), x.cpu() * 2)
+
+
+# ----------------------------------------------------------------------------- 9. binding new sizes
+
+def test_a_fold_or_merge_that_no_longer_holds_is_not_replayed(fresh):
+    # At the first sizes x[:a] reads all of x (the view folds away) and x[:b]
+    # equals x[:a] (the two merge); at later sizes neither holds. The binder
+    # replays the graph passes' decisions only where they still hold.
+    lazyjit = fresh
+    for n, a, b in ((6, 6, 6), (9, 9, 9), (9, 4, 9), (9, 5, 3), (12, 12, 12), (12, 7, 7)):
+        x = randn(n, 8)
+        xl = x.to(DEV)
+        got = ((xl[:a] * 2).sum(0) + (xl[:b] + 1).sum(0)).cpu()
+        torch.testing.assert_close(got, (x[:a] * 2).sum(0) + (x[:b] + 1).sum(0), **TOL)
+    m = lazyjit.metrics()
+    assert m["compiles"] + m["shape_binds"] == 6 and m["shape_binds"] >= 2, m
+
+
+def test_bound_programs_agree_with_eager_over_a_size_sweep(fresh):
+    # softmax, layer norm, a broadcast bias, a transposed read and a cat over
+    # 1..40 rows: one program, bound to each size; some sizes (1: rows that
+    # broadcast) may compile.
+    lazyjit = fresh
+    w, bias = randn(16, 16, seed=3), randn(16, seed=4)
+    wl, bl = w.to(DEV), bias.to(DEV)
+    for n in [1, 2, 3, 5, 8, 13, 21, 34, 40, 7, 1, 39]:
+        x = randn(n, 16, seed=n)
+        def f(x, w, b):
+            h = torch.nn.functional.layer_norm(x @ w + b, (16,))
+            return torch.cat([torch.softmax(h, -1), h.t().contiguous().t() * 2], 0).sum(-1)
+        torch.testing.assert_close(f(x.to(DEV), wl, bl).cpu(), f(x, w, bias), rtol=1e-4, atol=1e-5)
+    m = lazyjit.metrics()
+    assert m["shape_binds"] >= 8 and m["compiles"] <= 4, m

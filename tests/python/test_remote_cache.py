@@ -173,6 +173,9 @@ def env_for(cache_dir, remote=None, **extra):
 
 
 def start(cache_dir, remote=None, widths=(32,), pause_after=-1, marker="", **extra):
+    # Each width is a program of its own, looked up and written through the
+    # tiers: exact code, so that one width does not bind to another's program.
+    extra.setdefault("LAZYJIT_DYNAMIC", "off")
     args = [sys.executable, "-c", PROGRAM, ",".join(map(str, widths)), str(pause_after), marker]
     return subprocess.Popen(args, env=env_for(cache_dir, remote, **extra), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

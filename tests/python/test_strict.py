@@ -62,9 +62,11 @@ def test_a_compile_raises_with_its_explanation_and_loses_nothing(fresh):
     wl = w.to(DEV)
     y4 = step(torch.randn(4, 8).to(DEV), wl)  # kept alive: a dead result compiles nothing
     sync_here()
-    x = torch.randn(5, 8)  # a new batch size: a program to build
+    x = torch.randn(5, 8)  # a new batch size, marked static: a program to build
     with lazyjit.strict():
-        y = step(x.to(DEV), wl)
+        xl = x.to(DEV)
+        lazyjit.mark_static(xl, 0)
+        y = step(xl, wl)
         with pytest.raises(RuntimeError) as e:
             sync_here()
     msg = str(e.value)
@@ -72,6 +74,20 @@ def test_a_compile_raises_with_its_explanation_and_loses_nothing(fresh):
     compiles = lazyjit.metrics()["compiles"]
     torch.testing.assert_close(y.cpu(), step(x, w))  # still pending; compiled now, outside
     assert lazyjit.metrics()["compiles"] == compiles + 1
+
+
+def test_a_new_size_binds_inside_a_region(fresh):
+    # Not a compile: the program of the first size, bound to the new one.
+    w = torch.randn(8, 8)
+    wl = w.to(DEV)
+    step(torch.randn(4, 8).to(DEV), wl).cpu()
+    x = torch.randn(5, 8)
+    with lazyjit.strict():
+        y = step(x.to(DEV), wl)
+        sync_here()
+    torch.testing.assert_close(y.cpu(), step(x, w))
+    m = lazyjit.metrics()
+    assert m["compiles"] == 1 and m["shape_binds"] == 1, m
 
 
 def test_regions_nest_and_an_exception_inside_closes_them(fresh):
