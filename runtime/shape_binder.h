@@ -6,12 +6,12 @@
 // strides and offsets (lowering/plan_bind.h), the sizes of the values the
 // executor allocates, and the shape attributes of library steps (slice bounds,
 // view shapes), all read from the new graph's types and attributes, which the
-// tracer's shape inference gave it. Binding copies the program, takes those
-// numbers from the new graph and checks that the compiled code still holds:
-// every kernel keeps its generic key (rank after coalescing, which dims
-// broadcast, unit strides, zero offsets, row schedule), and every node still
-// fits its kernel. No fusion, no kernel lookups, no codegen: about 0.1 ms for a
-// decode step's 430 ops, where planning and preparing took ~1 ms.
+// tracer's shape inference gave it. Binding replays what the graph passes did
+// (where each fold and merge still holds; else runs them), takes those numbers
+// from the new graph and checks that the compiled code still holds: every kernel
+// keeps its generic key (rank after coalescing, which dims broadcast, unit
+// strides, zero offsets, row schedule), and every node still fits its kernel.
+// No fusion, no kernel lookups, no codegen: 0.6 ms on average for GPT-2's decode.
 //
 // When a check fails (a dim that was longer is now 1 and broadcasts, a zero
 // size, a row that no longer fits its scratch), the graph is compiled as any
