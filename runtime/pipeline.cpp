@@ -3,6 +3,8 @@
 //   graph + bindings
 //     -> key      structure hash, shape signature, target and codegen switches (cache/cache_key.h)
 //     -> lookup   in-memory compile cache: a hit skips everything up to `run` (cache/compile_cache.h)
+//     -> bind     on a miss, a structure compiled before: its program bound to these sizes, no
+//                 compile (runtime/shape_binder.h)
 //     -> load     on a miss, from the on-disk cache: the object is linked, no codegen (runtime/disk_tier.h)
 //     -> lower    on a miss of both: graph passes, plan, LLVM codegen to an object (lowering/lower.h),
 //                 then written to disk for the next process
