@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -85,11 +86,11 @@ bool DiskTier::expected(const std::string& manifest) const {
          m.value("libtorch_version", "") == TORCH_VERSION;
 }
 
-std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& key) {
+std::shared_ptr<const lowering::Program> DiskTier::load(const std::string& name) {
   auto t0 = std::chrono::steady_clock::now();
   std::optional<debug::TraceSpan> span;
-  if (debug::trace_enabled()) span.emplace("cache", "disk load", debug::TraceArgs{{"key", key.str()}});
-  auto read = store_->get(key.str(), [&](const std::string& m) { return expected(m); });
+  if (debug::trace_enabled()) span.emplace("cache", "disk load", debug::TraceArgs{{"key", name}});
+  auto read = store_->get(name, [&](const std::string& m) { return expected(m); });
   if (span) span->arg("result", read ? "hit" : "miss");
   if (!read) return nullptr;
   std::shared_ptr<const lowering::Program> program;
@@ -98,14 +99,35 @@ std::shared_ptr<const lowering::Program> DiskTier::load(const cache::CacheKey& k
   } catch (const std::exception& e) {
     // Checksummed bytes that still do not read back (a format this build does
     // not know): never run; set aside like any damaged entry.
-    store_->reject(key.str(), cache::DiskError::Corrupt, e.what());
+    store_->reject(name, cache::DiskError::Corrupt, e.what());
     if (span) span->arg("rejected", e.what());
     return nullptr;
   }
-  store_->record_hit(key.str());
+  store_->record_hit(name);
   Metrics::get().add(Counter::DiskHits);
   Metrics::get().time("disk_load", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   return program;
+}
+
+std::shared_ptr<const lowering::Program> DiskTier::load_sibling(const cache::CacheKey& key) {
+  // Entries are named <structure>-<shape>-<code> (cache::CacheKey::str).
+  const std::string own = key.str() + ".ljc";
+  const std::string structure = own.substr(0, own.find('-') + 1);
+  const std::string code = own.substr(own.rfind('-'));
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(store_->root() + "/entries", ec)) {
+    const std::string f = e.path().filename().string();
+    if (f == own || f.size() != own.size() || f.compare(0, structure.size(), structure) != 0 ||
+        f.compare(f.size() - code.size(), code.size(), code) != 0)
+      continue;
+    std::error_code tec;
+    found.emplace_back(e.last_write_time(tec), f.substr(0, f.size() - 4));
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < found.size() && i < 3; ++i)
+    if (auto program = load(found[i].second)) return program;
+  return nullptr;
 }
 
 std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::CacheKey& key) {
@@ -185,11 +207,11 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
 std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::CacheKey& key,
                                                                    const std::string& site,
                                                                    const Compile& compile) {
-  if (auto program = load(key)) return program;
+  if (auto program = load(key.str())) return program;
   // A crashed holder's lock is released by the kernel; a stuck one is waited
   // out, then this process compiles anyway (correct, just not deduplicated).
   auto held = store_->lock(key.str(), std::chrono::seconds(120));
-  if (auto program = load(key)) return program;
+  if (auto program = load(key.str())) return program;
   Metrics::get().add(Counter::DiskMisses);
   // Under the key's lock: processes of this machine missing it ask the remote once.
   if (remote_)

@@ -38,11 +38,15 @@ class DiskTier {
   // entry (a per-key lock) and load it.
   std::shared_ptr<const lowering::Program> load_or_compile(const cache::CacheKey& key, const std::string& site,
                                                            const Compile& compile);
+  // A program stored for other sizes of `key`'s structure (same code), the most
+  // recently written first, for a new process to bind to (shape_binder.h);
+  // null when none loads.
+  std::shared_ptr<const lowering::Program> load_sibling(const cache::CacheKey& key);
 
  private:
   DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint, lowering::Target& target);
   bool expected(const std::string& manifest) const;
-  std::shared_ptr<const lowering::Program> load(const cache::CacheKey& key);
+  std::shared_ptr<const lowering::Program> load(const std::string& name);  // an entry by its key's text
   std::shared_ptr<const lowering::Program> load_remote(const cache::CacheKey& key);
   void store(const cache::CacheKey& key, const lowering::Program& program, const std::string& site);
 

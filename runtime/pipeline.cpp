@@ -3,8 +3,8 @@
 //   graph + bindings
 //     -> key      structure hash, shape signature, target and codegen switches (cache/cache_key.h)
 //     -> lookup   in-memory compile cache: a hit skips everything up to `run` (cache/compile_cache.h)
-//     -> bind     on a miss, a structure compiled before: its program bound to these sizes, no
-//                 compile (runtime/shape_binder.h)
+//     -> bind     on a miss, a structure compiled (or stored on disk) before: its program bound
+//                 to these sizes, no compile (runtime/shape_binder.h)
 //     -> load     on a miss, from the on-disk cache: the object is linked, no codegen (runtime/disk_tier.h)
 //     -> lower    on a miss of both: graph passes, plan, LLVM codegen to an object (lowering/lower.h),
 //                 then written to disk for the next process
@@ -131,6 +131,13 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                           const uint64_t code = checked ? checked_code_hash_ : code_hash_;
                           if (auto bound = bind_sizes(graph, shapes, code))
                             return std::make_shared<const executor::Executable>(std::move(bound));
+                          // A new process: the program another shape of it left on disk.
+                          if (disk_ && shapes.value_or(config_.dynamic) != lowering::Shapes::Off)
+                            if (auto sibling = disk_->load_sibling(key)) {
+                              binder_.remember(graph, code, sibling, config_.disabled_passes);
+                              if (auto bound = bind_sizes(graph, shapes, code))
+                                return std::make_shared<const executor::Executable>(std::move(bound));
+                            }
                           if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
                           if (config_.on_recompile_limit == RecompileStance::Eager &&
                               explainer_.budget(site) >= config_.recompile_limit &&

@@ -74,7 +74,9 @@ print("ok")
 
 def env_for(cache_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
-    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=str(cache_dir))
+    # Exact code: each batch size a program and an entry of its own, for the
+    # tool to list and compare (by default a new size binds to a stored program).
+    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=str(cache_dir), LAZYJIT_DYNAMIC="off")
     return env
 
 

@@ -20,17 +20,18 @@ from conftest import PYTHON_DIR, ROOT
 PROGRAM = r"""
 import json, sys, torch, lazyjit
 width = int(sys.argv[1]) if len(sys.argv) > 1 else 32
+batch = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width),
                         torch.nn.LayerNorm(width))
-x = torch.randn(8, width)
+x = torch.randn(batch, width)
 with torch.no_grad():
     want = m(x)
     got = m.to("lazyjit")(x.to("lazyjit")).cpu()
 torch.testing.assert_close(got, want)
 mt = lazyjit.metrics()
 print(json.dumps({k: mt[k] for k in ("compiles", "llvm_compiles", "disk_hits", "disk_misses", "disk_writes",
-                                     "disk_errors")} | {"errors": mt["disk_errors_by_kind"],
+                                     "disk_errors", "shape_binds")} | {"errors": mt["disk_errors_by_kind"],
                                                          "sum": float(got.double().sum())}))
 """
 
@@ -44,8 +45,8 @@ def env_for(cache_dir, **extra):
     return env
 
 
-def start(cache_dir, width=32, **extra):
-    return subprocess.Popen([sys.executable, "-c", PROGRAM, str(width)], env=env_for(cache_dir, **extra),
+def start(cache_dir, width=32, batch=8, **extra):
+    return subprocess.Popen([sys.executable, "-c", PROGRAM, str(width), str(batch)], env=env_for(cache_dir, **extra),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -55,8 +56,8 @@ def finish(p, timeout=240):
     return json.loads(out.strip().splitlines()[-1]), err
 
 
-def run(cache_dir, width=32, **extra):
-    return finish(start(cache_dir, width, **extra))
+def run(cache_dir, width=32, batch=8, **extra):
+    return finish(start(cache_dir, width, batch, **extra))
 
 
 def entries(cache_dir):
@@ -89,7 +90,9 @@ def test_cache_off_and_moved(tmp_path):
 
 def test_eight_processes_at_once_compile_each_program_once(tmp_path):
     widths = [32, 32, 32, 32, 48, 48, 64, 64]
-    procs = [start(tmp_path, w) for w in widths]
+    # Exact code: each width its own program (by default a width could bind to
+    # another width's program found on disk, depending on who wrote first).
+    procs = [start(tmp_path, w, LAZYJIT_DYNAMIC="off") for w in widths]
     results = [finish(p)[0] for p in procs]
     for r in results:
         assert r["disk_errors"] == 0, r
@@ -99,6 +102,19 @@ def test_eight_processes_at_once_compile_each_program_once(tmp_path):
         assert sum(r["compiles"] for r in rs) == rs[0]["compiles"] + rs[0]["disk_hits"], rs
         assert len({r["sum"] for r in rs}) == 1
     assert not glob.glob(os.path.join(str(tmp_path), "v1", "tmp", "*"))
+
+
+def test_a_new_process_binds_a_program_stored_for_another_size(tmp_path):
+    first, _ = run(tmp_path, batch=8)
+    assert first["compiles"] >= 1 and first["disk_writes"] == first["compiles"], first
+    # Another batch size in a new process: no entry under its key, so the
+    # program stored for batch 8 is loaded and bound to batch 13.
+    second, _ = run(tmp_path, batch=13)
+    assert second["compiles"] == 0 and second["llvm_compiles"] == 0, second
+    assert second["shape_binds"] >= 1 and second["disk_hits"] >= 1 and second["disk_errors"] == 0, second
+    # Exact code never binds: it compiles.
+    off, _ = run(tmp_path, batch=21, LAZYJIT_DYNAMIC="off")
+    assert off["compiles"] >= 1 and off["shape_binds"] == 0, off
 
 
 def damage_and_rerun(tmp_path, damage, kind):
@@ -220,7 +236,8 @@ def test_killed_writer_leaves_nothing_half_written(tmp_path):
 
 def test_eviction_bounds_the_directory_while_others_read(tmp_path):
     limit = 200_000
-    procs = [start(tmp_path, w, LAZYJIT_CACHE_MAX_BYTES=limit) for w in (32, 48, 64, 80, 32, 48, 64, 80)]
+    procs = [start(tmp_path, w, LAZYJIT_CACHE_MAX_BYTES=limit, LAZYJIT_DYNAMIC="off")  # a program per width
+             for w in (32, 48, 64, 80, 32, 48, 64, 80)]
     for p in procs:
         finish(p)
     total = sum(os.path.getsize(f) for f in entries(tmp_path))
