@@ -40,7 +40,7 @@ class DiskTier {
                                                            const Compile& compile);
   // A program stored for other sizes of `key`'s structure (same code), the most
   // recently written first, for a new process to bind to (shape_binder.h);
-  // null when none loads.
+  // null when none loads, or when `key` itself is stored.
   std::shared_ptr<const lowering::Program> load_sibling(const cache::CacheKey& key);
 
  private:

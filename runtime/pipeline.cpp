@@ -128,14 +128,14 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
         .get_or_compile(key,
                         [&] {
                           // New sizes of a structure compiled before: no compile (shape_binder.h).
-                          const uint64_t code = checked ? checked_code_hash_ : code_hash_;
-                          if (auto bound = bind_sizes(graph, shapes, code))
+                          const bool generic = shapes.value_or(config_.dynamic) != lowering::Shapes::Off;
+                          if (auto bound = bind_sizes(graph, shapes, key.target))
                             return std::make_shared<const executor::Executable>(std::move(bound));
                           // A new process: the program another shape of it left on disk.
-                          if (disk_ && shapes.value_or(config_.dynamic) != lowering::Shapes::Off)
+                          if (generic && disk_)
                             if (auto sibling = disk_->load_sibling(key)) {
-                              binder_.remember(graph, code, sibling, config_.disabled_passes);
-                              if (auto bound = bind_sizes(graph, shapes, code))
+                              binder_.remember(graph, key.target, sibling, config_.disabled_passes);
+                              if (auto bound = bind_sizes(graph, shapes, key.target))
                                 return std::make_shared<const executor::Executable>(std::move(bound));
                             }
                           if (t_no_compile) explain_compile(graph, site, Miss::Refused, node_sites);  // throws
@@ -146,8 +146,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                             throw RunEagerly{};
                           }
                           auto program = load_or_compile(graph, key, site, shapes, node_sites, checked);
-                          if (shapes.value_or(config_.dynamic) != lowering::Shapes::Off)
-                            binder_.remember(graph, code, program, config_.disabled_passes);
+                          if (generic) binder_.remember(graph, key.target, program, config_.disabled_passes);
                           return std::make_shared<const executor::Executable>(std::move(program));
                         });
   } catch (const RunEagerly&) {

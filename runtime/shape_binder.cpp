@@ -122,11 +122,8 @@ std::optional<Graph> replay_passes(const Graph& traced, const Graph& program, co
         std::get<std::vector<int64_t>>(p.attrs[1].value) != src.strides)
       return std::nullopt;
   }
-  Graph g;
-  for (ValueId v : program.inputs()) {
-    (void)v;
-    g.add_input(traced.value(traced.inputs()[g.inputs().size()]).type);
-  }
+  Graph g;  // the passes keep the sources and their numbering
+  for (ValueId v : traced.inputs()) g.add_input(traced.value(v).type);
   for (ValueId v : program.scalars()) g.add_scalar(program.value(v).type.dtype, wrapped_scalar(program.producer(v)));
   for (uint32_t j = 0; j < program.nodes().size(); ++j) {
     const Node& n = program.nodes()[j];
