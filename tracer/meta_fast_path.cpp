@@ -35,6 +35,7 @@ enum class Kind : uint8_t {
   Cat,
   Reduce,       // sum / mean over dims
   IndexSelect,
+  Softmax,      // _softmax / _log_softmax
 };
 
 struct OpDesc {
@@ -77,6 +78,7 @@ OpDesc classify(const c10::FunctionSchema& s) {
   if (n == "cat" && o.empty()) return {Kind::Cat};
   if ((n == "sum" && o == "dim_IntList") || (n == "mean" && o == "dim")) return {Kind::Reduce, false, false, false, n == "mean"};
   if (n == "index_select" && o.empty()) return {Kind::IndexSelect};
+  if ((n == "_softmax" || n == "_log_softmax") && o.empty()) return {Kind::Softmax};
   return {};
 }
 
@@ -429,6 +431,21 @@ bool index_select(const Stack& args, Stack* rets) {
   return true;
 }
 
+// _softmax / _log_softmax (softmax's and log_softmax's ATen op): a fresh
+// contiguous result of the input's sizes and floating dtype. Their meta kernel
+// is Python (torch._meta_registrations), and the first call imports sympy for
+// its dtype rule: ~700 ms on the first softmax of a process. half_to_float,
+// which the CPU refuses, and non-float inputs take the meta kernel (eager's error).
+bool softmax(const Stack& args, Stack* rets) {
+  if (args.size() != 3 || !args[1].isInt() || !args[2].isBool() || args[2].toBool()) return false;
+  const at::Tensor* x = lazy_tensor(args[0]);
+  if (!x || x->dim() == 0 || !dense(*x) || !float_dtype(x->scalar_type())) return false;
+  int64_t ndim = x->dim(), dim = args[1].toInt();
+  if (dim < -ndim || dim >= ndim) return false;
+  rets->push_back(meta_empty(x->sizes(), x->scalar_type()));
+  return true;
+}
+
 }  // namespace
 
 bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* rets) {
@@ -443,6 +460,7 @@ bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* ret
     case Kind::Cat: ok = cat(args, rets); break;
     case Kind::Reduce: ok = reduce(d.mean, args, rets); break;
     case Kind::IndexSelect: ok = index_select(args, rets); break;
+    case Kind::Softmax: ok = softmax(args, rets); break;
     default: ok = pointwise(d, args, rets); break;
   }
   if (!ok) rets->clear();
