@@ -11,6 +11,7 @@
 #include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/meta_fast_path.h"
+#include "tracer/meta_structured.h"
 
 namespace lazyjit::tracer {
 
@@ -197,9 +198,10 @@ const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, M
   }
   MetaResult fresh;
   for (const IValue& v : args) fresh.args.push_back(ivalue_to_meta(v));
-  // Common ops in plain cases are computed natively (tracer/meta_fast_path.h);
-  // the rest run their meta kernels.
-  if (!meta_fast_path(op, args, &fresh.rets)) {
+  // Common ops in plain cases are computed natively (tracer/meta_fast_path.h),
+  // some others by their C++ meta functions (tracer/meta_structured.h); the
+  // rest run their meta kernels.
+  if (!meta_fast_path(op, args, &fresh.rets) && !meta_structured(op, fresh.args, &fresh.rets)) {
     fresh.rets = fresh.args;
     try {
       at::AutoDispatchBelowADInplaceOrView guard;

@@ -2,7 +2,9 @@
 the oracle: pointwise ops, native_layer_norm, addmm/mm, triu/tril over dtypes, broadcasting,
 0-d CPU tensors and Python scalars give eager's values, dtypes, shapes and strides; invalid
 arguments raise eager's exception type; and the common ops never import torch._dynamo (what
-the Python meta kernels they replace do)."""
+the Python meta kernels they replace do). Also the ops answered by PyTorch's C++ structured meta
+functions (tracer/meta_structured.h): bmm, cumsum, argmax/argmin, topk, and add/sub/mul/div of
+non-contiguous tensors."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -317,3 +319,57 @@ x = torch.randn(4, 8).to('lazyjit')
 print('sympy' in sys.modules)
 """
     assert run_python(code).stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_structured_pointwise_on_non_contiguous_inputs(dtype):
+    x, y = _make((4, 6), dtype, 1), _make((6, 4), dtype, 2)
+    check(lambda a, b: a.t() + b, x, y)
+    check(lambda a, b: torch.sub(a.t(), b, alpha=2), x, y)
+    check(lambda a, b: a.t() * b, x, y)
+    check(lambda a, b: a.t() / b, x, y)
+    check(lambda a, b: torch.div(a.t(), b, rounding_mode="floor"), x, y)
+    check(lambda a, b: torch.div(a.t(), b, rounding_mode="trunc"), x, y)
+    check(lambda a, b: a[:1].expand(3, 6) + a[1:4], x, y)  # expanded: stride 0
+    check(lambda a, b: a[:, ::2] * a[:, 1::2], x, y)  # sliced
+    check(lambda a, b: a.t() + 1, x, y)  # a Python scalar (a wrapped number)
+    check(lambda a, b: a.t() + torch.tensor(2.5), x, y)  # a 0-d CPU tensor
+    check(lambda a, b: a.t().unsqueeze(0) * b.t().unsqueeze(1), x, y)  # broadcast of two views
+    check(lambda a, b: a.t() + a, x, y)  # eager's size error
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_structured_bmm_cumsum_argmax_topk(dtype):
+    a, b = _make((3, 4, 5), dtype, 1), _make((3, 5, 2), dtype, 2)
+    check(torch.bmm, a, b)
+    check(lambda a, b: torch.bmm(a.transpose(1, 2), a), a, b)
+    check(lambda a, b: a @ b, a, b)
+    check(torch.bmm, a, a)  # eager's size error
+    for dim in (0, 1, -1):
+        check(lambda a: torch.cumsum(a, dim), a)
+    check(lambda a: torch.cumsum(a, 1, dtype=torch.float64), a)
+    check(lambda a: torch.cumsum(a, 3), a)  # eager's error
+    for dim in (None, 0, -1):
+        for keep in (False, True):
+            check(lambda a: torch.argmax(a, dim, keepdim=keep), a)
+            check(lambda a: torch.argmin(a, dim, keepdim=keep), a)
+    for largest in (True, False):
+        check(lambda a: torch.topk(a, 2, -1, largest=largest).values, a)
+        check(lambda a: torch.topk(a, 2, 1, largest=largest, sorted=True).indices, a)
+    check(lambda a: torch.topk(a, 9, -1), a)  # eager's error: k too large
+
+
+def test_first_bmm_cumsum_argmax_topk_import_neither_sympy_nor_dynamo():
+    # Their Python meta kernels (over the C++ ones) import sympy through
+    # torch._check, and add on an expanded tensor imports torch._dynamo: 0.5-2 s each.
+    code = """
+import sys, torch, lazyjit
+x = torch.randn(2, 4, 8).to('lazyjit')
+ids = torch.arange(6).view(2, 3).to('lazyjit')
+outs = [x @ x.transpose(1, 2), torch.bmm(x, x.transpose(1, 2)), ids.cumsum(-1), x.argmax(-1),
+        x.topk(2, -1).values, x[:, :1].expand(2, 4, 8) + x, x.transpose(1, 2) * 2]
+for o in outs:
+    o.cpu()
+print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
+"""
+    assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
