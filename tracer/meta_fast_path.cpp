@@ -36,6 +36,8 @@ enum class Kind : uint8_t {
   Reduce,       // sum / mean over dims
   IndexSelect,
   Softmax,      // _softmax / _log_softmax
+  Var,          // var / var_mean with a correction
+  FlashCpu,     // _scaled_dot_product_flash_attention_for_cpu
 };
 
 struct OpDesc {
@@ -79,6 +81,8 @@ OpDesc classify(const c10::FunctionSchema& s) {
   if ((n == "sum" && o == "dim_IntList") || (n == "mean" && o == "dim")) return {Kind::Reduce, false, false, false, n == "mean"};
   if (n == "index_select" && o.empty()) return {Kind::IndexSelect};
   if ((n == "_softmax" || n == "_log_softmax") && o.empty()) return {Kind::Softmax};
+  if ((n == "var" || n == "var_mean") && o == "correction") return {Kind::Var, false, false, false, n == "var_mean"};
+  if (n == "_scaled_dot_product_flash_attention_for_cpu" && o.empty()) return {Kind::FlashCpu};
   return {};
 }
 
@@ -446,6 +450,60 @@ bool softmax(const Stack& args, Stack* rets) {
   return true;
 }
 
+// var / var_mean (torch.var, torch.var_mean): the reduced sizes (dims dropped,
+// or 1 with keepdim; all dims when none are given), contiguous, in the input's
+// floating dtype (var_mean: twice). Integer inputs, which eager refuses, take
+// the meta kernel; so does an empty dim list.
+bool var(bool with_mean, const Stack& args, Stack* rets) {
+  if (args.size() != 4 || !args[3].isBool()) return false;
+  const at::Tensor* x = lazy_tensor(args[0]);
+  if (!x || x->dim() == 0 || !float_dtype(x->scalar_type())) return false;
+  if (!args[2].isNone() && (!args[2].isScalar() || args[2].toScalar().isComplex())) return false;
+  std::vector<int64_t> dims;
+  if (!args[1].isNone() && (!int_list(args[1], &dims) || dims.empty())) return false;
+  int64_t ndim = x->dim();
+  std::vector<bool> reduced(ndim, dims.empty());
+  for (int64_t d : dims) {
+    if (d < -ndim || d >= ndim) return false;
+    if (d < 0) d += ndim;
+    if (reduced[d]) return false;
+    reduced[d] = true;
+  }
+  Shape out;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!reduced[d]) out.push_back(x->size(d));
+    else if (args[3].toBool()) out.push_back(1);
+  }
+  rets->push_back(meta_empty(out, x->scalar_type()));
+  if (with_mean) rets->push_back(meta_empty(out, x->scalar_type()));
+  return true;
+}
+
+// The CPU flash attention (scaled_dot_product_attention's kernel on the CPU):
+// the output like the query (empty_like: its strides, when it is dense), and
+// logsumexp [B, H, L] laid out as [B, L, H] transposed, in float (torch 2.13's
+// CPU kernel and meta kernel). Other query layouts take the meta kernel.
+// Double inputs (whose logsumexp eager makes double and the Python meta float)
+// and anything unusual take the meta kernel.
+bool flash_cpu(const Stack& args, Stack* rets) {
+  if (args.size() != 7) return false;
+  const at::Tensor* q = lazy_tensor(args[0]);
+  const at::Tensor* k = lazy_tensor(args[1]);
+  const at::Tensor* v = lazy_tensor(args[2]);
+  if (!q || !k || !v || q->dim() != 4 || k->dim() != 4 || v->dim() != 4) return false;
+  at::ScalarType dt = q->scalar_type();
+  if (!(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf)) return false;
+  if (k->scalar_type() != dt || v->scalar_type() != dt) return false;
+  for (int d : {0, 1})
+    if (k->size(d) != q->size(d) || v->size(d) != q->size(d)) return false;
+  if (k->size(3) != q->size(3) || v->size(3) != q->size(3) || v->size(2) != k->size(2)) return false;
+  int64_t b = q->size(0), h = q->size(1), l = q->size(2);
+  if (!q->unsafeGetTensorImpl()->is_non_overlapping_and_dense()) return false;
+  rets->push_back(at::empty_strided(q->sizes(), q->strides(), at::TensorOptions().dtype(dt).device(at::kMeta)));
+  rets->push_back(meta_empty({b, l, h}, at::kFloat).transpose(1, 2));
+  return true;
+}
+
 }  // namespace
 
 bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* rets) {
@@ -461,6 +519,8 @@ bool meta_fast_path(const c10::OperatorHandle& op, const Stack& args, Stack* ret
     case Kind::Reduce: ok = reduce(d.mean, args, rets); break;
     case Kind::IndexSelect: ok = index_select(args, rets); break;
     case Kind::Softmax: ok = softmax(args, rets); break;
+    case Kind::Var: ok = var(d.mean, args, rets); break;
+    case Kind::FlashCpu: ok = flash_cpu(args, rets); break;
     default: ok = pointwise(d, args, rets); break;
   }
   if (!ok) rets->clear();

@@ -1,5 +1,6 @@
 // Output geometry for the ops that dominate real models (pointwise ops,
-// native_layer_norm, addmm/mm, gelu, triu/tril, masked_fill, softmax), computed natively
+// native_layer_norm, addmm/mm, gelu, triu/tril, masked_fill, softmax, var/var_mean,
+// the CPU flash attention), computed natively
 // instead of by running their meta kernels: in torch 2.x many of those are
 // Python (torch._refs / torch._prims / torch._decomp), 100-3000 us each, and the
 // first one imports torch._dynamo. With a new shape every call the memo in

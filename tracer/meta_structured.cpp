@@ -3,11 +3,24 @@
 #include <ATen/ops/add_meta_dispatch.h>
 #include <ATen/ops/argmax_meta_dispatch.h>
 #include <ATen/ops/argmin_meta_dispatch.h>
+#include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bmm_meta_dispatch.h>
 #include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/gather_meta_dispatch.h>
+#include <ATen/ops/gelu_backward_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/mse_loss_meta_dispatch.h>
 #include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/nll_loss_backward_meta_dispatch.h>
+#include <ATen/ops/nll_loss_forward_meta_dispatch.h>
+#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/silu_backward_meta_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
+#include <ATen/ops/tanh_backward_meta_dispatch.h>
+#include <ATen/ops/threshold_backward_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
 
 #include <optional>
@@ -21,7 +34,11 @@ using torch::jit::Stack;
 
 namespace {
 
-enum class Op : uint8_t { None, Add, Sub, Mul, Div, DivMode, Bmm, Cumsum, Argmax, Argmin, Topk };
+enum class Op : uint8_t {
+  None, Add, Sub, Mul, Div, DivMode, Bmm, Baddbmm, Cumsum, Argmax, Argmin, Topk, Sort, Gather, MaskedFill,
+  NllLoss, NllLossBackward, MseLoss, GeluBackward, TanhBackward, SigmoidBackward, SiluBackward, ThresholdBackward,
+  SoftmaxBackward, LogSoftmaxBackward,
+};
 
 Op classify(const c10::FunctionSchema& s) {
   const std::string& n = s.name();
@@ -33,12 +50,26 @@ Op classify(const c10::FunctionSchema& s) {
     if (n == "aten::div") return Op::Div;
   }
   if (n == "aten::div" && o == "Tensor_mode") return Op::DivMode;
+  if (n == "aten::masked_fill_" && (o == "Scalar" || o == "Tensor")) return Op::MaskedFill;
+  if (n == "aten::sort" && o == "stable") return Op::Sort;
   if (!o.empty()) return Op::None;
   if (n == "aten::bmm") return Op::Bmm;
   if (n == "aten::cumsum") return Op::Cumsum;
   if (n == "aten::argmax") return Op::Argmax;
   if (n == "aten::argmin") return Op::Argmin;
   if (n == "aten::topk") return Op::Topk;
+  if (n == "aten::baddbmm") return Op::Baddbmm;
+  if (n == "aten::gather") return Op::Gather;
+  if (n == "aten::nll_loss_forward") return Op::NllLoss;
+  if (n == "aten::nll_loss_backward") return Op::NllLossBackward;
+  if (n == "aten::mse_loss") return Op::MseLoss;
+  if (n == "aten::gelu_backward") return Op::GeluBackward;
+  if (n == "aten::tanh_backward") return Op::TanhBackward;
+  if (n == "aten::sigmoid_backward") return Op::SigmoidBackward;
+  if (n == "aten::silu_backward") return Op::SiluBackward;
+  if (n == "aten::threshold_backward") return Op::ThresholdBackward;
+  if (n == "aten::_softmax_backward_data") return Op::SoftmaxBackward;
+  if (n == "aten::_log_softmax_backward_data") return Op::LogSoftmaxBackward;
   return Op::None;
 }
 
@@ -60,6 +91,14 @@ const at::Tensor* tensor(const IValue& v) {
 }
 
 bool meta_tensor(const IValue& v) { return tensor(v) && v.toTensor().is_meta(); }
+
+// An optional tensor argument: None, or a meta tensor.
+bool opt_tensor(const IValue& v, std::optional<at::Tensor>* out) {
+  if (v.isNone()) return true;
+  if (!meta_tensor(v)) return false;
+  *out = v.toTensor();
+  return true;
+}
 
 std::optional<int64_t> opt_int(const IValue& v, bool* ok) {
   if (v.isNone()) return std::nullopt;
@@ -117,6 +156,88 @@ bool run(Op kind, const Stack& a, Stack* rets) {
       auto [values, indices] = at::meta::topk(a[0].toTensor(), a[1].toInt(), a[2].toInt(), a[3].toBool(), a[4].toBool());
       rets->push_back(values);
       rets->push_back(indices);
+      return true;
+    }
+    case Op::Baddbmm:
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1]) || !meta_tensor(a[2]) || !a[3].isScalar() || !a[4].isScalar())
+        return false;
+      rets->push_back(at::meta::baddbmm(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(),
+                                        a[4].toScalar()));
+      return true;
+    case Op::Sort: {  // sort.stable(self, *, stable, dim, descending); plain sort calls it
+      if (!meta_tensor(a[0]) || !(a[1].isNone() || a[1].isBool()) || !a[2].isInt() || !a[3].isBool()) return false;
+      std::optional<bool> stable;
+      if (a[1].isBool()) stable = a[1].toBool();
+      auto [values, indices] = at::meta::sort(a[0].toTensor(), stable, a[2].toInt(), a[3].toBool());
+      rets->push_back(values);
+      rets->push_back(indices);
+      return true;
+    }
+    case Op::Gather:
+      if (!meta_tensor(a[0]) || !a[1].isInt() || !meta_tensor(a[2]) || !a[3].isBool()) return false;
+      rets->push_back(at::meta::gather(a[0].toTensor(), a[1].toInt(), a[2].toTensor(), a[3].toBool()));
+      return true;
+    case Op::NllLoss: case Op::NllLossBackward: {
+      size_t g = kind == Op::NllLossBackward ? 1 : 0;  // grad_output first in the backward
+      std::optional<at::Tensor> weight;
+      if (!meta_tensor(a[g]) || !meta_tensor(a[g + 1]) || !opt_tensor(a[g + 2], &weight) || !a[g + 3].isInt() ||
+          !a[g + 4].isInt())
+        return false;
+      if (g == 0) {
+        auto [out, total] = at::meta::nll_loss_forward(a[0].toTensor(), a[1].toTensor(), weight, a[3].toInt(),
+                                                       a[4].toInt());
+        rets->push_back(out);
+        rets->push_back(total);
+      } else {
+        if (!meta_tensor(a[0]) || !meta_tensor(a[6])) return false;
+        rets->push_back(at::meta::nll_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), weight,
+                                                    a[4].toInt(), a[5].toInt(), a[6].toTensor()));
+      }
+      return true;
+    }
+    case Op::MseLoss:
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1]) || !a[2].isInt()) return false;
+      rets->push_back(at::meta::mse_loss(a[0].toTensor(), a[1].toTensor(), a[2].toInt()));
+      return true;
+    case Op::GeluBackward: case Op::TanhBackward: case Op::SigmoidBackward: case Op::SiluBackward:
+    case Op::ThresholdBackward: {
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1])) return false;
+      const at::Tensor& g = a[0].toTensor();
+      const at::Tensor& x = a[1].toTensor();
+      if (kind == Op::GeluBackward) {
+        if (!a[2].isString()) return false;
+        rets->push_back(at::meta::gelu_backward(g, x, a[2].toStringRef()));
+      } else if (kind == Op::ThresholdBackward) {
+        if (!a[2].isScalar()) return false;
+        rets->push_back(at::meta::threshold_backward(g, x, a[2].toScalar()));
+      } else {
+        rets->push_back(kind == Op::TanhBackward      ? at::meta::tanh_backward(g, x)
+                        : kind == Op::SigmoidBackward ? at::meta::sigmoid_backward(g, x)
+                                                      : at::meta::silu_backward(g, x));
+      }
+      return true;
+    }
+    case Op::SoftmaxBackward: case Op::LogSoftmaxBackward: {
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1]) || !a[2].isInt() || !a[3].isInt()) return false;
+      auto dt = static_cast<at::ScalarType>(a[3].toInt());
+      rets->push_back(kind == Op::SoftmaxBackward
+                          ? at::meta::_softmax_backward_data(a[0].toTensor(), a[1].toTensor(), a[2].toInt(), dt)
+                          : at::meta::_log_softmax_backward_data(a[0].toTensor(), a[1].toTensor(), a[2].toInt(), dt));
+      return true;
+    }
+    case Op::MaskedFill: {
+      // In place: the result is `self`, once the mask (bool) broadcasts to
+      // self's sizes and the value is a number or a 0-d tensor. Not structured:
+      // this is the check its meta kernel makes.
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1])) return false;
+      const at::Tensor& self = a[0].toTensor();
+      const at::Tensor& mask = a[1].toTensor();
+      if (mask.scalar_type() != at::kBool || mask.dim() > self.dim()) return false;
+      if (a[2].isTensor() ? a[2].toTensor().dim() != 0 : !a[2].isScalar()) return false;
+      int64_t off = self.dim() - mask.dim();
+      for (int64_t d = 0; d < mask.dim(); ++d)
+        if (mask.size(d) != 1 && mask.size(d) != self.size(off + d)) return false;
+      rets->push_back(a[0]);
       return true;
     }
     case Op::None:

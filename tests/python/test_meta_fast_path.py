@@ -373,3 +373,103 @@ for o in outs:
 print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
 """
     assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
+
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_var_var_mean(dtype):
+    x = _make((3, 4, 5), dtype, 1)
+    for dim in (None, -1, 1, (0, 2)):
+        for keep in (False, True):
+            check(lambda a: torch.var(a, dim, keepdim=keep), x)
+            check(lambda a: torch.var_mean(a, dim, keepdim=keep), x)
+    check(lambda a: torch.var_mean(a, -1, correction=0), x)
+    check(lambda a: torch.var(a.transpose(0, 2), 0), x)
+    check(lambda a: torch.var(a, 3), x)  # eager's error
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_id)
+def test_scaled_dot_product_attention(dtype):
+    q, k, v = (_make((2, 3, 5, 8), dtype, s) for s in (1, 2, 3))
+    check(F.scaled_dot_product_attention, q, k, v)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k[:, :, :3], v[:, :, :3]), q, k, v)  # shorter keys
+    check(lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v),
+          q, k, v)  # a query laid out as [B, L, H, D]
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(4)) > 0.3
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask | torch.eye(5).bool())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_masked_fill(dtype):
+    x = _make((3, 4, 5), dtype, 1)
+    m = _make((3, 4, 5), torch.bool, 2)
+    fill = True if dtype == torch.bool else 7
+    check(lambda a, m: a.masked_fill(m, fill), x, m)
+    check(lambda a, m: a.masked_fill(m[:1, :, :1], fill), x, m)  # a broadcast mask
+    check(lambda a, m: a.masked_fill(m[0, 0], fill), x, m)  # a 1-D mask
+    check(lambda a, m: a.masked_fill(m, torch.tensor(fill, dtype=dtype)), x, m)  # a 0-d tensor value
+    check(lambda a, m: a.transpose(0, 2).masked_fill(m.transpose(0, 2), fill), x, m)
+    check(lambda a, m: a[0].masked_fill(m, fill), x, m)  # eager's error: the mask is larger
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_id)
+def test_gather_sort_baddbmm(dtype):
+    x = _make((3, 4, 5), dtype, 1)
+    idx = torch.randint(0, 5, (3, 4, 2), generator=torch.Generator().manual_seed(2))
+    check(lambda a, i: torch.gather(a, -1, i), x, idx)
+    check(lambda a, i: torch.gather(a, 2, i[:, :2]), x, idx)
+    check(lambda a, i: torch.gather(a, 3, i), x, idx)  # eager's error
+    for desc in (False, True):
+        check(lambda a: torch.sort(a, -1, descending=desc).values, x)
+        check(lambda a: torch.sort(a, 1, descending=desc, stable=True).indices, x)
+    b = _make((3, 5, 2), dtype, 3)
+    check(lambda c, a, b: torch.baddbmm(c, a, b), _make((3, 4, 2), dtype, 4), x, b)
+    check(lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2), _make((1, 4, 2), dtype, 4), x, b)
+    check(lambda c, a, b: torch.baddbmm(c, a, a), _make((3, 4, 2), dtype, 4), x, b)  # eager's error
+
+
+def check_grad(fn, *args):
+    """fn's value and the gradients of its first argument against eager's."""
+    want_x = args[0].clone().requires_grad_()
+    want = fn(want_x, *args[1:])
+    want.sum().backward()
+    got_x = args[0].to(DEV).requires_grad_()
+    got = fn(got_x, *[a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args[1:]])
+    got.sum().backward()
+    assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    assert (got_x.grad.dtype, got_x.grad.shape) == (want_x.grad.dtype, want_x.grad.shape)
+    assert_close(got_x.grad.cpu(), want_x.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_losses_and_backward_ops():
+    x = _make((6, 5), torch.float32, 1)
+    t = torch.tensor([0, 4, 2, 2, 1, 3])
+    w = torch.rand(5, generator=torch.Generator().manual_seed(3)) + 0.5
+    for red in ("mean", "sum", "none"):
+        check_grad(lambda a, t: F.cross_entropy(a, t, reduction=red), x, t)
+        check_grad(lambda a, t, w: F.cross_entropy(a, t, weight=w, reduction=red, ignore_index=2), x, t, w)
+        check_grad(lambda a, y: F.mse_loss(a, y, reduction=red), x, _make((6, 5), torch.float32, 2))
+    check_grad(lambda a, t: F.nll_loss(F.log_softmax(a, -1), t), x, t)
+    for act in (F.gelu, lambda a: F.gelu(a, approximate="tanh"), torch.tanh, torch.sigmoid, F.silu, F.relu,
+                lambda a: torch.softmax(a, 0), lambda a: torch.log_softmax(a, -1)):
+        check_grad(lambda a: act(a) * torch.arange(5.0, device=a.device), x)
+
+
+def test_first_attention_and_loss_ops_import_neither_sympy_nor_dynamo():
+    code = """
+import sys, torch, lazyjit
+import torch.nn.functional as F
+q = torch.randn(1, 2, 4, 8).to('lazyjit')
+x = torch.randn(4, 8).to('lazyjit')
+t = torch.tensor([1, 0, 3, 2]).to('lazyjit')
+outs = [F.scaled_dot_product_attention(q, q, q, is_causal=True), x.masked_fill(x > 0, -1e9),
+        torch.var_mean(x, -1)[0], F.cross_entropy(x, t), torch.gather(x, 1, t[:, None]), x.sort(-1).values,
+        torch.baddbmm(q[0][:, :, :4], q[0], q[0].transpose(1, 2))]
+for o in outs:
+    o.cpu()
+print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
+"""
+    assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
