@@ -1,22 +1,37 @@
 #include "tracer/meta_structured.h"
 
 #include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/all_meta_dispatch.h>
+#include <ATen/ops/amax_meta_dispatch.h>
+#include <ATen/ops/amin_meta_dispatch.h>
+#include <ATen/ops/any_meta_dispatch.h>
 #include <ATen/ops/argmax_meta_dispatch.h>
 #include <ATen/ops/argmin_meta_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
+#include <ATen/ops/bitwise_and_meta_dispatch.h>
+#include <ATen/ops/bitwise_or_meta_dispatch.h>
+#include <ATen/ops/bitwise_xor_meta_dispatch.h>
 #include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/cumprod_meta_dispatch.h>
 #include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/gather_meta_dispatch.h>
 #include <ATen/ops/gelu_backward_meta_dispatch.h>
+#include <ATen/ops/index_meta_dispatch.h>
+#include <ATen/ops/isin_meta_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
 #include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/mse_loss_meta_dispatch.h>
 #include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/nll_loss_backward_meta_dispatch.h>
 #include <ATen/ops/nll_loss_forward_meta_dispatch.h>
+#include <ATen/ops/norm_meta_dispatch.h>
+#include <ATen/ops/scatter_meta_dispatch.h>
 #include <ATen/ops/sigmoid_backward_meta_dispatch.h>
 #include <ATen/ops/silu_backward_meta_dispatch.h>
 #include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/softplus_meta_dispatch.h>
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
 #include <ATen/ops/tanh_backward_meta_dispatch.h>
@@ -37,7 +52,8 @@ namespace {
 enum class Op : uint8_t {
   None, Add, Sub, Mul, Div, DivMode, Bmm, Baddbmm, Cumsum, Argmax, Argmin, Topk, Sort, Gather, MaskedFill,
   NllLoss, NllLossBackward, MseLoss, GeluBackward, TanhBackward, SigmoidBackward, SiluBackward, ThresholdBackward,
-  SoftmaxBackward, LogSoftmaxBackward,
+  SoftmaxBackward, LogSoftmaxBackward, Amax, Amin, Any, AnyDim, AnyDims, All, AllDim, AllDims, Index, BitwiseAnd,
+  BitwiseOr, BitwiseXor, VectorNorm, ScatterValue, ScatterSrc, Isin, Cumprod, Softplus, Norm, Flip,
 };
 
 Op classify(const c10::FunctionSchema& s) {
@@ -52,6 +68,22 @@ Op classify(const c10::FunctionSchema& s) {
   if (n == "aten::div" && o == "Tensor_mode") return Op::DivMode;
   if (n == "aten::masked_fill_" && (o == "Scalar" || o == "Tensor")) return Op::MaskedFill;
   if (n == "aten::sort" && o == "stable") return Op::Sort;
+  if (n == "aten::any" || n == "aten::all") {
+    bool any = n == "aten::any";
+    if (o.empty()) return any ? Op::Any : Op::All;
+    if (o == "dim") return any ? Op::AnyDim : Op::AllDim;
+    if (o == "dims") return any ? Op::AnyDims : Op::AllDims;
+  }
+  if (n == "aten::index" && o == "Tensor") return Op::Index;
+  if (o == "Tensor") {
+    if (n == "aten::bitwise_and") return Op::BitwiseAnd;
+    if (n == "aten::bitwise_or") return Op::BitwiseOr;
+    if (n == "aten::bitwise_xor") return Op::BitwiseXor;
+  }
+  if (n == "aten::scatter" && o == "value") return Op::ScatterValue;
+  if (n == "aten::scatter" && o == "src") return Op::ScatterSrc;
+  if (n == "aten::isin" && o == "Tensor_Tensor") return Op::Isin;
+  if (n == "aten::norm" && o == "ScalarOpt_dim") return Op::Norm;
   if (!o.empty()) return Op::None;
   if (n == "aten::bmm") return Op::Bmm;
   if (n == "aten::cumsum") return Op::Cumsum;
@@ -70,6 +102,12 @@ Op classify(const c10::FunctionSchema& s) {
   if (n == "aten::threshold_backward") return Op::ThresholdBackward;
   if (n == "aten::_softmax_backward_data") return Op::SoftmaxBackward;
   if (n == "aten::_log_softmax_backward_data") return Op::LogSoftmaxBackward;
+  if (n == "aten::amax") return Op::Amax;
+  if (n == "aten::amin") return Op::Amin;
+  if (n == "aten::linalg_vector_norm") return Op::VectorNorm;
+  if (n == "aten::cumprod") return Op::Cumprod;
+  if (n == "aten::softplus") return Op::Softplus;
+  if (n == "aten::flip") return Op::Flip;
   return Op::None;
 }
 
@@ -92,6 +130,29 @@ const at::Tensor* tensor(const IValue& v) {
 
 bool meta_tensor(const IValue& v) { return tensor(v) && v.toTensor().is_meta(); }
 
+std::optional<int64_t> opt_int(const IValue& v, bool* ok) {
+  if (v.isNone()) return std::nullopt;
+  if (!v.isInt()) *ok = false;
+  return *ok ? std::optional<int64_t>(v.toInt()) : std::nullopt;
+}
+
+// An int list argument (concrete SymInts included).
+bool int_list(const IValue& v, std::vector<int64_t>* out) {
+  if (v.isIntList()) { *out = v.toIntVector(); return true; }
+  if (!v.isList()) return false;
+  for (const IValue& e : v.toListRef()) {
+    if (e.isInt()) out->push_back(e.toInt());
+    else if (e.isSymInt() && e.toSymInt().maybe_as_int()) out->push_back(*e.toSymInt().maybe_as_int());
+    else return false;
+  }
+  return true;
+}
+
+std::optional<at::ScalarType> opt_dtype(const IValue& v, bool* ok) {
+  std::optional<int64_t> d = opt_int(v, ok);
+  return d ? std::optional<at::ScalarType>(static_cast<at::ScalarType>(*d)) : std::nullopt;
+}
+
 // An optional tensor argument: None, or a meta tensor.
 bool opt_tensor(const IValue& v, std::optional<at::Tensor>* out) {
   if (v.isNone()) return true;
@@ -100,11 +161,6 @@ bool opt_tensor(const IValue& v, std::optional<at::Tensor>* out) {
   return true;
 }
 
-std::optional<int64_t> opt_int(const IValue& v, bool* ok) {
-  if (v.isNone()) return std::nullopt;
-  if (!v.isInt()) *ok = false;
-  return *ok ? std::optional<int64_t>(v.toInt()) : std::nullopt;
-}
 
 bool run(Op kind, const Stack& a, Stack* rets) {
   bool ok = true;
@@ -223,6 +279,114 @@ bool run(Op kind, const Stack& a, Stack* rets) {
       rets->push_back(kind == Op::SoftmaxBackward
                           ? at::meta::_softmax_backward_data(a[0].toTensor(), a[1].toTensor(), a[2].toInt(), dt)
                           : at::meta::_log_softmax_backward_data(a[0].toTensor(), a[1].toTensor(), a[2].toInt(), dt));
+      return true;
+    }
+    case Op::Amax: case Op::Amin: {
+      std::vector<int64_t> dims;
+      if (!meta_tensor(a[0]) || !int_list(a[1], &dims) || !a[2].isBool()) return false;
+      rets->push_back(kind == Op::Amax ? at::meta::amax(a[0].toTensor(), dims, a[2].toBool())
+                                       : at::meta::amin(a[0].toTensor(), dims, a[2].toBool()));
+      return true;
+    }
+    case Op::Any: case Op::All:
+      if (!meta_tensor(a[0])) return false;
+      rets->push_back(kind == Op::Any ? at::meta::any(a[0].toTensor()) : at::meta::all(a[0].toTensor()));
+      return true;
+    case Op::AnyDim: case Op::AllDim:
+      if (!meta_tensor(a[0]) || !a[1].isInt() || !a[2].isBool()) return false;
+      rets->push_back(kind == Op::AnyDim ? at::meta::any(a[0].toTensor(), a[1].toInt(), a[2].toBool())
+                                         : at::meta::all(a[0].toTensor(), a[1].toInt(), a[2].toBool()));
+      return true;
+    case Op::AnyDims: case Op::AllDims: {
+      std::vector<int64_t> dims;
+      if (!meta_tensor(a[0]) || !(a[1].isNone() || int_list(a[1], &dims)) || !a[2].isBool()) return false;
+      at::OptionalIntArrayRef d = a[1].isNone() ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims);
+      rets->push_back(kind == Op::AnyDims ? at::meta::any(a[0].toTensor(), d, a[2].toBool())
+                                          : at::meta::all(a[0].toTensor(), d, a[2].toBool()));
+      return true;
+    }
+    case Op::Index: {
+      // Integer indices only: a bool mask's result size is data (nonzero).
+      if (!meta_tensor(a[0]) || !a[1].isList()) return false;
+      c10::List<std::optional<at::Tensor>> indices;
+      for (const IValue& e : a[1].toListRef()) {
+        if (e.isNone()) { indices.push_back(std::nullopt); continue; }
+        if (!meta_tensor(e)) return false;
+        at::ScalarType t = e.toTensor().scalar_type();
+        if (t != at::kLong && t != at::kInt) return false;
+        indices.push_back(e.toTensor());
+      }
+      rets->push_back(at::meta::index(a[0].toTensor(), indices));
+      return true;
+    }
+    case Op::BitwiseAnd: case Op::BitwiseOr: case Op::BitwiseXor: {
+      const at::Tensor* x = tensor(a[0]);
+      const at::Tensor* y = tensor(a[1]);
+      if (!x || !y || !(x->is_meta() || y->is_meta())) return false;
+      rets->push_back(kind == Op::BitwiseAnd  ? at::meta::bitwise_and(*x, *y)
+                      : kind == Op::BitwiseOr ? at::meta::bitwise_or(*x, *y)
+                                              : at::meta::bitwise_xor(*x, *y));
+      return true;
+    }
+    case Op::VectorNorm: {
+      std::vector<int64_t> dims;
+      if (!meta_tensor(a[0]) || !a[1].isScalar() || !(a[2].isNone() || int_list(a[2], &dims)) || !a[3].isBool())
+        return false;
+      std::optional<at::ScalarType> dtype = opt_dtype(a[4], &ok);
+      if (!ok) return false;
+      at::OptionalIntArrayRef d = a[2].isNone() ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims);
+      rets->push_back(at::meta::linalg_vector_norm(a[0].toTensor(), a[1].toScalar(), d, a[3].toBool(), dtype));
+      return true;
+    }
+    case Op::ScatterValue: case Op::ScatterSrc:
+      if (!meta_tensor(a[0]) || !a[1].isInt() || !meta_tensor(a[2])) return false;
+      if (kind == Op::ScatterValue) {
+        if (!a[3].isScalar()) return false;
+        rets->push_back(at::meta::scatter(a[0].toTensor(), a[1].toInt(), a[2].toTensor(), a[3].toScalar()));
+      } else {
+        if (!meta_tensor(a[3])) return false;
+        rets->push_back(at::meta::scatter(a[0].toTensor(), a[1].toInt(), a[2].toTensor(), a[3].toTensor()));
+      }
+      return true;
+    case Op::Isin:
+      if (!meta_tensor(a[0]) || !meta_tensor(a[1]) || !a[2].isBool() || !a[3].isBool()) return false;
+      rets->push_back(at::meta::isin(a[0].toTensor(), a[1].toTensor(), a[2].toBool(), a[3].toBool()));
+      return true;
+    case Op::Cumprod: {
+      if (!meta_tensor(a[0]) || !a[1].isInt()) return false;
+      std::optional<at::ScalarType> dtype = opt_dtype(a[2], &ok);
+      if (!ok) return false;
+      rets->push_back(at::meta::cumprod(a[0].toTensor(), a[1].toInt(), dtype));
+      return true;
+    }
+    case Op::Softplus:
+      if (!meta_tensor(a[0]) || !a[1].isScalar() || !a[2].isScalar()) return false;
+      rets->push_back(at::meta::softplus(a[0].toTensor(), a[1].toScalar(), a[2].toScalar()));
+      return true;
+    case Op::Norm: {
+      std::vector<int64_t> dims;
+      if (!meta_tensor(a[0]) || !(a[1].isNone() || a[1].isScalar()) || !int_list(a[2], &dims) || !a[3].isBool())
+        return false;
+      std::optional<c10::Scalar> norm_p;
+      if (a[1].isScalar()) norm_p = a[1].toScalar();
+      rets->push_back(at::meta::norm(a[0].toTensor(), norm_p, dims, a[3].toBool()));
+      return true;
+    }
+    case Op::Flip: {
+      // Not structured: eager's result is empty_like(self), self's strides when
+      // it is dense (other layouts take the meta kernel); dims must be valid.
+      std::vector<int64_t> dims;
+      if (!meta_tensor(a[0]) || !int_list(a[1], &dims)) return false;
+      const at::Tensor& x = a[0].toTensor();
+      if (!x.unsafeGetTensorImpl()->is_non_overlapping_and_dense()) return false;
+      std::vector<bool> seen(x.dim(), false);
+      for (int64_t d : dims) {
+        if (d < -x.dim() || d >= x.dim()) return false;
+        if (d < 0) d += x.dim();
+        if (seen[d]) return false;
+        seen[d] = true;
+      }
+      rets->push_back(at::empty_strided(x.sizes(), x.strides(), x.options()));
       return true;
     }
     case Op::MaskedFill: {

@@ -5,7 +5,8 @@
 // torch._check: 0.5-2.3 s on the first bmm, cumsum, argmax, topk, or add of a
 // non-contiguous tensor. The C++ function is the one the CPU kernel allocates
 // its result with (TORCH_META_FUNC), so its sizes, strides and dtype are
-// eager's. (And masked_fill_, not structured: its two checks, then `self`.)
+// eager's. (And masked_fill_ and flip, not structured: their checks, their
+// results' layout as the CPU kernel makes it.)
 // For the ops and cases meta_fast_path.h leaves; anything it cannot
 // answer (an error included) falls to the registered meta kernel.
 #pragma once

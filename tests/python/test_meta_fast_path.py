@@ -473,3 +473,68 @@ for o in outs:
 print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
 """
     assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_structured_reductions_and_index_ops(dtype):
+    x = _make((3, 4, 5), dtype, 1)
+    idx = torch.tensor([2, 0, 2])
+    check(lambda a, i: a[i], x, idx)
+    check(lambda a, i: a[:, i.int()], x, idx)
+    check(lambda a, i: a[i, :, i], x, idx)  # two index tensors, broadcast together
+    check(lambda a, i: a[i[:, None], i[:2]], x, idx)
+    check(lambda a, i: a[a > a.flatten()[0]], x, idx)  # a bool mask: data-dependent, the meta kernel
+    check(lambda a, i: a[i + 5], x, idx)  # eager's error: out of range
+    for dims in ((0,), (1, 2), ()):
+        for keep in (False, True):
+            check(lambda a: torch.amax(a, dims, keepdim=keep), x)
+            check(lambda a: torch.amin(a, dims, keepdim=keep), x)
+    check(lambda a: torch.any(a), x)
+    check(lambda a: torch.all(a, 1), x)
+    check(lambda a: torch.any(a, (0, 2), keepdim=True), x)
+    check(lambda a: torch.all(a, -1, keepdim=True), x)
+    check(lambda a: a.flip(0), x)
+    check(lambda a: a.flip((1, -1)), x)
+    check(lambda a: a.transpose(0, 2).flip(0), x)  # a permuted (dense) input: its strides
+    check(lambda a: a[:, ::2].flip(1), x)  # not dense: the meta kernel
+    check(lambda a: a.flip((0, 0)), x)  # eager's error
+    if dtype in (torch.int64, torch.bool):
+        check(lambda a: a & a.flip(0), x)
+        check(lambda a: a | a.transpose(0, 2).transpose(0, 2), x)
+        check(lambda a: a ^ torch.tensor(True if dtype == torch.bool else 3), x)
+    else:
+        check(lambda a: a & a, x)  # eager's error: no bitwise ops on floats
+    ix = torch.randint(0, 5, (3, 4, 2), generator=torch.Generator().manual_seed(5))
+    check(lambda a, i: a.scatter(2, i, 1), x, ix)
+    check(lambda a, i: a.scatter(2, i, a[:, :, :2].contiguous()), x, ix)
+    check(lambda a: torch.cumprod(a, 1), x)
+    check(lambda a: torch.cumprod(a, -1, dtype=torch.float64), x)
+
+
+def test_structured_isin_norm_softplus():
+    x = _make((4, 6), torch.float32, 1)
+    ids = torch.tensor([[3, 1, 4], [1, 5, 9]])
+    check(lambda a, b: torch.isin(a, b), ids, torch.tensor([1, 9, 2]))
+    check(lambda a, b: torch.isin(a, b, invert=True), ids, torch.tensor([1, 9, 2]))
+    for p in (2, 1, float("inf"), None):
+        check(lambda a: a.norm(p=p, dim=-1), x)
+        check(lambda a: a.norm(p=p, dim=(0, 1), keepdim=True), x)
+    check(lambda a: torch.linalg.vector_norm(a, 3, dim=0), x)
+    check(lambda a: torch.linalg.vector_norm(a, dim=None, dtype=torch.float64), x)
+    check(lambda a: F.softplus(a), x)
+    check(lambda a: F.softplus(a.t(), beta=2, threshold=1), x)
+
+
+def test_first_index_reduction_and_mask_ops_import_neither_sympy_nor_dynamo():
+    code = """
+import sys, torch, lazyjit
+import torch.nn.functional as F
+x = torch.randn(4, 8).to('lazyjit')
+i = torch.tensor([1, 3]).to('lazyjit')
+outs = [x[i], x.amax(-1), (x > 0).any(), torch.isin(i, i), x.scatter(1, i.expand(4, 2), 1.0), x.norm(dim=-1),
+        (x > 0) & (x < 1), x.cumprod(-1), F.softplus(x), x.flip(0)]
+for o in outs:
+    o.cpu()
+print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
+"""
+    assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
