@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "tracer/ivalue_ints.h"
 #include "tracer/lazy_storage.h"
 
 namespace lazyjit::tracer {
@@ -263,17 +264,6 @@ bool pointwise(const OpDesc& d, const Stack& args, Stack* rets) {
   }
   if (numel_zero(ops.shape)) return false;
   rets->push_back(meta_empty(ops.shape, dt));
-  return true;
-}
-
-bool int_list(const IValue& v, std::vector<int64_t>* out) {
-  if (v.isIntList()) { *out = v.toIntVector(); return true; }
-  if (!v.isList()) return false;
-  for (const IValue& e : v.toListRef()) {
-    if (e.isInt()) out->push_back(e.toInt());
-    else if (e.isSymInt() && e.toSymInt().maybe_as_int()) out->push_back(*e.toSymInt().maybe_as_int());
-    else return false;
-  }
   return true;
 }
 

@@ -42,6 +42,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "tracer/ivalue_ints.h"
+
 namespace lazyjit::tracer {
 
 using c10::IValue;
@@ -134,18 +136,6 @@ std::optional<int64_t> opt_int(const IValue& v, bool* ok) {
   if (v.isNone()) return std::nullopt;
   if (!v.isInt()) *ok = false;
   return *ok ? std::optional<int64_t>(v.toInt()) : std::nullopt;
-}
-
-// An int list argument (concrete SymInts included).
-bool int_list(const IValue& v, std::vector<int64_t>* out) {
-  if (v.isIntList()) { *out = v.toIntVector(); return true; }
-  if (!v.isList()) return false;
-  for (const IValue& e : v.toListRef()) {
-    if (e.isInt()) out->push_back(e.toInt());
-    else if (e.isSymInt() && e.toSymInt().maybe_as_int()) out->push_back(*e.toSymInt().maybe_as_int());
-    else return false;
-  }
-  return true;
 }
 
 std::optional<at::ScalarType> opt_dtype(const IValue& v, bool* ok) {
