@@ -56,6 +56,7 @@ enum class Op : uint8_t {
   NllLoss, NllLossBackward, MseLoss, GeluBackward, TanhBackward, SigmoidBackward, SiluBackward, ThresholdBackward,
   SoftmaxBackward, LogSoftmaxBackward, Amax, Amin, Any, AnyDim, AnyDims, All, AllDim, AllDims, Index, BitwiseAnd,
   BitwiseOr, BitwiseXor, VectorNorm, ScatterValue, ScatterSrc, Isin, Cumprod, Softplus, Norm, Flip,
+  ArangeOut,
 };
 
 Op classify(const c10::FunctionSchema& s) {
@@ -86,6 +87,7 @@ Op classify(const c10::FunctionSchema& s) {
   if (n == "aten::scatter" && o == "src") return Op::ScatterSrc;
   if (n == "aten::isin" && o == "Tensor_Tensor") return Op::Isin;
   if (n == "aten::norm" && o == "ScalarOpt_dim") return Op::Norm;
+  if (n == "aten::arange" && o == "start_out") return Op::ArangeOut;
   if (!o.empty()) return Op::None;
   if (n == "aten::bmm") return Op::Bmm;
   if (n == "aten::cumsum") return Op::Cumsum;
@@ -377,6 +379,22 @@ bool run(Op kind, const Stack& a, Stack* rets) {
         seen[d] = true;
       }
       rets->push_back(at::empty_strided(x.sizes(), x.strides(), x.options()));
+      return true;
+    }
+    case Op::ArangeOut: {
+      // torch.arange(n, device=...) records arange.start_out into a new int64
+      // tensor: its length is RangeFactories.cpp's integer formula, then `out`
+      // is resized to it (as the CPU kernel does). Floating ranges, whose
+      // length rounds per dtype, and invalid ones take the meta kernel.
+      if (!a[0].isInt() || !a[1].isInt() || !a[2].isInt() || !meta_tensor(a[3])) return false;
+      at::Tensor out = a[3].toTensor();
+      if (out.scalar_type() != at::kLong) return false;
+      int64_t start = a[0].toInt(), end = a[1].toInt(), step = a[2].toInt();
+      if (step == 0 || (step > 0 && end < start) || (step < 0 && end > start)) return false;
+      int64_t sgn = step > 0 ? 1 : -1;
+      int64_t size = (end - start + step - sgn) / step;
+      if (out.numel() != size) out.resize_({size});
+      rets->push_back(out);
       return true;
     }
     case Op::MaskedFill: {

@@ -538,3 +538,29 @@ for o in outs:
 print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
 """
     assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_arange_lengths_and_errors():
+    # torch.arange on the device records arange.start_out into a new int64 tensor.
+    for args in [(8,), (2, 9), (2, 9, 3), (9, 2, -3), (0,), (5, 5), (-3, 7, 2), (7, -3, -4)]:
+        got, want = torch.arange(*args, device=DEV), torch.arange(*args)
+        assert (got.dtype, got.shape, got.stride()) == (want.dtype, want.shape, want.stride()), args
+        assert torch.equal(got.cpu(), want), args
+    got, want = torch.arange(0.5, 3.2, 0.7, device=DEV), torch.arange(0.5, 3.2, 0.7)  # floats: the meta kernel
+    assert got.shape == want.shape and torch.equal(got.cpu(), want)
+    for bad in [(5, 2), (2, 5, -1), (1, 5, 0)]:
+        with pytest.raises(RuntimeError):
+            torch.arange(*bad)
+        with pytest.raises(RuntimeError):
+            torch.arange(*bad, device=DEV).cpu()
+
+
+def test_first_arange_imports_neither_sympy_nor_dynamo():
+    code = """
+import sys, torch, lazyjit
+x = torch.randn(6, 4).to('lazyjit')
+pos = torch.arange(6, device='lazyjit')
+(x * pos[:, None]).cpu()
+print('sympy' in sys.modules, 'torch._dynamo' in sys.modules)
+"""
+    assert run_python(code).stdout.strip().splitlines()[-1] == "False False"
