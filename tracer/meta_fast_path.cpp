@@ -372,6 +372,16 @@ bool cat(const Stack& args, Stack* rets) {
   return true;
 }
 
+// A reduction's result sizes: `x`'s, the `reduced` dims dropped (1 with keepdim).
+Shape reduced_sizes(const at::Tensor& x, const std::vector<bool>& reduced, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) out.push_back(x.size(d));
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
 // sum.dim_IntList / mean.dim of a dense input: the reduced dims dropped (or 1
 // with keepdim), contiguous; sum of integers and bools gives int64, mean needs
 // a floating dtype; an explicit dtype is the result's.
@@ -381,14 +391,8 @@ bool reduce(bool mean, const Stack& args, Stack* rets) {
   if (!x || x->dim() == 0 || !dense(*x) || !plain_dtype(x->scalar_type()) || !args[2].isBool()) return false;
   std::vector<int64_t> dims;
   if (!args[1].isNone() && !int_list(args[1], &dims)) return false;
-  int64_t ndim = x->dim();
-  std::vector<bool> reduced(ndim, dims.empty());
-  for (int64_t d : dims) {
-    if (d < -ndim || d >= ndim) return false;
-    if (d < 0) d += ndim;
-    if (reduced[d]) return false;  // eager's "appears multiple times"
-    reduced[d] = true;
-  }
+  std::vector<bool> reduced(x->dim(), dims.empty());
+  if (!mark_dims(dims, x->dim(), &reduced)) return false;  // eager's "appears multiple times", or out of range
   at::ScalarType dt = x->scalar_type();
   if (!args[3].isNone()) {
     if (!args[3].isInt()) return false;
@@ -399,12 +403,7 @@ bool reduce(bool mean, const Stack& args, Stack* rets) {
   } else if (at::isIntegralType(dt, /*includeBool=*/true)) {
     dt = at::kLong;
   }
-  Shape out;
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced[d]) out.push_back(x->size(d));
-    else if (args[2].toBool()) out.push_back(1);
-  }
-  rets->push_back(meta_empty(out, dt));
+  rets->push_back(meta_empty(reduced_sizes(*x, reduced, args[2].toBool()), dt));
   return true;
 }
 
@@ -451,19 +450,9 @@ bool var(bool with_mean, const Stack& args, Stack* rets) {
   if (!args[2].isNone() && (!args[2].isScalar() || args[2].toScalar().isComplex())) return false;
   std::vector<int64_t> dims;
   if (!args[1].isNone() && (!int_list(args[1], &dims) || dims.empty())) return false;
-  int64_t ndim = x->dim();
-  std::vector<bool> reduced(ndim, dims.empty());
-  for (int64_t d : dims) {
-    if (d < -ndim || d >= ndim) return false;
-    if (d < 0) d += ndim;
-    if (reduced[d]) return false;
-    reduced[d] = true;
-  }
-  Shape out;
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced[d]) out.push_back(x->size(d));
-    else if (args[3].toBool()) out.push_back(1);
-  }
+  std::vector<bool> reduced(x->dim(), dims.empty());
+  if (!mark_dims(dims, x->dim(), &reduced)) return false;
+  Shape out = reduced_sizes(*x, reduced, args[3].toBool());
   rets->push_back(meta_empty(out, x->scalar_type()));
   if (with_mean) rets->push_back(meta_empty(out, x->scalar_type()));
   return true;
@@ -472,9 +461,9 @@ bool var(bool with_mean, const Stack& args, Stack* rets) {
 // The CPU flash attention (scaled_dot_product_attention's kernel on the CPU):
 // the output like the query (empty_like: its strides, when it is dense), and
 // logsumexp [B, H, L] laid out as [B, L, H] transposed, in float (torch 2.13's
-// CPU kernel and meta kernel). Other query layouts take the meta kernel.
-// Double inputs (whose logsumexp eager makes double and the Python meta float)
-// and anything unusual take the meta kernel.
+// CPU kernel and meta kernel). Other query layouts, double inputs (whose
+// logsumexp eager makes double and the Python meta float) and anything unusual
+// take the meta kernel.
 bool flash_cpu(const Stack& args, Stack* rets) {
   if (args.size() != 7) return false;
   const at::Tensor* q = lazy_tensor(args[0]);

@@ -371,13 +371,8 @@ bool run(Op kind, const Stack& a, Stack* rets) {
       if (!meta_tensor(a[0]) || !int_list(a[1], &dims)) return false;
       const at::Tensor& x = a[0].toTensor();
       if (!x.unsafeGetTensorImpl()->is_non_overlapping_and_dense()) return false;
-      std::vector<bool> seen(x.dim(), false);
-      for (int64_t d : dims) {
-        if (d < -x.dim() || d >= x.dim()) return false;
-        if (d < 0) d += x.dim();
-        if (seen[d]) return false;
-        seen[d] = true;
-      }
+      std::vector<bool> flipped(x.dim(), false);
+      if (!mark_dims(dims, x.dim(), &flipped)) return false;
       rets->push_back(at::empty_strided(x.sizes(), x.strides(), x.options()));
       return true;
     }
