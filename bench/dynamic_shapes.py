@@ -51,7 +51,8 @@ SCALES = {
     "full": {"batches": 40, "width": 256, "gens": ((12, 32), (17, 20))},
     "quick": {"batches": 8, "width": 256, "gens": ((12, 8), (17, 8))},
 }
-LAZYJIT_KEYS = ("compiles", "shape_binds", "llvm_compiles", "generic_compiles", "kernel_hits", "dynamic_dims")
+LAZYJIT_KEYS = ("compiles", "shape_binds", "llvm_compiles", "generic_compiles", "kernel_hits", "dynamic_dims",
+                "background_syncs")
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -131,8 +132,14 @@ def run_generate(system: str, gens=((12, 32), (17, 20)), n_layer: int = 4, after
 
 
 # ----------------------------------------------------------------------------- counters
-def lazyjit_counters() -> dict:
-    m = import_lazyjit().metrics()
+def lazyjit_counters(wait: bool = True) -> dict:
+    lz = import_lazyjit()
+    if wait and hasattr(lz, "wait_for_compiles"):
+        # Outside any timing: the counters include what compiled in the background
+        # (LAZYJIT_BACKGROUND_COMPILE). Not between two generate calls: the second
+        # must not start with the first one's compiles finished for it.
+        lz.wait_for_compiles()
+    m = lz.metrics()
     # metrics()["counters"] where the build has it; older builds keep the counters at top level
     c = m["counters"] if isinstance(m.get("counters"), dict) else m
     out = {k: c.get(k) for k in LAZYJIT_KEYS}
@@ -147,11 +154,11 @@ def inductor_counters() -> dict:
             "graph_breaks": sum(counters["graph_break"].values())}
 
 
-def lazyjit_compile_counters() -> dict:
+def lazyjit_compile_counters(wait: bool = True) -> dict:
     """lazyjit's counters under torch.compile: `compiles` are lazyjit programs built
     (one per graph capture: Dynamo's graphs, and each new size of a dynamic one),
     `dynamo_graphs` Dynamo's."""
-    out = lazyjit_counters()
+    out = lazyjit_counters(wait)
     out["dynamo_graphs"] = inductor_counters()["compiles"]
     return out
 
@@ -181,7 +188,17 @@ def worker(system: str, workload: str, scale: str, width: int | None = None) -> 
         r["counters"] = counters() if counters else None
         return r
     snaps = []
-    r = run_generate(system, sc["gens"], after_each=lambda i: snaps.append(counters() if counters else None))
+    last = len(sc["gens"]) - 1
+
+    def snap(i):
+        if counters is inductor_counters:
+            snaps.append(counters())
+        elif counters:
+            snaps.append(counters(wait=i == last))
+        else:
+            snaps.append(None)
+
+    r = run_generate(system, sc["gens"], after_each=snap)
     r["counters"] = snaps[0] if counters else None
     r["counters_2"] = delta(snaps[1], snaps[0]) if counters else None
     return r

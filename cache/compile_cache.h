@@ -89,6 +89,19 @@ class CompileCache : private CacheStats {
     }
   }
 
+  // Stores `entry` under `key` unless the key has one (or is being compiled):
+  // a program built elsewhere (in the background) for a key no caller missed
+  // now. Counts neither a hit nor a miss.
+  void put(const CacheKey& key, Ptr entry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.count(key)) return;
+    std::promise<Ptr> ready;
+    ready.set_value(std::move(entry));
+    lru_.push_front(key);
+    map_.emplace(key, Slot{ready.get_future().share(), key.confirm, lru_.begin()});
+    evict_locked();
+  }
+
   size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
     return map_.size();

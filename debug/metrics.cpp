@@ -16,6 +16,7 @@ const char* counter_name(Counter c) {
     case Counter::DynamicDims: return "dynamic_dims";
     case Counter::ShapeBinds: return "shape_binds";
     case Counter::EagerSyncs: return "eager_syncs";
+    case Counter::BackgroundSyncs: return "background_syncs";
     case Counter::CacheHits: return "cache_hits";
     case Counter::CacheMisses: return "cache_misses";
     case Counter::Syncs: return "syncs";

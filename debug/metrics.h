@@ -21,6 +21,7 @@ enum class Counter : int {
   DynamicDims,     // input dims that took a second size at a sync call site (runtime/recompile_explainer.h)
   ShapeBinds,      // programs made for new sizes from a compiled one of the same structure (runtime/shape_binder.h)
   EagerSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=eager)
+  BackgroundSyncs, // graphs run op by op while their program compiled in the background (LAZYJIT_BACKGROUND_COMPILE)
   CacheHits,
   CacheMisses,
   Syncs,           // points where pending work was run

@@ -250,7 +250,9 @@ Graph fold_constants(const Graph& g, ValueMap* map) {
 }
 
 const std::vector<GraphPass>& graph_pipeline() {
-  static const std::vector<GraphPass> passes{
+  // Never destroyed: a background compile may still run them while the
+  // process exits (runtime/background_compiles.h).
+  static const auto& passes = *new std::vector<GraphPass>{
       {"dce", eliminate_dead_code},
       {"fold", fold_constants},
       {"cse", eliminate_common_subexpressions},

@@ -63,7 +63,7 @@ const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_P
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
                               "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_CHECK", "LAZYJIT_FAULT", "LAZYJIT_TRACE", "LAZYJIT_DEBUG", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET", "LAZYJIT_REMOTE_CACHE",
-                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES"};
+                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
 bool is_op_name(const std::string& s) {
@@ -153,6 +153,10 @@ Config Config::from_env() {
     if (parse_int(s, 1, 1ll << 30, &v)) c.max_programs = v;
     else bad("LAZYJIT_MAX_PROGRAMS", s, "a positive integer", "256");
   }
+  if (std::string s = env("LAZYJIT_BACKGROUND_COMPILE"); s == "off" || s == "0" || s == "false")
+    c.background_compile = false;
+  else if (!s.empty() && s != "on" && s != "1" && s != "true")
+    bad("LAZYJIT_BACKGROUND_COMPILE", s, "on or off", "on");
   if (std::string s = env("LAZYJIT_CACHE"); s == "off" || s == "0" || s == "false") c.disk_cache = false;
   else if (!s.empty() && s != "on" && s != "1" && s != "true") bad("LAZYJIT_CACHE", s, "on or off", "on");
   c.cache_dir = env("LAZYJIT_CACHE_DIR");

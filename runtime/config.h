@@ -28,6 +28,9 @@ struct Config {
   // LAZYJIT_DYNAMIC=auto|off|all: exact kernels until a size changes, then
   // shape-generic (auto); exact only (off); shape-generic from the start (all).
   lowering::Shapes dynamic = lowering::Shapes::Auto;
+  // LAZYJIT_BACKGROUND_COMPILE=on|off: a graph that misses every cache tier runs
+  // op by op while its program compiles on a worker thread (runtime/background_compiles.h).
+  bool background_compile = true;
   bool debug_nans = false;                   // LAZYJIT_DEBUG_NANS=1: pin a NaN/Inf to the op that made it
   bool check_graphs = false;                 // LAZYJIT_CHECK=1: every compiled value against eager's (runtime/graph_check.h)
   std::string fault;                         // LAZYJIT_FAULT=<op>: tests only: that op's generated code is wrong

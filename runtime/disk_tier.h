@@ -38,6 +38,9 @@ class DiskTier {
   // entry (a per-key lock) and load it.
   std::shared_ptr<const lowering::Program> load_or_compile(const cache::CacheKey& key, const std::string& site,
                                                            const Compile& compile);
+  // The program stored under `key`, linked and ready; null when none loads
+  // (no remote lookup, no compile: a background compile does those).
+  std::shared_ptr<const lowering::Program> load_stored(const cache::CacheKey& key) { return load(key.str()); }
   // A program stored for other sizes of `key`'s structure (same code), the most
   // recently written first, for a new process to bind to (shape_binder.h);
   // null when none loads, or when `key` itself is stored.

@@ -73,7 +73,8 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
         all.add_output(v);
       }
   }
-  std::shared_ptr<const executor::Executable> compiled = program_for(all, site, shapes, node_sites);
+  // Hooks and the check see the compiled program: it is compiled now.
+  std::shared_ptr<const executor::Executable> compiled = program_for(all, site, shapes, node_sites, /*background=*/false);
   std::optional<executor::Executable> eager;
   if (!compiled) {  // past the recompile limit with the eager stance
     eager.emplace(eager_program(all, /*keep_values=*/false));

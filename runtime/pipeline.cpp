@@ -7,7 +7,8 @@
 //                 to these sizes, no compile (runtime/shape_binder.h)
 //     -> load     on a miss, from the on-disk cache: the object is linked, no codegen (runtime/disk_tier.h)
 //     -> lower    on a miss of both: graph passes, plan, LLVM codegen to an object (lowering/lower.h),
-//                 then written to disk for the next process
+//                 then written to disk for the next process; by default on a worker thread while
+//                 this sync runs op by op (runtime/background_compiles.h)
 //     -> prepare  an Executable: kernels linked, ATen operators resolved once (executor/executable.h)
 //     -> run      kernels on oneTBB, library steps through ATen (executor/executable.cpp)
 //     -> one CPU tensor per graph output
@@ -30,6 +31,7 @@
 #include "executor/buffer_pool.h"
 #include "graph_ir/hash.h"
 #include "graph_ir/node_name.h"
+#include "lowering/compile_threads.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
 #include "runtime/disk_tier.h"
@@ -61,6 +63,11 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   const std::string checked = code_fingerprint_ + ";checked stores";
   checked_code_hash_ = ir::hash64(checked.data(), checked.size());
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
+  if (config_.background_compile) {
+    background_ = std::make_unique<BackgroundCompiles>();
+    // What it compiles goes to disk for the next process: finished even at exit.
+    background_->finish_queued_at_stop(disk_ != nullptr);
+  }
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;
   check_graphs_ = config_.check_graphs;
@@ -75,6 +82,11 @@ namespace {
 // graph is to run op by op instead.
 struct RunEagerly {};
 thread_local int t_no_compile = 0;
+// Set when program_for returns null because the graph's program compiles in
+// the background (else it runs op by op past the recompile limit).
+thread_local bool t_background = false;
+// Ends a recompile log line of a compile started in the background.
+constexpr const char* kBackgroundNote = " (in the background: runs op by op until ready)";
 // Set by explain_compile while tracing: the lookup that missed said why.
 thread_local bool t_miss_explained = false;
 }  // namespace
@@ -97,7 +109,8 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
   // Hooks on compiled ops or the compiled-vs-eager check: every value kept (observed_run.cpp).
   if (observer || check_graphs_)
     return run_observed(graph, bindings, site, shapes, node_sites, observer, check_graphs_, /*repro=*/true);
-  std::shared_ptr<const executor::Executable> program = program_for(graph, site, shapes, node_sites);
+  std::shared_ptr<const executor::Executable> program =
+      program_for(graph, site, shapes, node_sites, /*background=*/background_ != nullptr);
   if (!program) return run_eagerly(graph, bindings);
   RunResult r = program->run(bindings, threads());
   // A program is kept when a run fails: its data was bad, not its code.
@@ -108,17 +121,21 @@ RunResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const s
 
 std::shared_ptr<const executor::Executable> Runtime::prepare(const ir::Graph& graph, const std::string& site,
                                                              std::optional<lowering::Shapes> shapes) {
-  if (auto program = program_for(graph, site, shapes, {})) return program;
+  // Called to run the program many times: it is compiled now.
+  if (auto program = program_for(graph, site, shapes, {}, /*background=*/false)) return program;
   return std::make_shared<const executor::Executable>(eager_program(graph, /*keep_values=*/false));
 }
 
 std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph& graph, const std::string& site,
                                                                  std::optional<lowering::Shapes> shapes,
-                                                                 const NodeSites& node_sites) {
+                                                                 const NodeSites& node_sites, bool background) {
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("hash", "cache key", debug::TraceArgs{{"nodes", graph.nodes().size()}});
   // With NaN checks on, kernels test what they store: other code, another key.
   const bool checked = debug_nans_;
+  // NaN checks pin a bad value on a compiled program's outputs: compiled now.
+  background = background && !checked;
+  t_background = false;
   cache::CacheKey key = cache::CacheKey::make(graph.hashes(), checked ? checked_code_hash_ : code_hash_);
   span.reset();
   t_miss_explained = false;
@@ -129,6 +146,11 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                         [&] {
                           // New sizes of a structure compiled before: no compile (shape_binder.h).
                           const bool generic = shapes.value_or(config_.dynamic) != lowering::Shapes::Off;
+                          // A program of this structure compiled in the background: this graph's own.
+                          bool failed_in_background = false, pending = false;
+                          if (background)
+                            if (auto ready = take_background(key, &failed_in_background, &pending))
+                              return std::make_shared<const executor::Executable>(std::move(ready));
                           if (auto bound = bind_sizes(graph, shapes, key.target))
                             return std::make_shared<const executor::Executable>(std::move(bound));
                           // A new process: the program another shape of it left on disk.
@@ -144,6 +166,15 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                               explainer_.would_count(graph, site)) {
                             explain_compile(graph, site, Miss::Eager, node_sites);
                             throw RunEagerly{};
+                          }
+                          // It runs op by op while its program compiles (throws RunEagerly);
+                          // one that failed there compiles here, to fail where the user sees it.
+                          if (background && !failed_in_background) {
+                            // Stored on disk: loaded now (a few ms), not in the background.
+                            if (disk_ && !pending)
+                              if (auto stored = load_stored(graph, key, generic))
+                                return std::make_shared<const executor::Executable>(std::move(stored));
+                            compile_in_background(graph, key, site, shapes, node_sites, generic, pending);
                           }
                           auto program = load_or_compile(graph, key, site, shapes, node_sites, checked);
                           if (generic) binder_.remember(graph, key.target, program, config_.disabled_passes);
@@ -209,6 +240,10 @@ std::string Runtime::repro_dir() const {
 executor::Executable Runtime::eager_program(const ir::Graph& graph, bool keep_values) const {
   lowering::LowerOptions opts;
   opts.plan.disabled = config_.disabled_passes;
+  // Op by op, as eager runs them: no folding, no merged duplicates, every op
+  // run. The graph passes cost more than they save here (~70 of ~750 us per
+  // sync of a 25-op MLP block), and background compiles run this per sync.
+  for (const char* pass : {"dce", "fold", "cse"}) opts.plan.disabled.push_back(pass);
   opts.plan.buffers = !keep_values;
   opts.eager = true;
   return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
@@ -231,11 +266,73 @@ std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindi
 
 RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings) {
   executor::Executable e = eager_program(graph, /*keep_values=*/false);
-  debug::Metrics::get().add(debug::Counter::EagerSyncs);
+  debug::Metrics::get().add(t_background ? debug::Counter::BackgroundSyncs : debug::Counter::EagerSyncs);
   RunResult r = e.run(bindings, threads());
   to_traced_nodes(r, graph, e.program().graph);
-  sync_note().how = SyncNote::How::Eager;
+  sync_note().how = t_background ? SyncNote::How::Background : SyncNote::How::Eager;
   return r;
+}
+
+std::shared_ptr<const lowering::Program> Runtime::take_background(const cache::CacheKey& key, bool* failed,
+                                                                  bool* pending) {
+  BackgroundCompiles::State state;
+  std::optional<BackgroundCompiles::Done> done = background_->take(key, &state);
+  *pending = state == BackgroundCompiles::State::Pending;
+  if (!done) return nullptr;
+  if (done->error) {
+    *failed = true;
+    return nullptr;
+  }
+  if (done->key == key) {
+    sync_note().how = SyncNote::How::Ready;
+    return std::move(done->program);
+  }
+  // Compiled for other sizes: cached under its own key (a later sync of those
+  // sizes hits it), and remembered by the binder when generic (the worker did).
+  cache_.put(done->key, std::make_shared<const executor::Executable>(std::move(done->program)));
+  return nullptr;
+}
+
+std::shared_ptr<const lowering::Program> Runtime::load_stored(const ir::Graph& graph, const cache::CacheKey& key,
+                                                              bool generic) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto program = disk_->load_stored(key);
+  if (!program) return nullptr;
+  sync_note().how = SyncNote::How::Loaded;
+  sync_note().prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (generic) binder_.remember(graph, key.target, program, config_.disabled_passes);
+  return program;
+}
+
+void Runtime::compile_in_background(const ir::Graph& graph, const cache::CacheKey& key, const std::string& site,
+                                    std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
+                                    bool generic, bool pending) {
+  t_background = true;
+  if (pending) throw RunEagerly{};
+  explain_compile(graph, site, Miss::Background, node_sites);
+  // The worker compiles a copy of the graph; it needs no interpreter lock, and
+  // a Ctrl-C at the caller is not its to answer.
+  background_->start(key, [this, g = graph, key, site, shapes, generic] {
+    lowering::NoPollScope no_poll;
+    lowering::SerialCompileScope serial;  // the other cores are the program's
+    if (debug::trace_enabled()) debug::name_trace_thread("background compile");
+    auto compile_it = [&] {
+      auto program = compile(ir::Graph(g), key.str(), shapes, /*check_stores=*/false);
+      trim_heap();
+      return program;
+    };
+    auto program = disk_ ? disk_->load_or_compile(key, site, compile_it) : compile_it();
+    if (generic) binder_.remember(g, key.target, program, config_.disabled_passes);
+    return program;
+  });
+  // (Not started when a job of its structure finished meanwhile: the next sync takes it.)
+  throw RunEagerly{};
+}
+
+int64_t Runtime::wait_for_compiles() { return background_ ? background_->wait_all() : 0; }
+
+void Runtime::stop_background_compiles() {
+  if (background_) background_->stop();
 }
 
 std::shared_ptr<const lowering::Program> Runtime::bind_sizes(const ir::Graph& graph,
@@ -320,6 +417,7 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
                               const NodeSites& node_sites) {
   Recompile r = explainer_.explain(graph, site, node_sites);
   if (miss == Miss::Eager) r.kind += " (run op by op: past the recompile limit)";
+  if (miss == Miss::Background) sync_note().why = r.kind;
   if (miss == Miss::Refused) r.kind += " (refused: a strict region)";
   if (miss == Miss::Compile) sync_note().why = r.kind;
   if (debug::trace_enabled()) {
@@ -327,9 +425,11 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
     debug::trace_instant("cache", "cache miss",
                          {{"site", site}, {"kind", r.kind}, {"detail", r.detail}, {"compiles_at_site", r.count}});
   }
-  if (config_.log_recompiles && miss == Miss::Compile)
-    std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
-                 r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());
+  // `lazyjit-cache why-miss` reads these lines (tools/lazyjit_cache/cmd_why_miss.cpp).
+  if (config_.log_recompiles && (miss == Miss::Compile || miss == Miss::Background))
+    std::fprintf(stderr, "lazyjit: compiling at %s: %s%s%s%s\n", site.empty() ? "(unknown site)" : site.c_str(),
+                 r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str(),
+                 miss == Miss::Background ? kBackgroundNote : "");
   debug::Metrics::get().recompile({r.site, r.kind, r.detail});
   if (miss == Miss::Refused)
     throw CompileRefused("lazyjit.strict: a compile in a strict region, for the sync at " +
@@ -359,6 +459,7 @@ void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, M
 }
 
 void Runtime::clear_cache() {
+  if (background_) background_->clear();  // none finishes into the binder after it is cleared
   cache_.clear();
   binder_.clear();
   target_->clear_kernels();

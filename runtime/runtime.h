@@ -21,6 +21,7 @@
 #include "executor/executable.h"
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"
+#include "runtime/background_compiles.h"
 #include "runtime/config.h"
 #include "runtime/observed_run.h"
 #include "runtime/recompile_explainer.h"
@@ -122,6 +123,13 @@ class Runtime {
   // "mul (op #7 of the graph) at model.py:12".
   static std::string describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites);
 
+  // Waits for the programs compiling in the background (LAZYJIT_BACKGROUND_COMPILE)
+  // to be ready; returns how many it waited for. The next sync of each takes it.
+  int64_t wait_for_compiles();
+  // Drops the queued background compiles and waits for the running one; no more
+  // start (at exit: before what they use is torn down).
+  void stop_background_compiles();
+
   // Empties the in-memory cache (the disk tier keeps its entries).
   // Drops every program (their JIT code with them) and the pooled buffers.
   void clear_cache();
@@ -130,11 +138,25 @@ class Runtime {
  private:
   static void trim_heap();
   static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
-  // The cached program for `graph`, compiled (or loaded) on a miss; null when,
-  // past the recompile limit with the eager stance, it is to run op by op.
+  // The cached program for `graph`, compiled (or loaded) on a miss; null when
+  // it is to run op by op: past the recompile limit with the eager stance, or,
+  // with `background`, while its program compiles in the background.
   std::shared_ptr<const executor::Executable> program_for(const ir::Graph& graph, const std::string& site,
                                                           std::optional<lowering::Shapes> shapes,
-                                                          const NodeSites& node_sites);
+                                                          const NodeSites& node_sites, bool background);
+  // With background compiles on: the program a finished background compile of
+  // `key`'s structure left, when it is `key`'s own (another key's is cached
+  // under its key; `failed`: it threw), else null; `pending`: one is queued or
+  // running.
+  std::shared_ptr<const lowering::Program> take_background(const cache::CacheKey& key, bool* failed, bool* pending);
+  // The program stored on disk under `key` (no remote, no compile), or null.
+  std::shared_ptr<const lowering::Program> load_stored(const ir::Graph& graph, const cache::CacheKey& key,
+                                                       bool generic);
+  // Starts compiling `graph` in the background unless one of its structure is
+  // `pending`; throws RunEagerly either way (the graph runs op by op).
+  void compile_in_background(const ir::Graph& graph, const cache::CacheKey& key, const std::string& site,
+                             std::optional<lowering::Shapes> shapes, const NodeSites& node_sites, bool generic,
+                             bool pending);
   RunResult run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                          std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
                          const RunObserver& observer, bool check, bool repro);
@@ -146,13 +168,13 @@ class Runtime {
   // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
   // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
   // A refused miss (a strict region) throws CompileRefused with the explanation.
-  enum class Miss { Compile, Eager, Refused };
+  enum class Miss { Compile, Background, Eager, Refused };
   void explain_compile(const ir::Graph& graph, const std::string& site, Miss miss, const NodeSites& node_sites);
   // `graph` as a program without kernels: every node run op by op through ATen
   // (lowering::plan_eager); `keep_values`: no buffer frees.
   executor::Executable eager_program(const ir::Graph& graph, bool keep_values) const;
-  // Past the limit with the eager stance: `graph` runs op by op, uncompiled and
-  // uncached (lowering::plan_eager).
+  // Past the limit with the eager stance, or while its program compiles in the
+  // background: `graph` runs op by op, uncompiled and uncached (lowering::plan_eager).
   RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);
   // `graph` bound to a program of its structure compiled before (shape_binder.h),
   // or null; never when `shapes` (or LAZYJIT_DYNAMIC) asks for exact code.
@@ -180,6 +202,8 @@ class Runtime {
   std::mutex eager_mu_;
   std::set<std::string> eager_sites_;  // sites whose misses run op by op (warned once each)
   cache::CompileCache<executor::Executable> cache_;
+  // Last: destroyed first, its worker joined while what it uses still lives.
+  std::unique_ptr<BackgroundCompiles> background_;  // null with LAZYJIT_BACKGROUND_COMPILE=off
 };
 
 // Whether generated kernels compute elementwise ops in `t` (else the tracer

@@ -8,6 +8,8 @@
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> bound to new sizes in 0.08 ms, ran in 0.47 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> loaded from the remote cache in 4.1 ms, ran in 0.47 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op (past the recompile limit) in 3.1 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op while compiling in the background (new shapes) in 0.61 ms
+//   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled in the background, ran in 0.47 ms
 //
 // Header-only: a thread_local the pipeline (runtime/pipeline.cpp) fills on the
 // paths that are not a cache hit, so a hit costs it nothing.
@@ -19,9 +21,9 @@
 namespace lazyjit::runtime {
 
 struct SyncNote {
-  enum class How { Hit, Compiled, Loaded, Remote, Eager, Bound };
+  enum class How { Hit, Compiled, Loaded, Remote, Eager, Bound, Background, Ready };
   How how = How::Hit;  // a hit unless the pipeline says otherwise
-  std::string why;     // Compiled: what differs from the nearest program at the site (recompile_explainer.h)
+  std::string why;     // Compiled, Background: what differs from the nearest program at the site (recompile_explainer.h)
   double prepare_ms = 0;  // Compiled / Loaded / Remote / Bound: the compile, the load, or the binding to new sizes
 };
 
@@ -51,6 +53,10 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
     case SyncNote::How::Remote:
       return s + "loaded from the remote cache in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
     case SyncNote::How::Eager: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
+    case SyncNote::How::Background:
+      return s + "run op by op while compiling in the background" + (n.why.empty() ? "" : " (" + n.why + ")") +
+             " in " + ms(total_ms);
+    case SyncNote::How::Ready: return s + "compiled in the background, ran in " + ms(total_ms);
     case SyncNote::How::Bound:
       return s + "bound to new sizes in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
   }

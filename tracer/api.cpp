@@ -120,6 +120,8 @@ debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
+int64_t wait_for_compiles() { return runtime::Runtime::get().wait_for_compiles(); }
+void stop_background_compiles() { runtime::Runtime::get().stop_background_compiles(); }
 
 namespace {
 void mark(const at::Tensor& t, int64_t dim, uint8_t m, const char* what) {

@@ -79,6 +79,14 @@ std::string metrics_report();
 
 // Empties the in-memory compile cache (tests use it to count compiles).
 void clear_cache();
+// Waits until no program is compiling in the background (LAZYJIT_BACKGROUND_COMPILE):
+// each sync after it that needs one of them runs compiled code. Returns how
+// many it waited for. Benchmarks call it after their warm-up.
+int64_t wait_for_compiles();
+// Drops the queued background compiles and waits for the running one; from then
+// on a graph that misses every cache runs op by op. For exit handlers (the
+// Python module calls it from Python's atexit, before anything is torn down).
+void stop_background_compiles();
 
 // How graphs that read `t`'s data compile their kernels (LAZYJIT_DYNAMIC, per
 // tensor): mark_dynamic, shape-generic from the first compile (its sizes will

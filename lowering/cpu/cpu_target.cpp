@@ -23,12 +23,20 @@
 #include "debug/trace.h"
 #include "graph_ir/bytes.h"
 #include "lowering/cpu/codegen.h"
+#include "lowering/compile_threads.h"
 #include "lowering/cpu/jit.h"
 #include "lowering/interrupt.h"
 #include "lowering/kernel_key.h"
 #include "lowering/target.h"
 
 namespace lazyjit::lowering {
+
+namespace {
+thread_local int t_serial_compile = 0;
+}
+SerialCompileScope::SerialCompileScope() { ++t_serial_compile; }
+SerialCompileScope::~SerialCompileScope() { --t_serial_compile; }
+bool serial_compile() { return t_serial_compile > 0; }
 
 std::string CodegenOptions::str() const {
   return "O" + std::to_string(opt_level) + ",vecmath=" + (vectorize_math ? "1" : "0") +
@@ -351,12 +359,13 @@ class CpuTarget : public Target {
     };
     int threads = opts_.compile_threads > 0 ? opts_.compile_threads
                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (jobs.size() == 1 || threads == 1) {
+    if (jobs.size() == 1 || threads == 1 || serial_compile()) {
       for (auto& job : jobs) one(job);
     } else {
       // Workers only read the interrupt flag; the caller's own thread polls (the
       // poll may need the caller's interpreter lock).
-      static tbb::task_arena arena(threads);
+      // Never destroyed: a background compile may use it while the process exits.
+      static tbb::task_arena& arena = *new tbb::task_arena(threads);
       arena.execute([&] {
         tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t i) {
           std::optional<NoPollScope> quiet;

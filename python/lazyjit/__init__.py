@@ -5,6 +5,7 @@
     y = (x * 2 + 1).relu()        # recorded, not run
     print(y.cpu())                # sync: compile (or hit the cache) and run
 """
+import atexit
 import contextlib
 import inspect
 import os
@@ -14,8 +15,12 @@ import torch
 from . import _C  # registers the "lazyjit" device (PrivateUse1) with PyTorch
 from . import distributed  # the "lazyjit" torch.distributed backend (python/lazyjit/distributed.py)
 
+# A program still compiling in the background at exit is finished (the queued
+# ones dropped) while the interpreter and LLVM are whole.
+atexit.register(_C.stop_background_compiles)
+
 __all__ = ["device", "sync", "set_mode", "mode", "add_op_hook", "metrics", "reset_metrics",
-           "metrics_report", "clear_cache"]
+           "metrics_report", "clear_cache", "wait_for_compiles"]
 
 
 def device(index: int = 0) -> torch.device:
@@ -88,6 +93,15 @@ def explain_recompiles() -> list:
 
 def clear_cache() -> None:
     _C.clear_cache()
+
+
+def wait_for_compiles() -> int:
+    """Waits until no program is compiling in the background and returns how
+    many it waited for. A graph that misses every cache runs op by op while its
+    program compiles on a worker thread (LAZYJIT_BACKGROUND_COMPILE=on, the
+    default); the first sync after the compile finishes takes the program.
+    Call this after a warm-up to time compiled code only."""
+    return _C.wait_for_compiles()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,9 @@ import torch
 # an on-disk cache (a warm ~/.cache/lazyjit would turn compiles into loads);
 # the disk tier's tests (test_disk_cache.py) turn it on with their own dirs.
 os.environ.setdefault("LAZYJIT_CACHE", "off")
+# Likewise compiles happen in the foreground, where a test can count them at the
+# sync that caused them; test_background_compile.py turns the worker on.
+os.environ.setdefault("LAZYJIT_BACKGROUND_COMPILE", "off")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON_DIR = os.path.join(ROOT, "python")

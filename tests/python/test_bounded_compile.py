@@ -16,7 +16,7 @@ from conftest import PYTHON_DIR, ROOT
 
 
 def run(code, timeout=600, **env_extra):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", **env_extra}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off", **env_extra}
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -111,7 +111,7 @@ print(json.dumps({"rss": rss_mb(), "compiles": m["compiles"], "shape_binds": m["
 def test_memory_over_3000_distinct_shapes_stays_near_eager():
     # Both processes import lazyjit; "eager" runs the same loop on CPU tensors.
     def sweep(dev):
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off",
                "LAZYJIT_RECOMPILE_LIMIT": "100000"}
         p = subprocess.run([sys.executable, "-c", SWEEP, dev], env=env, cwd=ROOT, capture_output=True, text=True,
                            timeout=1200)

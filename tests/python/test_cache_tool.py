@@ -76,7 +76,8 @@ def env_for(cache_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
     # Exact code: each batch size a program and an entry of its own, for the
     # tool to list and compare (by default a new size binds to a stored program).
-    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=str(cache_dir), LAZYJIT_DYNAMIC="off")
+    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=str(cache_dir), LAZYJIT_DYNAMIC="off",
+               LAZYJIT_BACKGROUND_COMPILE="off")
     return env
 
 
@@ -310,7 +311,8 @@ def test_why_miss_summarizes_a_recompile_log(tmp_path):
             "    (f(x.to('lazyjit')) + 1).cpu()\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
     # Exact code: each new size compiles (by default it binds, and is not in the log).
-    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="off", LAZYJIT_LOG="recompiles", LAZYJIT_DYNAMIC="off")
+    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="off", LAZYJIT_LOG="recompiles", LAZYJIT_DYNAMIC="off",
+               LAZYJIT_BACKGROUND_COMPILE="off")
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr

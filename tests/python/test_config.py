@@ -15,7 +15,7 @@ PROBE = ("import torch, lazyjit; x = torch.randn(300, 500); "
 
 
 def run(**env_extra):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", **env_extra}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off", **env_extra}
     return subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 

@@ -38,7 +38,7 @@ def run_level(tmp_path, level, **env_extra):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
-    env.update({"PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off"})
+    env.update({"PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off"})
     if level is not None:
         env["LAZYJIT_DEBUG"] = str(level)
     env.update(env_extra)

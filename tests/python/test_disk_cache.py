@@ -41,6 +41,7 @@ def env_for(cache_dir, **extra):
     env["PYTHONPATH"] = PYTHON_DIR
     env["LAZYJIT_CACHE"] = "on"
     env["LAZYJIT_CACHE_DIR"] = str(cache_dir)
+    env["LAZYJIT_BACKGROUND_COMPILE"] = "off"  # compiles counted at the sync that needs them
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

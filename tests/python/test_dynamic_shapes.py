@@ -65,7 +65,7 @@ def check(fn, *inputs, **tol):
 def run(code, *argv, timeout=180, **env_extra):
     """Runs `code` in a fresh interpreter (cwd: the repo root, no on-disk cache);
     returns (the JSON its stdout's last line holds, its stderr)."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env_extra}
     p = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout)

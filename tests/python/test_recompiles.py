@@ -98,7 +98,7 @@ def test_recompile_limit_warns_once_per_site():
 def test_recompile_limit_error_raises_with_the_explanation():
     import subprocess, sys
     from conftest import PYTHON_DIR, ROOT
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off",
            "LAZYJIT_RECOMPILE_LIMIT": "3", "LAZYJIT_ON_RECOMPILE_LIMIT": "error",
            "LAZYJIT_DYNAMIC": "off"}
     p = subprocess.run([sys.executable, "-c", BUDGET], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)

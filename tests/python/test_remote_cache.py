@@ -161,6 +161,7 @@ def env_for(cache_dir, remote=None, **extra):
     env["PYTHONPATH"] = PYTHON_DIR
     env["LAZYJIT_CACHE"] = "on"
     env["LAZYJIT_CACHE_DIR"] = str(cache_dir)
+    env["LAZYJIT_BACKGROUND_COMPILE"] = "off"  # compiles counted at the sync that needs them
     env["LAZYJIT_CACHE_SECRET"] = SECRET
     # Generous by default: a loaded machine must not turn a hit into a timeout.
     env["LAZYJIT_REMOTE_TIMEOUT_MS"] = "2000"

@@ -31,7 +31,7 @@ for i in range(3):
 def run_model(tmp_path, **env_extra):
     script = tmp_path / "model.py"
     script.write_text(MODEL)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off",
            "LAZYJIT_NUM_THREADS": "2", **env_extra}
     p = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=180)

@@ -39,6 +39,10 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
     size_t at = line.find(kPrefix);
     if (at == std::string::npos) continue;
     std::string rest = line.substr(at + kPrefix.size());
+    // A compile started in the background says so at the end of its line.
+    static const std::string kBackground = " (in the background: runs op by op until ready)";
+    if (rest.size() >= kBackground.size() && rest.compare(rest.size() - kBackground.size(), kBackground.size(), kBackground) == 0)
+      rest.resize(rest.size() - kBackground.size());
     size_t sep = rest.find(": ");
     if (sep == std::string::npos) continue;
     SiteLog& s = sites[rest.substr(0, sep)];

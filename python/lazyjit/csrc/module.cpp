@@ -199,6 +199,14 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("clear_cache", &lazyjit::clear_cache);
+  m.def("stop_background_compiles", [] {
+    py::gil_scoped_release nogil;
+    lazyjit::stop_background_compiles();
+  });
+  m.def("wait_for_compiles", [] {
+    py::gil_scoped_release nogil;
+    return lazyjit::wait_for_compiles();
+  });
   m.def("step_region_enter", &lazyjit::step_region_enter);
   m.def("step_region_exit", &lazyjit::step_region_exit);
   m.def("strict_enter", &lazyjit::strict_enter);

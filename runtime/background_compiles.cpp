@@ -1,0 +1,145 @@
+#include "runtime/background_compiles.h"
+
+#include <cstdlib>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#include <set>
+
+namespace lazyjit::runtime {
+
+namespace {
+// Every live instance, for the exit handler.
+std::mutex& registry_mu() {
+  static auto* mu = new std::mutex;  // outlives the exit handler
+  return *mu;
+}
+std::set<BackgroundCompiles*>& registry() {
+  static auto* r = new std::set<BackgroundCompiles*>;
+  return *r;
+}
+void stop_all() {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  for (BackgroundCompiles* b : registry()) b->stop();
+}
+}  // namespace
+
+BackgroundCompiles::BackgroundCompiles() {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().insert(this);
+}
+
+BackgroundCompiles::~BackgroundCompiles() {
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    registry().erase(this);
+  }
+  stop();
+}
+
+std::optional<BackgroundCompiles::Done> BackgroundCompiles::take(const cache::CacheKey& key, State* state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(structure_of(key));
+  if (it == jobs_.end() || !it->second->finished) {
+    *state = it == jobs_.end() ? State::None : State::Pending;
+    return std::nullopt;
+  }
+  Done done = std::move(it->second->done);
+  jobs_.erase(it);
+  *state = State::None;
+  return done;
+}
+
+bool BackgroundCompiles::start(const cache::CacheKey& key, Compile compile) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || jobs_.count(structure_of(key))) return false;
+  auto job = std::make_shared<Job>();
+  job->key = key;
+  job->compile = std::move(compile);
+  jobs_.emplace(structure_of(key), job);
+  queue_.push_back(job);
+  if (!worker_started_) {
+    // Exit handlers run in reverse order of registration, static destructors
+    // among them: this one runs before those of everything built before the
+    // worker starts (libLLVM's and oneTBB's, the runtime's), and the statics
+    // a compile makes on first use are never destroyed (immortal).
+    static const bool at_exit = (std::atexit(stop_all), true);
+    (void)at_exit;
+    worker_started_ = true;
+    worker_ = std::thread([this] { work(); });
+  }
+  wake_.notify_one();
+  return true;
+}
+
+int64_t BackgroundCompiles::wait_all() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t n = static_cast<int64_t>(queue_.size()) + running_;
+  finished_.wait(lock, [&] { return stopping_ || (queue_.empty() && running_ == 0); });
+  return n;
+}
+
+int64_t BackgroundCompiles::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(queue_.size()) + running_;
+}
+
+void BackgroundCompiles::clear() {
+  std::unique_lock<std::mutex> lock(mu_);
+  finished_.wait(lock, [&] { return stopping_ || (queue_.empty() && running_ == 0); });
+  jobs_.clear();
+}
+
+void BackgroundCompiles::work() {
+#ifdef __linux__
+  // The lowest priority (nice 19, this thread only): the compile takes the
+  // cycles the program leaves idle and yields a core the moment ATen's OpenMP
+  // threads or the kernels' oneTBB workers want it. At normal priority it
+  // preempted an OpenMP thread for a whole time slice every few syncs (4–5 ms
+  // stalls in op-by-op runs of ~0.6 ms on 2 cores), and took twice as long.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+#endif
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    std::shared_ptr<Job> job = queue_.front();
+    queue_.pop_front();
+    ++running_;
+    lock.unlock();
+    Done done{job->key, nullptr, nullptr};
+    try {
+      done.program = job->compile();
+    } catch (...) {
+      done.error = std::current_exception();
+    }
+    job->compile = nullptr;  // what it captured (a copy of the graph) goes now
+    // Once more after the first compile: before the destructors of any static
+    // that libLLVM built on first use during it.
+    static const bool at_exit_again = (std::atexit(stop_all), true);
+    (void)at_exit_again;
+    lock.lock();
+    job->done = std::move(done);
+    job->finished = true;
+    --running_;
+    finished_.notify_all();
+  }
+}
+
+void BackgroundCompiles::stop() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finish_queued_ && worker_started_ && !stopping_)
+      finished_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+    stopping_ = true;
+    // Jobs never started stay unfinished: nothing takes them any more.
+    queue_.clear();
+  }
+  wake_.notify_all();
+  finished_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+}  // namespace lazyjit::runtime

@@ -1,0 +1,108 @@
+// Compiles that do not hold up the sync that needed them (LAZYJIT_BACKGROUND_COMPILE).
+//
+// A graph that misses every cache tier (no program for its key, none of its
+// structure to bind to, none on disk) would otherwise wait for LLVM: 15–40 ms
+// for a small block, up to a second for a decoder step, against well under a
+// millisecond to run it op by op. So the runtime hands the compile to one
+// worker thread and runs this sync's graph op by op through ATen, as eager
+// would. Later syncs of the same structure run op by op too until the program
+// is ready; the first sync after that takes it (for its own sizes, or bound to
+// new ones: shape_binder.h) and from then on it is the cached program, as if it
+// had compiled in the foreground. Counters, explanations and the disk entry
+// are the same either way; only when the compiled code first runs changes.
+//
+// One job per structure (structure hash + code hash): a structure whose compile
+// is queued or running is not queued again. Jobs run one at a time, in order.
+// stop() waits for the running job and drops the queued ones, unless they
+// outlive the process (finish_queued_at_stop: the runtime writes what it
+// compiles to the on-disk cache, for the next process): then it finishes them
+// all. The Python
+// module calls it from Python's atexit, before any static is torn down; a C++
+// program gets the same from a C exit handler, registered when the worker
+// starts and again after its first job (see start() and work()); lazyjit's
+// statics that a compile makes on first use are immortal. A child forked while a job runs has no worker: what a fork of a
+// process that ran kernels can do is limited anyway (oneTBB's and OpenMP's
+// threads are not in the child either).
+//
+// Needs no libtorch or LLVM; thread-safe.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "cache/cache_key.h"
+#include "lowering/program.h"
+
+namespace lazyjit::runtime {
+
+class BackgroundCompiles {
+ public:
+  using Compile = std::function<std::shared_ptr<const lowering::Program>()>;
+  // A finished job: the program compiled for `key`, or the error its compile threw.
+  struct Done {
+    cache::CacheKey key;
+    std::shared_ptr<const lowering::Program> program;
+    std::exception_ptr error;
+  };
+  enum class State { None, Pending };
+
+  BackgroundCompiles();
+  ~BackgroundCompiles();
+  BackgroundCompiles(const BackgroundCompiles&) = delete;
+  BackgroundCompiles& operator=(const BackgroundCompiles&) = delete;
+
+  // The finished job of `key`'s structure, taken out (the caller owns it now);
+  // else whether one is queued or running.
+  std::optional<Done> take(const cache::CacheKey& key, State* state);
+  // Queues `compile` for `key`'s structure, unless a job of it is there already
+  // (queued, running or finished and not taken): then returns false.
+  bool start(const cache::CacheKey& key, Compile compile);
+  // Waits until no job is queued or running. Returns how many were waited for.
+  int64_t wait_all();
+  // Jobs queued or running.
+  int64_t pending() const;
+  // Waits for every job, then forgets them all, taken or not.
+  void clear();
+  // Waits for the running job (and the queued ones, with finish_queued_at_stop),
+  // drops the rest, and starts no more.
+  void stop();
+  // Whether stop() finishes the queued jobs too (their results outlive the process).
+  void finish_queued_at_stop(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_queued_ = on;
+  }
+
+ private:
+  using Structure = std::tuple<uint64_t, uint64_t, uint64_t>;  // structure (lo, hi), code hash
+  static Structure structure_of(const cache::CacheKey& key) {
+    return {key.structure.lo, key.structure.hi, key.target};
+  }
+  struct Job {
+    cache::CacheKey key;
+    Compile compile;
+    bool finished = false;
+    Done done;
+  };
+  void work();
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;      // the worker: a job was queued, or stop
+  std::condition_variable finished_;  // waiters: a job finished
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::map<Structure, std::shared_ptr<Job>> jobs_;  // queued, running, or finished and not taken
+  int64_t running_ = 0;
+  bool stopping_ = false;
+  bool finish_queued_ = false;
+  std::thread worker_;
+  bool worker_started_ = false;
+};
+
+}  // namespace lazyjit::runtime

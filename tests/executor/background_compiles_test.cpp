@@ -1,0 +1,158 @@
+// The worker that compiles programs while their graphs run op by op
+// (runtime/background_compiles.h): one job per structure, in order, on one
+// thread; errors come back to the taker; clear and destruction wait.
+#include "runtime/background_compiles.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace lazyjit::runtime {
+namespace {
+
+using State = BackgroundCompiles::State;
+
+cache::CacheKey key_of(uint64_t structure, uint64_t shape, uint64_t target = 7) {
+  cache::CacheKey k;
+  k.structure = ir::Hash128{structure, structure * 31 + 1};
+  k.shape = shape;
+  k.target = target;
+  return k;
+}
+
+std::shared_ptr<const lowering::Program> program_with_ms(double ms) {
+  auto p = std::make_shared<lowering::Program>();
+  p->compile_ms = ms;
+  return p;
+}
+
+TEST(BackgroundCompiles, AJobIsPendingUntilItFinishesThenTakenOnce) {
+  BackgroundCompiles bg;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  ASSERT_TRUE(bg.start(key_of(1, 10), [gate] {
+    gate.wait();
+    return program_with_ms(42);
+  }));
+  State state;
+  EXPECT_FALSE(bg.take(key_of(1, 10), &state).has_value());
+  EXPECT_EQ(state, State::Pending);
+  EXPECT_EQ(bg.pending(), 1);
+  // Another size of the same structure: the same job, not a second one.
+  EXPECT_FALSE(bg.take(key_of(1, 11), &state).has_value());
+  EXPECT_EQ(state, State::Pending);
+  EXPECT_FALSE(bg.start(key_of(1, 11), [] { return program_with_ms(0); }));
+  release.set_value();
+  EXPECT_EQ(bg.wait_all(), 1);
+  EXPECT_EQ(bg.pending(), 0);
+  auto done = bg.take(key_of(1, 11), &state);  // taken by a graph of other sizes
+  ASSERT_TRUE(done.has_value());
+  EXPECT_TRUE(done->key == key_of(1, 10));
+  ASSERT_TRUE(done->program);
+  EXPECT_EQ(done->program->compile_ms, 42);
+  EXPECT_FALSE(done->error);
+  EXPECT_FALSE(bg.take(key_of(1, 10), &state).has_value());
+  EXPECT_EQ(state, State::None);
+  // Taken: the structure can start again.
+  EXPECT_TRUE(bg.start(key_of(1, 12), [] { return program_with_ms(1); }));
+  bg.wait_all();
+}
+
+TEST(BackgroundCompiles, OtherCodeOrStructureIsAnotherJob) {
+  BackgroundCompiles bg;
+  EXPECT_TRUE(bg.start(key_of(1, 10, 7), [] { return program_with_ms(1); }));
+  EXPECT_TRUE(bg.start(key_of(1, 10, 8), [] { return program_with_ms(2); }));  // NaN-checked code, say
+  EXPECT_TRUE(bg.start(key_of(2, 10, 7), [] { return program_with_ms(3); }));
+  EXPECT_EQ(bg.wait_all(), 3);
+  State state;
+  EXPECT_EQ(bg.take(key_of(1, 10, 7), &state)->program->compile_ms, 1);
+  EXPECT_EQ(bg.take(key_of(1, 10, 8), &state)->program->compile_ms, 2);
+  EXPECT_EQ(bg.take(key_of(2, 10, 7), &state)->program->compile_ms, 3);
+}
+
+TEST(BackgroundCompiles, JobsRunInOrderOnOneThreadThatIsNotTheCallers) {
+  BackgroundCompiles bg;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  for (int i = 0; i < 5; ++i)
+    bg.start(key_of(100 + i, 1), [&, i] {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      threads.push_back(std::this_thread::get_id());
+      return program_with_ms(i);
+    });
+  bg.wait_all();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (auto id : threads) {
+    EXPECT_EQ(id, threads[0]);
+    EXPECT_NE(id, std::this_thread::get_id());
+  }
+}
+
+TEST(BackgroundCompiles, AFailedCompileComesBackAsItsError) {
+  BackgroundCompiles bg;
+  bg.start(key_of(3, 1), []() -> std::shared_ptr<const lowering::Program> {
+    throw std::runtime_error("codegen failed for kernel fused_0");
+  });
+  bg.wait_all();
+  State state;
+  auto done = bg.take(key_of(3, 1), &state);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_FALSE(done->program);
+  ASSERT_TRUE(done->error);
+  try {
+    std::rethrow_exception(done->error);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "codegen failed for kernel fused_0");
+  }
+  // The worker lives on.
+  EXPECT_TRUE(bg.start(key_of(3, 2), [] { return program_with_ms(5); }));
+  bg.wait_all();
+  EXPECT_EQ(bg.take(key_of(3, 2), &state)->program->compile_ms, 5);
+}
+
+TEST(BackgroundCompiles, ClearWaitsThenForgetsEverything) {
+  BackgroundCompiles bg;
+  std::atomic<bool> ran{false};
+  bg.start(key_of(4, 1), [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ran = true;
+    return program_with_ms(1);
+  });
+  bg.clear();
+  EXPECT_TRUE(ran);
+  State state;
+  EXPECT_FALSE(bg.take(key_of(4, 1), &state).has_value());
+  EXPECT_EQ(state, State::None);
+}
+
+TEST(BackgroundCompiles, DestructionFinishesTheRunningJobAndDropsTheQueued) {
+  std::atomic<int> ran{0};
+  std::promise<void> started;
+  {
+    BackgroundCompiles bg;
+    bg.start(key_of(5, 1), [&] {
+      started.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ++ran;
+      return program_with_ms(1);
+    });
+    for (int i = 0; i < 3; ++i)
+      bg.start(key_of(6 + i, 1), [&] {
+        ++ran;
+        return program_with_ms(1);
+      });
+    started.get_future().wait();
+  }
+  EXPECT_EQ(ran, 1);
+}
+
+}  // namespace
+}  // namespace lazyjit::runtime

@@ -1,0 +1,249 @@
+"""Compiles in the background (LAZYJIT_BACKGROUND_COMPILE=on, the default):
+a graph that misses every cache runs op by op through ATen while its program
+compiles on a worker thread; the first sync after that takes the program.
+
+The rest of the suite compiles in the foreground (conftest.py), so each test
+here runs its own process with the worker on. Eager PyTorch is the oracle for
+every result, whichever way it was computed.
+"""
+import json
+
+from conftest import run_python
+
+ON = {"LAZYJIT_BACKGROUND_COMPILE": "on"}
+
+PRELUDE = r"""
+import json, os, sys, torch, lazyjit
+torch.manual_seed(0)
+def mlp(x, w1, b1, w2):
+    h = torch.nn.functional.gelu(x @ w1 + b1)
+    return torch.nn.functional.layer_norm(h @ w2 + x, (x.shape[-1],))
+w1, b1, w2 = torch.randn(32, 64) / 6, torch.randn(64), torch.randn(64, 32) / 8
+L = lambda t: t.to("lazyjit")
+def counters():
+    m = lazyjit.metrics()
+    return {k: m[k] for k in ("compiles", "llvm_compiles", "shape_binds", "background_syncs", "eager_syncs",
+                              "cache_hits")}
+def check(n):
+    x = torch.randn(n, 32)
+    got = mlp(L(x), L(w1), L(b1), L(w2)).cpu()
+    torch.testing.assert_close(got, mlp(x, w1, b1, w2), rtol=1e-4, atol=1e-5)
+"""
+
+
+def run(body, **env):
+    proc = run_python(PRELUDE + body, env_extra={**ON, **env})
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_first_sync_runs_op_by_op_then_the_program_compiled_meanwhile():
+    out, _ = run(r"""
+check(8)
+first = counters()
+waited = lazyjit.wait_for_compiles()
+after_wait = counters()
+check(8)
+print(json.dumps({"first": first, "waited": waited, "after_wait": after_wait, "end": counters()}))
+""")
+    assert out["first"]["background_syncs"] == 1 and out["first"]["eager_syncs"] == 0, out
+    assert out["waited"] in (0, 1), out  # 0 when the compile had already finished
+    assert out["after_wait"]["compiles"] == 1 and out["after_wait"]["llvm_compiles"] >= 1, out
+    # The second sync ran the program: no second compile, no op-by-op run.
+    assert out["end"]["compiles"] == 1 and out["end"]["background_syncs"] == 1, out
+    assert out["end"]["llvm_compiles"] == out["after_wait"]["llvm_compiles"], out
+
+
+def test_a_sweep_of_sizes_binds_the_program_compiled_in_the_background():
+    # Deterministic: the program of the first size is ready before the others.
+    out, _ = run(r"""
+check(8)
+lazyjit.wait_for_compiles()
+for n in list(range(2, 21)) + [97, 1000]:
+    check(n)
+print(json.dumps(counters()))
+""")
+    assert out["compiles"] == 1 and out["background_syncs"] == 1, out
+    # 2..20 but 8, then 97 and 1000; 8 hits the program itself, cached under its key
+    assert out["shape_binds"] == 20 and out["cache_hits"] == 1, out
+
+
+def test_the_same_programs_and_kernels_compile_as_in_the_foreground():
+    # Sizes 1 (broadcasts) and 0 (empty) need programs of their own, whichever
+    # thread compiles them.
+    body = r"""
+for n in [1, 2, 0] + list(range(3, 30)):
+    check(n)
+lazyjit.wait_for_compiles()
+print(json.dumps({**counters(), "why": [r["detail"] for r in lazyjit.explain_recompiles()]}))
+"""
+    fg, _ = run(body, LAZYJIT_BACKGROUND_COMPILE="off")
+    bg, _ = run(body)
+    for k in ("compiles", "llvm_compiles"):
+        assert fg[k] == bg[k], (fg, bg)
+    assert fg["why"] == bg["why"], (fg, bg)
+    assert fg["background_syncs"] == 0 and bg["background_syncs"] >= 3, (fg, bg)
+
+
+def test_sizes_that_arrive_while_it_compiles_run_op_by_op_and_stay_correct():
+    # Whatever the timing: every result equals eager's, one structure compiles
+    # once, and each sync was either op by op, a binding or the program itself.
+    out, _ = run(r"""
+import random
+sizes = list(range(2, 42))  # 1 would broadcast, a program of its own
+random.Random(0).shuffle(sizes)
+for n in sizes:
+    check(n)
+during = counters()
+lazyjit.wait_for_compiles()
+for n in sizes:
+    check(n)
+print(json.dumps({"during": during, "end": counters(), "n": len(sizes)}))
+""")
+    d, e = out["during"], out["end"]
+    assert d["background_syncs"] >= 1 and d["compiles"] <= 1, out
+    assert e["compiles"] == 1 and e["eager_syncs"] == 0, out
+    # The second pass never ran op by op.
+    assert e["background_syncs"] == d["background_syncs"], out
+
+
+def test_sync_log_and_recompile_log_say_what_happened():
+    out, err = run(r"""
+check(8)
+lazyjit.wait_for_compiles()
+check(8)
+check(9)
+print(json.dumps(counters()))
+""", LAZYJIT_LOG="syncs,recompiles")
+    lines = [l for l in err.splitlines() if l.startswith("lazyjit:")]
+    assert any(l.startswith("lazyjit: compiling at <string>:") and "first at this site" in l and
+               l.endswith("(in the background: runs op by op until ready)") for l in lines), err
+    syncs = [l for l in lines if "lazyjit: sync at" in l]
+    assert len(syncs) == 3, err
+    assert "run op by op while compiling in the background (first at this site)" in syncs[0], syncs
+    assert "compiled in the background, ran in" in syncs[1], syncs
+    assert "bound to new sizes" in syncs[2], syncs
+
+
+def test_off_compiles_in_the_foreground():
+    out, _ = run(r"""
+check(8)
+print(json.dumps(counters()))
+""", LAZYJIT_BACKGROUND_COMPILE="off")
+    assert out["compiles"] == 1 and out["background_syncs"] == 0, out
+
+
+def test_a_bad_value_warns_and_keeps_the_default():
+    out, err = run(r"""
+check(8)
+print(json.dumps(counters()))
+""", LAZYJIT_BACKGROUND_COMPILE="later")
+    assert "LAZYJIT_BACKGROUND_COMPILE" in err and "on or off" in err, err
+    assert out["background_syncs"] == 1, out
+
+
+def test_nan_checks_compile_in_the_foreground():
+    out, _ = run(r"""
+check(8)
+print(json.dumps(counters()))
+""", LAZYJIT_DEBUG_NANS="1")
+    assert out["compiles"] == 1 and out["background_syncs"] == 0, out
+
+
+def test_in_place_ops_on_views_and_aliases_run_op_by_op_like_eager():
+    out, _ = run(r"""
+def f(x, y):
+    v = x[:, 1:3]
+    v.mul_(2).add_(y[:, :2])
+    x.t()[0].sub_(1)
+    return x.sum(0), v.clone(), x
+bad = []
+for n in (4, 5, 6):
+    a, b = torch.randn(n, 5), torch.randn(n, 5)
+    want = f(a.clone(), b)
+    la = L(a.clone())
+    got = f(la, L(b))
+    for g, w in zip(got, want):
+        if not torch.allclose(g.cpu(), w, rtol=1e-5, atol=1e-6):
+            bad.append(n)
+    lazyjit.wait_for_compiles()
+print(json.dumps({"bad": bad, **counters()}))
+""")
+    assert out["bad"] == [] and out["background_syncs"] >= 1, out
+
+
+def test_a_failing_op_names_the_users_line_when_run_op_by_op():
+    out, _ = run(r"""
+x = L(torch.randn(4, 3))
+idx = L(torch.tensor([0, 7]))
+try:
+    torch.index_select(x, 0, idx).cpu()  # LINE
+    msg = None
+except (RuntimeError, IndexError) as e:
+    msg = str(e)
+ok = L(torch.ones(3)) * 2
+print(json.dumps({"msg": msg, "ok": ok.cpu().tolist(), **counters()}))
+""")
+    assert out["msg"] and "index" in out["msg"].lower(), out
+    assert out["ok"] == [2.0, 2.0, 2.0], out
+
+
+def test_exit_while_a_compile_runs_is_clean():
+    # A large graph's compile is still running when the interpreter exits: the
+    # worker is waited for (or its queue dropped), never killed mid-LLVM.
+    proc = run_python(r"""
+import torch, lazyjit
+x = torch.randn(64, 64).to("lazyjit")
+ys = []
+for i in range(12):
+    y = x
+    for j in range(40):
+        y = torch.sin(y) * (1.0 + i + j) + torch.tanh(y).sum(-1, keepdim=True)
+    ys.append(y)
+s = sum(t.sum() for t in ys)
+print(float(s.cpu()) == float(s.cpu()), lazyjit.metrics()["background_syncs"] >= 1)
+""", env_extra=ON)
+    assert proc.stdout.split() == ["True", "True"], proc.stdout
+    assert "terminate" not in proc.stderr and "Segmentation" not in proc.stderr, proc.stderr
+
+
+def test_a_process_that_exits_at_once_still_leaves_its_programs_on_disk(tmp_path):
+    # Programs compiled in the background go to the on-disk cache like any
+    # other: a process that exits right after its syncs finishes the compiles
+    # still queued (their entries outlive it), and the next process loads
+    # every program and compiles nothing.
+    body = r"""
+def other(x):
+    return (x.softmax(-1) * 3).sum(0)
+for n in (8, 9):
+    check(n)
+    x = torch.randn(n, 16)
+    torch.testing.assert_close(other(L(x)).cpu(), other(x))
+print(json.dumps(counters()))
+"""
+    env = {"LAZYJIT_CACHE": "on", "LAZYJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cold, _ = run(body, **env)
+    warm, _ = run(body, **env)
+    assert cold["background_syncs"] >= 2, cold
+    assert warm["compiles"] == 0 and warm["background_syncs"] == 0, (cold, warm)
+
+
+def test_lazyjit_cache_why_miss_reads_background_compiles(tmp_path):
+    import os
+    import subprocess
+    from conftest import ROOT
+    _, err = run(r"""
+for n in (1, 2, 0):
+    check(n)
+    lazyjit.wait_for_compiles()
+print(json.dumps(counters()))
+""", LAZYJIT_LOG="recompiles", LAZYJIT_DYNAMIC="off")
+    log = tmp_path / "recompiles.log"
+    log.write_text(err)
+    tool = os.path.join(ROOT, "build", "lazyjit-cache")
+    p = subprocess.run([tool, "why-miss", str(log), "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["compiles"] == 3 and len(out["sites"]) == 1, out
+    site = out["sites"][0]
+    assert site["kinds"] == {"first at this site": 1, "new shapes": 2}, site
+    assert site["varying_dims"] == {"input 0 dim 0": [0, 1, 2]}, site
