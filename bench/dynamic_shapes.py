@@ -262,8 +262,8 @@ def report(res: dict, args) -> str:
              "generate 2's counters are deltas over generate 1. ratio = total / eager's total (> 1: slower "
              "than eager). – = not reported (counter missing in this build, or not applicable).", "",
              "| workload | system | first call ms | total ms | ratio to eager | compiles | shape_binds | "
-             "llvm_compiles | generic_compiles | kernel_hits | dynamic_dims | compile ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "llvm_compiles | generic_compiles | kernel_hits | dynamic_dims | background_syncs | compile ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = [("varying_batch", "varying_batch", ("first_ms",), ("total_ms",), "counters"),
             ("generate", "generate 1", None, ("gen_ms", 0), "counters"),
             ("generate", "generate 2", None, ("gen_ms", 1), "counters_2")]
@@ -274,7 +274,7 @@ def report(res: dict, args) -> str:
         for system in res[wl]:
             rs = [r for r in res[wl][system] if "error" not in r]
             if not rs:
-                lines.append(f"| {label} | {system} | ERROR | | | | | | | | | |")
+                lines.append(f"| {label} | {system} | ERROR | | | | | | | | | | |")
                 continue
             t = median_of(rs, total)
             ratio = f"{t / eager_total:.2f}×" if t is not None and eager_total else "–"

@@ -121,6 +121,11 @@ void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tenso
     for (at::Tensor& t : in) t = t.to(c);
     if (ir::is_unary(n.kind)) {
       r = unary(n.kind, in.at(0));
+    } else if (n.kind == OpKind::Pow && g.producer(n.operands.at(1)).kind == OpKind::Scalar) {
+      // x ** 2.0 as eager runs it: pow(Tensor, Scalar), whose special cases
+      // (x*x, sqrt, rsqrt, ...) differ from pow(Tensor, Tensor) by an ulp, and
+      // at -inf ** 0.5 by nan against inf.
+      r = at::pow(in.at(0), in.at(1).item());
     } else if (ir::is_binary(n.kind)) {
       r = binary(n.kind, in.at(0), in.at(1));
     } else if (n.kind == OpKind::Where) {

@@ -8,6 +8,7 @@ every result, whichever way it was computed.
 """
 import json
 
+import pytest
 from conftest import run_python
 
 ON = {"LAZYJIT_BACKGROUND_COMPILE": "on"}
@@ -124,29 +125,25 @@ print(json.dumps(counters()))
     assert "bound to new sizes" in syncs[2], syncs
 
 
-def test_off_compiles_in_the_foreground():
-    out, _ = run(r"""
+ONE_SYNC = r"""
 check(8)
 print(json.dumps(counters()))
-""", LAZYJIT_BACKGROUND_COMPILE="off")
-    assert out["compiles"] == 1 and out["background_syncs"] == 0, out
+"""
 
 
-def test_a_bad_value_warns_and_keeps_the_default():
-    out, err = run(r"""
-check(8)
-print(json.dumps(counters()))
-""", LAZYJIT_BACKGROUND_COMPILE="later")
-    assert "LAZYJIT_BACKGROUND_COMPILE" in err and "on or off" in err, err
-    assert out["background_syncs"] == 1, out
-
-
-def test_nan_checks_compile_in_the_foreground():
-    out, _ = run(r"""
-check(8)
-print(json.dumps(counters()))
-""", LAZYJIT_DEBUG_NANS="1")
-    assert out["compiles"] == 1 and out["background_syncs"] == 0, out
+@pytest.mark.parametrize("env, foreground, warning", [
+    ({"LAZYJIT_BACKGROUND_COMPILE": "off"}, True, None),
+    ({"LAZYJIT_BACKGROUND_COMPILE": "later"}, False, "on or off"),  # a bad value: a warning, the default
+    ({"LAZYJIT_DEBUG_NANS": "1"}, True, None),  # NaN checks pin values on the compiled program
+], ids=["off", "bad_value", "nan_checks"])
+def test_what_compiles_in_the_foreground(env, foreground, warning):
+    out, err = run(ONE_SYNC, **env)
+    if foreground:
+        assert out["compiles"] == 1 and out["background_syncs"] == 0, out
+    else:
+        assert out["background_syncs"] == 1, out
+    if warning:
+        assert "LAZYJIT_BACKGROUND_COMPILE" in err and warning in err, err
 
 
 def test_in_place_ops_on_views_and_aliases_run_op_by_op_like_eager():
@@ -247,3 +244,20 @@ print(json.dumps(counters()))
     site = out["sites"][0]
     assert site["kinds"] == {"first at this site": 1, "new shapes": 2}, site
     assert site["varying_dims"] == {"input 0 dim 0": [0, 1, 2]}, site
+
+
+def test_op_by_op_pow_of_a_python_scalar_is_eagers_bit_for_bit():
+    # Run op by op, x ** 2.0 is pow(Tensor, Scalar) as in eager, whose special
+    # cases (x*x, sqrt, rsqrt, ...) pow(Tensor, Tensor) lacks: an ulp off, and
+    # nan against inf at (-inf) ** 0.5.
+    out, _ = run(r"""
+x = torch.cat([torch.randn(4000) * 3, torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan")])])
+bad = {}
+for e in (2, 3, -2, -1, 0.5, -0.5, 1.7, 0, 1):
+    got, want = L(x).pow(e).cpu(), x.pow(e)
+    n = int((~((got == want) | (got.isnan() & want.isnan()))).sum())
+    if n:
+        bad[str(e)] = n
+print(json.dumps({"bad": bad, **counters()}))
+""")
+    assert out["bad"] == {} and out["background_syncs"] >= 1, out
