@@ -56,7 +56,7 @@ bool BackgroundCompiles::start(const cache::CacheKey& key, Compile compile) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_ || jobs_.count(structure_of(key))) return false;
   auto job = std::make_shared<Job>();
-  job->key = key;
+  job->done.key = key;
   job->compile = std::move(compile);
   jobs_.emplace(structure_of(key), job);
   queue_.push_back(job);
@@ -77,18 +77,13 @@ bool BackgroundCompiles::start(const cache::CacheKey& key, Compile compile) {
 int64_t BackgroundCompiles::wait_all() {
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t n = static_cast<int64_t>(queue_.size()) + running_;
-  finished_.wait(lock, [&] { return stopping_ || (queue_.empty() && running_ == 0); });
+  finished_.wait(lock, [&] { return idle_locked(); });
   return n;
-}
-
-int64_t BackgroundCompiles::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(queue_.size()) + running_;
 }
 
 void BackgroundCompiles::clear() {
   std::unique_lock<std::mutex> lock(mu_);
-  finished_.wait(lock, [&] { return stopping_ || (queue_.empty() && running_ == 0); });
+  finished_.wait(lock, [&] { return idle_locked(); });
   jobs_.clear();
 }
 
@@ -109,11 +104,12 @@ void BackgroundCompiles::work() {
     queue_.pop_front();
     ++running_;
     lock.unlock();
-    Done done{job->key, nullptr, nullptr};
+    std::shared_ptr<const lowering::Program> program;
+    std::exception_ptr error;
     try {
-      done.program = job->compile();
+      program = job->compile();
     } catch (...) {
-      done.error = std::current_exception();
+      error = std::current_exception();
     }
     job->compile = nullptr;  // what it captured (a copy of the graph) goes now
     // Once more after the first compile: before the destructors of any static
@@ -121,7 +117,8 @@ void BackgroundCompiles::work() {
     static const bool at_exit_again = (std::atexit(stop_all), true);
     (void)at_exit_again;
     lock.lock();
-    job->done = std::move(done);
+    job->done.program = std::move(program);
+    job->done.error = error;
     job->finished = true;
     --running_;
     finished_.notify_all();

@@ -16,13 +16,13 @@
 // stop() waits for the running job and drops the queued ones, unless they
 // outlive the process (finish_queued_at_stop: the runtime writes what it
 // compiles to the on-disk cache, for the next process): then it finishes them
-// all. The Python
-// module calls it from Python's atexit, before any static is torn down; a C++
-// program gets the same from a C exit handler, registered when the worker
-// starts and again after its first job (see start() and work()); lazyjit's
-// statics that a compile makes on first use are immortal. A child forked while a job runs has no worker: what a fork of a
-// process that ran kernels can do is limited anyway (oneTBB's and OpenMP's
-// threads are not in the child either).
+// all. The Python module calls it from Python's atexit, before any static is
+// torn down; a C++ program gets the same from a C exit handler, registered
+// when the worker starts and again after its first job (see start() and
+// work()); lazyjit's statics that a compile makes on first use are immortal.
+// A child forked while a job runs has no worker: what a fork of a process that
+// ran kernels can do is limited anyway (oneTBB's and OpenMP's threads are not
+// in the child either).
 //
 // Needs no libtorch or LLVM; thread-safe.
 #pragma once
@@ -67,8 +67,6 @@ class BackgroundCompiles {
   bool start(const cache::CacheKey& key, Compile compile);
   // Waits until no job is queued or running. Returns how many were waited for.
   int64_t wait_all();
-  // Jobs queued or running.
-  int64_t pending() const;
   // Waits for every job, then forgets them all, taken or not.
   void clear();
   // Waits for the running job (and the queued ones, with finish_queued_at_stop),
@@ -86,12 +84,13 @@ class BackgroundCompiles {
     return {key.structure.lo, key.structure.hi, key.target};
   }
   struct Job {
-    cache::CacheKey key;
     Compile compile;
     bool finished = false;
-    Done done;
+    Done done;  // its key from the start, the rest once finished
   };
   void work();
+  // Under mu_: no job queued or running (or stopping: none will be).
+  bool idle_locked() const { return stopping_ || (queue_.empty() && running_ == 0); }
 
   mutable std::mutex mu_;
   std::condition_variable wake_;      // the worker: a job was queued, or stop

@@ -153,12 +153,14 @@ Config Config::from_env() {
     if (parse_int(s, 1, 1ll << 30, &v)) c.max_programs = v;
     else bad("LAZYJIT_MAX_PROGRAMS", s, "a positive integer", "256");
   }
-  if (std::string s = env("LAZYJIT_BACKGROUND_COMPILE"); s == "off" || s == "0" || s == "false")
-    c.background_compile = false;
-  else if (!s.empty() && s != "on" && s != "1" && s != "true")
-    bad("LAZYJIT_BACKGROUND_COMPILE", s, "on or off", "on");
-  if (std::string s = env("LAZYJIT_CACHE"); s == "off" || s == "0" || s == "false") c.disk_cache = false;
-  else if (!s.empty() && s != "on" && s != "1" && s != "true") bad("LAZYJIT_CACHE", s, "on or off", "on");
+  // Switches that are on unless set to off (or 0, false).
+  auto on_unless_off = [&](const char* name, bool* field) {
+    std::string s = env(name);
+    if (s == "off" || s == "0" || s == "false") *field = false;
+    else if (!s.empty() && s != "on" && s != "1" && s != "true") bad(name, s, "on or off", "on");
+  };
+  on_unless_off("LAZYJIT_BACKGROUND_COMPILE", &c.background_compile);
+  on_unless_off("LAZYJIT_CACHE", &c.disk_cache);
   c.cache_dir = env("LAZYJIT_CACHE_DIR");
   if (c.cache_dir.empty()) {
     std::string xdg = env("XDG_CACHE_HOME"), home = env("HOME");
