@@ -382,18 +382,28 @@ class CpuTarget : public Target {
   KernelRef compile_one(cpu::Jit& j, const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
                         bool generic, bool check_stores) {
     cpu::CodegenConfig cfg{opts_, j.has_libmvec(), "", generic, check_stores};
+    // Phases as trace spans: where a kernel's compile time goes.
+    std::optional<debug::TraceSpan> phase;
+    auto start = [&](const char* name) {
+      phase.reset();
+      if (debug::trace_enabled()) phase.emplace("compile", name);
+    };
+    start("emit IR");
     auto tm = j.make_target_machine();
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = cpu::emit_kernel_module(*ctx, g, k, *tm, cfg);
     auto c = std::make_shared<KernelCode>();
     if (opts_.keep_llvm_ir) c->ir = "; ---- before optimization\n" + module_text(*m);
+    start("optimize IR");
     cpu::optimize_module(*m, *tm, cfg);
     if (opts_.keep_llvm_ir) c->ir += "; ---- after optimization\n" + module_text(*m);
     if (opts_.keep_asm) c->assembly = assembly_text(*m, j);
     c->key = key;
     c->generic = generic;
     c->symbol = k.name;
+    start("machine code");
     c->object = object_file(*m, *tm);
+    start("link");
     link(*c);
     return c;
   }
