@@ -47,7 +47,9 @@ class CompileCache : private CacheStats {
   explicit CompileCache(size_t capacity = 1024) : capacity_(capacity) {}
 
   // Returns the entry for `key`, calling `compile` on a miss. If `compile`
-  // throws, nothing is cached and the exception reaches every waiting caller.
+  // throws, nothing is cached and the exception reaches every waiting caller;
+  // if it returns null (nothing built now: the caller runs without one),
+  // nothing is cached and every waiting caller gets null.
   Lookup<Entry> get_or_compile(const CacheKey& key, const std::function<Ptr()>& compile) {
     std::promise<Ptr> promise;
     std::string reason;
@@ -75,6 +77,14 @@ class CompileCache : private CacheStats {
     }
     try {
       Ptr entry = compile();
+      if (!entry) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = map_.find(key);
+        if (it != map_.end()) {
+          lru_.erase(it->second.lru);
+          map_.erase(it);
+        }
+      }
       promise.set_value(entry);
       return Lookup<Entry>{entry, false, reason};
     } catch (...) {

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "bridge/aten_ir.h"
@@ -144,10 +146,53 @@ void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tenso
       throw std::runtime_error("lazyjit: no eager form of " + std::string(ir::op_name(n.kind)));
     }
   }
-  r = r.to(out_t).expand(out.sizes);
+  r = r.to(out_t);
+  // A fresh result with the declared layout is the value itself; a view of an
+  // operand (a cast to its own dtype), a broadcast or another layout is copied
+  // into a dense buffer of its own.
+  bool own = r.sizes().equals(out.sizes) && r.strides().equals(out.strides);
+  for (size_t i = 0; own && i < in.size(); ++i) own = !r.is_alias_of(in[i]);
+  if (own) {
+    env[n.outputs[0]] = std::move(r);
+    return;
+  }
   at::Tensor dense = at::empty_strided(out.sizes, out.strides, at::TensorOptions().dtype(out_t));
-  dense.copy_(r);
+  dense.copy_(r.expand(out.sizes));
   env[n.outputs[0]] = dense;
+}
+
+void run_eager_layer_norm(const ir::Graph& g, const lowering::EagerLayerNorm& ln, std::vector<at::Tensor>& env,
+                          const std::vector<int64_t>& scalars) {
+  auto number = [&](ir::ValueId v) {
+    const ir::Node& p = g.producer(v);
+    return bridge::scalar_from_slot(scalars.at(std::get<int64_t>(p.attrs[0].value)), g.value(v).type.dtype).toDouble();
+  };
+  const at::Tensor& x = env.at(ln.input);
+  const int64_t rank = x.dim();
+  int64_t n = 1;
+  for (int64_t d = rank - ln.normalized_dims; d < rank; ++d) n *= x.size(d);
+  if (number(ln.inv_n) != 1.0 / static_cast<double>(std::max<int64_t>(n, 1))) {
+    for (uint32_t i : ln.nodes) run_eager_node(g, g.nodes()[i], env, scalars);
+    return;
+  }
+  auto optional = [&](ir::ValueId v) {
+    return v == lowering::EagerLayerNorm::kNone ? std::optional<at::Tensor>() : std::optional<at::Tensor>(env.at(v));
+  };
+  auto [out, mean, rstd] = at::native_layer_norm(x, x.sizes().slice(rank - ln.normalized_dims), optional(ln.weight),
+                                                 optional(ln.bias), number(ln.eps));
+  auto put = [&](ir::ValueId v, const at::Tensor& t) {
+    const ir::TensorType& type = g.value(v).type;
+    at::Tensor r = t.to(bridge::to_aten(type.dtype));
+    if (!r.sizes().equals(type.sizes) || !r.strides().equals(type.strides)) {
+      at::Tensor dense = at::empty_strided(type.sizes, type.strides, r.options());
+      dense.copy_(r.reshape(type.sizes));
+      r = dense;
+    }
+    env[v] = r;
+  };
+  put(ln.out, out);
+  put(ln.mean, mean);
+  put(ln.rstd, rstd);
 }
 
 }  // namespace lazyjit::executor

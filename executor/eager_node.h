@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "lowering/eager_groups.h"
 
 namespace lazyjit::executor {
 
@@ -17,5 +18,11 @@ namespace lazyjit::executor {
 // std::runtime_error for other kinds.
 void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
                     const std::vector<int64_t>& scalars);
+
+// Computes a layer norm the tracer decomposed as ATen's native_layer_norm (as
+// eager ran it) into env[ln.out], env[ln.mean], env[ln.rstd]; node by node
+// when its 1/n scalar is not 1 / (elements normalized).
+void run_eager_layer_norm(const ir::Graph& g, const lowering::EagerLayerNorm& ln, std::vector<at::Tensor>& env,
+                          const std::vector<int64_t>& scalars);
 
 }  // namespace lazyjit::executor

@@ -175,7 +175,8 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       break;
     }
     case Step::Kind::Eager:
-      run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
+      if (s.group >= 0) run_eager_layer_norm(p.graph, p.plan.layer_norms[s.group], env, b.scalars);
+      else run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
   }
 }
@@ -183,6 +184,12 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
 int32_t Executable::failed_operand(size_t si, const std::vector<int32_t>& failed_by) const {
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
+  if (s.group >= 0) {
+    const lowering::EagerLayerNorm& ln = p.plan.layer_norms[s.group];
+    for (ir::ValueId v : {ln.input, ln.weight, ln.bias})
+      if (v != lowering::EagerLayerNorm::kNone && failed_by[v] >= 0) return failed_by[v];
+    return -1;
+  }
   if (s.kind == Step::Kind::Kernel) {
     for (const lowering::Access& a : p.plan.kernels[s.kernel].loads)
       if (a.scalar_index < 0 && failed_by[a.value] >= 0) return failed_by[a.value];
@@ -196,6 +203,11 @@ int32_t Executable::failed_operand(size_t si, const std::vector<int32_t>& failed
 void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& failed_by) const {
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
+  if (s.group >= 0) {
+    const lowering::EagerLayerNorm& ln = p.plan.layer_norms[s.group];
+    for (ir::ValueId v : {ln.out, ln.mean, ln.rstd}) failed_by[v] = failure;
+    return;
+  }
   const auto& made = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].stores : p.graph.nodes()[s.node].outputs;
   for (ir::ValueId v : made) failed_by[v] = failure;
 }

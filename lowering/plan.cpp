@@ -375,7 +375,21 @@ std::optional<Plan> bind_plan(const Graph& g, const Plan& from) {
 Plan plan_eager(const Graph& g, const PlanOptions& opts) {
   Plan plan;
   std::vector<bool> live = ir::live_nodes(g);
+  std::vector<int32_t> group_of(g.nodes().size(), -1);
+  if (opts.eager_groups) {
+    for (EagerLayerNorm& ln : find_layer_norms(g)) {
+      bool any_live = false;
+      for (uint32_t n : ln.nodes) any_live |= live[n];
+      if (!any_live) continue;
+      for (uint32_t n : ln.nodes) group_of[n] = static_cast<int32_t>(plan.layer_norms.size());
+      plan.layer_norms.push_back(std::move(ln));
+    }
+  }
   for (uint32_t i = 0; i < g.nodes().size(); ++i) {
+    if (int32_t j = group_of[i]; j >= 0) {
+      if (plan.layer_norms[j].nodes.front() == i) plan.steps.push_back(Step{Step::Kind::Eager, i, -1, j});
+      continue;
+    }
     if (!live[i]) continue;
     switch (g.nodes()[i].kind) {
       case OpKind::Input:
@@ -412,6 +426,16 @@ void plan_buffers(const Graph& g, Plan& plan) {
       for (const Access& a : k.loads)
         if (a.scalar_index < 0) use(a.value, step);
       for (ValueId v : k.stores) {
+        made[v] = last[v] = step;
+        bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
+      }
+      continue;
+    }
+    if (s.group >= 0) {
+      const EagerLayerNorm& ln = plan.layer_norms[s.group];
+      for (ValueId v : {ln.input, ln.weight, ln.bias})
+        if (v != EagerLayerNorm::kNone) use(v, step);
+      for (ValueId v : {ln.out, ln.mean, ln.rstd}) {
         made[v] = last[v] = step;
         bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
       }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "lowering/eager_groups.h"
 #include "lowering/row_schedule.h"
 
 namespace lazyjit::lowering {
@@ -86,8 +87,9 @@ struct Step {
   // no generated code (plan_eager; never stored: plan_io refuses it).
   enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter, Eager };
   Kind kind;
-  uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter: the node run
+  uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter / Eager: the node run
   int32_t kernel = -1;  // Kernel: index into Plan::kernels
+  int32_t group = -1;   // Eager: >= 0, the layer norm Plan::layer_norms[group] (from `node` on)
 };
 
 struct Plan {
@@ -105,6 +107,8 @@ struct Plan {
   // NaN or Inf sets the int64 one past its kernel_dims (the executor passes a
   // `dims` with that slot; Executable::run says whether any was set).
   bool check_stores = false;
+  // Op by op (PlanOptions::eager_groups): decomposed layer norms run as one ATen op.
+  std::vector<EagerLayerNorm> layer_norms;
   int64_t planned_peak_bytes = 0;  // most bytes of step results alive at once
   int64_t result_bytes = 0;        // bytes of all step results (the peak without frees)
   std::string str(const ir::Graph& g) const;
@@ -113,6 +117,7 @@ struct Plan {
 struct PlanOptions {
   bool fuse = true;     // false: one kernel per elementwise node (for tests and bisecting)
   bool buffers = true;  // false: no buffer plan (every result lives to the end of the run)
+  bool eager_groups = false;  // plan_eager: layer norms as one step (eager_groups.h)
   // Most nodes one kernel holds. LLVM's optimizer is superlinear in the size of
   // one function, so without a bound a long elementwise chain fused into one
   // kernel compiles in time quadratic in its length (design.md, "Compile time").

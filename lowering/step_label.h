@@ -18,6 +18,7 @@ inline std::pair<std::string, const char*> step_label(const Program& p, const St
     case Step::Kind::Aten:
     case Step::Kind::Eager: break;
   }
+  if (s.group >= 0) return {"aten::native_layer_norm", "eager"};
   return {ir::node_op_name(p.graph.nodes()[s.node], "lazyjit::"), s.kind == Step::Kind::Aten ? "library" : "eager"};
 }
 

@@ -24,6 +24,7 @@
 #include <malloc.h>
 #endif
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "debug/metrics.h"
@@ -87,6 +88,8 @@ thread_local int t_no_compile = 0;
 thread_local bool t_background = false;
 // Ends a recompile log line of a compile started in the background.
 constexpr const char* kBackgroundNote = " (in the background: runs op by op until ready)";
+// Op-by-op plans kept (Runtime::eager_plans_), a few KB each.
+constexpr size_t kMaxEagerPlans = 256;
 // Set by explain_compile while tracing: the lookup that missed said why.
 thread_local bool t_miss_explained = false;
 }  // namespace
@@ -153,6 +156,12 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                               return std::make_shared<const executor::Executable>(std::move(ready));
                           if (auto bound = bind_sizes(graph, shapes, key.target))
                             return std::make_shared<const executor::Executable>(std::move(bound));
+                          // Its structure compiles on the worker: this sync runs op by op, as
+                          // every one since the compile started (explained then). Null: not cached.
+                          if (background && pending && !t_no_compile) {
+                            t_background = true;
+                            return std::shared_ptr<const executor::Executable>();
+                          }
                           // A new process: the program another shape of it left on disk.
                           if (generic && disk_)
                             if (auto sibling = disk_->load_sibling(key)) {
@@ -183,6 +192,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
   } catch (const RunEagerly&) {
     return nullptr;
   }
+  if (!lookup.entry) return nullptr;  // runs op by op (above), or waited for a caller that did
   if (debug::trace_enabled() && (lookup.hit || !t_miss_explained))  // a miss explained said so already
     debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
                          lookup.hit ? debug::TraceArgs{{"key", key.str()}, {"site", site}}
@@ -245,8 +255,34 @@ executor::Executable Runtime::eager_program(const ir::Graph& graph, bool keep_va
   // sync of a 25-op MLP block), and background compiles run this per sync.
   for (const char* pass : {"dce", "fold", "cse"}) opts.plan.disabled.push_back(pass);
   opts.plan.buffers = !keep_values;
+  // A decomposed layer norm as ATen's one op; not when every value is kept
+  // (NaN pinning reports the op that made one).
+  opts.plan.eager_groups = !keep_values;
   opts.eager = true;
-  return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
+  if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
+  // A structure run op by op before (new sizes while its program compiles in
+  // the background): its plan, no lowering (~30 of ~40 us per sync).
+  const ir::Hash128 structure = graph.hashes().structure;
+  std::shared_ptr<const EagerPlan> known;
+  {
+    std::lock_guard<std::mutex> lock(eager_plans_mu_);
+    auto it = eager_plans_.find(structure);
+    if (it != eager_plans_.end()) known = it->second;
+  }
+  if (known && known->nodes == graph.nodes().size() && known->values == graph.values().size()) {
+    auto program = std::make_shared<lowering::Program>();
+    program->graph = graph;
+    program->plan = known->plan;
+    return executor::Executable(std::move(program));
+  }
+  std::shared_ptr<const lowering::Program> program = lowering::lower(ir::Graph(graph), *target_, opts);
+  auto made = std::make_shared<EagerPlan>(EagerPlan{program->plan, graph.nodes().size(), graph.values().size()});
+  {
+    std::lock_guard<std::mutex> lock(eager_plans_mu_);
+    if (eager_plans_.size() >= kMaxEagerPlans) eager_plans_.clear();
+    eager_plans_[structure] = std::move(made);
+  }
+  return executor::Executable(std::move(program));
 }
 
 std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
@@ -462,6 +498,10 @@ void Runtime::clear_cache() {
   if (background_) background_->clear();  // none finishes into the binder after it is cleared
   cache_.clear();
   binder_.clear();
+  {
+    std::lock_guard<std::mutex> lock(eager_plans_mu_);
+    eager_plans_.clear();
+  }
   target_->clear_kernels();
   executor::trim_buffer_pool();
 }

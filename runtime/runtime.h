@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/compile_cache.h"
@@ -201,6 +202,14 @@ class Runtime {
   std::string pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
   std::mutex eager_mu_;
   std::set<std::string> eager_sites_;  // sites whose misses run op by op (warned once each)
+  // Op-by-op plans by graph structure (steps and buffer frees follow from it):
+  // a structure run op by op again, at any sizes, is not planned again.
+  struct EagerPlan {
+    lowering::Plan plan;
+    size_t nodes = 0, values = 0;  // of the graph it was made for (a cheap check)
+  };
+  mutable std::mutex eager_plans_mu_;
+  mutable std::unordered_map<ir::Hash128, std::shared_ptr<const EagerPlan>, cache::Hash128Hash> eager_plans_;
   cache::CompileCache<executor::Executable> cache_;
   // Last: destroyed first, its worker joined while what it uses still lives.
   std::unique_ptr<BackgroundCompiles> background_;  // null with LAZYJIT_BACKGROUND_COMPILE=off

@@ -75,6 +75,23 @@ TEST(CompileCache, FailedCompileCachesNothing) {
   EXPECT_FALSE(r.hit);
 }
 
+TEST(CompileCache, NothingBuiltIsNotCached) {
+  // A compile callback that builds nothing now (the runtime: the graph runs op
+  // by op while its program compiles in the background) caches nothing.
+  cache::CompileCache<Entry> c;
+  int calls = 0;
+  auto none = [&] { ++calls; return std::shared_ptr<Entry>(); };
+  auto a = c.get_or_compile(key(4, 10), none);
+  EXPECT_FALSE(a.hit);
+  EXPECT_EQ(a.entry, nullptr);
+  EXPECT_EQ(c.size(), 0u);
+  auto b = c.get_or_compile(key(4, 10), [&] { return std::make_shared<Entry>(++calls); });
+  EXPECT_FALSE(b.hit);
+  ASSERT_NE(b.entry, nullptr);
+  EXPECT_EQ(b.entry->id, 2);
+  EXPECT_TRUE(c.get_or_compile(key(4, 10), none).hit);
+}
+
 TEST(CompileCache, EvictsLeastRecentlyUsed) {
   cache::CompileCache<Entry> c(2);
   auto make = [] { return std::make_shared<Entry>(0); };
