@@ -84,6 +84,10 @@ class Target {
   virtual std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) = 0;
   // Drops the kernels it keeps for reuse (programs keep the ones they use).
   virtual void clear_kernels() {}
+  // Sets up what every compile needs (for the CPU: LLVM's JIT, pass pipeline and
+  // code generator, ~10 ms of CPU on first use), compiling a kernel it keeps
+  // nowhere. The runtime calls it on its compile worker at start.
+  virtual void warm_up() {}
 };
 
 // The host CPU through LLVM's ORC LLJIT. Thread-safe.

@@ -60,18 +60,28 @@ bool BackgroundCompiles::start(const cache::CacheKey& key, Compile compile) {
   job->compile = std::move(compile);
   jobs_.emplace(structure_of(key), job);
   queue_.push_back(job);
-  if (!worker_started_) {
-    // Exit handlers run in reverse order of registration, static destructors
-    // among them: this one runs before those of everything built before the
-    // worker starts (libLLVM's and oneTBB's, the runtime's), and the statics
-    // a compile makes on first use are never destroyed (immortal).
-    static const bool at_exit = (std::atexit(stop_all), true);
-    (void)at_exit;
-    worker_started_ = true;
-    worker_ = std::thread([this] { work(); });
-  }
+  start_worker_locked();
   wake_.notify_one();
   return true;
+}
+
+void BackgroundCompiles::warm_up(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || worker_started_) return;
+  warm_up_ = std::move(fn);
+  start_worker_locked();
+}
+
+void BackgroundCompiles::start_worker_locked() {
+  if (worker_started_) return;
+  // Exit handlers run in reverse order of registration, static destructors
+  // among them: this one runs before those of everything built before the
+  // worker starts (libLLVM's and oneTBB's, the runtime's), and the statics
+  // a compile makes on first use are never destroyed (immortal).
+  static const bool at_exit = (std::atexit(stop_all), true);
+  (void)at_exit;
+  worker_started_ = true;
+  worker_ = std::thread([this] { work(); });
 }
 
 int64_t BackgroundCompiles::wait_all() {
@@ -97,6 +107,19 @@ void BackgroundCompiles::work() {
   setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
 #endif
   std::unique_lock<std::mutex> lock(mu_);
+  if (std::function<void()> fn = std::move(warm_up_)) {
+    // Not a job: wait_all() does not wait for it (jobs queued meanwhile, it does).
+    warm_up_ = nullptr;
+    lock.unlock();
+    try {
+      fn();
+    } catch (...) {
+      // Set-up only: a compile that needs what failed fails itself, and says why.
+    }
+    // Before the destructors of the statics libLLVM built on first use in it.
+    std::atexit(stop_all);
+    lock.lock();
+  }
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;

@@ -65,6 +65,9 @@ class BackgroundCompiles {
   // Queues `compile` for `key`'s structure, unless a job of it is there already
   // (queued, running or finished and not taken): then returns false.
   bool start(const cache::CacheKey& key, Compile compile);
+  // Starts the worker (unless it runs) with `fn` as its first work, before any
+  // job: set-up that every compile needs, off the first compile's path.
+  void warm_up(std::function<void()> fn);
   // Waits until no job is queued or running. Returns how many were waited for.
   int64_t wait_all();
   // Waits for every job, then forgets them all, taken or not.
@@ -89,6 +92,7 @@ class BackgroundCompiles {
     Done done;  // its key from the start, the rest once finished
   };
   void work();
+  void start_worker_locked();
   // Under mu_: no job queued or running (or stopping: none will be).
   bool idle_locked() const { return stopping_ || (queue_.empty() && running_ == 0); }
 
@@ -102,6 +106,7 @@ class BackgroundCompiles {
   bool finish_queued_ = false;
   std::thread worker_;
   bool worker_started_ = false;
+  std::function<void()> warm_up_;  // the worker's first work (warm_up), then cleared
 };
 
 }  // namespace lazyjit::runtime

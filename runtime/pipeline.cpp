@@ -68,6 +68,14 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
     background_ = std::make_unique<BackgroundCompiles>();
     // What it compiles goes to disk for the next process: finished even at exit.
     background_->finish_queued_at_stop(disk_ != nullptr);
+    // The compiler's first use (LLVM's JIT, passes, code generator) on the
+    // worker now, while the program is still being set up, not at its first
+    // compile beside the program's first op-by-op syncs.
+    background_->warm_up([t = target_.get()] {
+      lowering::NoPollScope no_poll;
+      lowering::SerialCompileScope serial;
+      t->warm_up();
+    });
   }
   explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
   debug_nans_ = config_.debug_nans;

@@ -313,6 +313,19 @@ class CpuTarget : public Target {
     lru_.clear();
   }
 
+  void warm_up() override {
+    // tanh over a float32 vector: the JIT and its symbol generators (libmvec),
+    // the optimizer's and the code generator's first use. Not kept: no kernel
+    // cache entry, no counter.
+    ir::Graph g;
+    const ir::TensorType t{ir::DType::Float32, {64}, {1}};
+    ir::ValueId x = g.add_input(t);
+    g.add_output(g.add_node1(ir::OpKind::Tanh, {x}, {ir::Attr{static_cast<int64_t>(ir::DType::Float32)}}, t));
+    Plan plan = plan_graph(g);
+    if (plan.kernels.size() != 1) return;
+    compile_one(jit(), g, plan.kernels[0], ir::Hash128{}, /*generic=*/true, /*check_stores=*/false);
+  }
+
  private:
   static constexpr size_t kMaxKernels = 4096;  // kept for reuse; least recently used go first
 

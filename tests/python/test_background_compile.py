@@ -261,3 +261,23 @@ for e in (2, 3, -2, -1, 0.5, -0.5, 1.7, 0, 1):
 print(json.dumps({"bad": bad, **counters()}))
 """)
     assert out["bad"] == {} and out["background_syncs"] >= 1, out
+
+
+def test_the_compiler_warm_up_at_start_keeps_no_kernel_and_counts_nothing():
+    # The runtime's worker sets LLVM up when the runtime starts (a tanh kernel
+    # compiled and dropped): no counter moves, and a program that needs the very
+    # same kernel still compiles it.
+    out, _ = run(r"""
+import time
+x = torch.randn(64)
+lx = L(x)  # the first op: the runtime starts, its worker warms the compiler up
+time.sleep(1.0)
+before = counters()
+got = torch.tanh(lx).cpu()
+lazyjit.wait_for_compiles()
+m = lazyjit.metrics()
+print(json.dumps({"before": before, "llvm": m["llvm_compiles"], "hits": m["kernel_hits"],
+                  "same": torch.equal(got, torch.tanh(x))}))
+""")
+    assert all(v == 0 for v in out["before"].values()), out
+    assert out["llvm"] == 1 and out["hits"] == 0 and out["same"], out
