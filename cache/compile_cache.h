@@ -77,24 +77,12 @@ class CompileCache : private CacheStats {
     }
     try {
       Ptr entry = compile();
-      if (!entry) {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = map_.find(key);
-        if (it != map_.end()) {
-          lru_.erase(it->second.lru);
-          map_.erase(it);
-        }
-      }
+      if (!entry) forget(key);
       promise.set_value(entry);
       return Lookup<Entry>{entry, false, reason};
     } catch (...) {
       promise.set_exception(std::current_exception());
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = map_.find(key);
-      if (it != map_.end()) {
-        lru_.erase(it->second.lru);
-        map_.erase(it);
-      }
+      forget(key);
       throw;
     }
   }
@@ -134,6 +122,14 @@ class CompileCache : private CacheStats {
     uint64_t confirm;
     typename std::list<CacheKey>::iterator lru;
   };
+  // Drops `key`'s slot (a compile that built nothing or threw).
+  void forget(const CacheKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return;
+    lru_.erase(it->second.lru);
+    map_.erase(it);
+  }
   void evict_locked() {
     while (map_.size() > capacity_ && !lru_.empty()) {
       map_.erase(lru_.back());

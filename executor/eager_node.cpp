@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "bridge/aten_ir.h"
+#include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
 
@@ -180,15 +181,11 @@ void run_eager_layer_norm(const ir::Graph& g, const lowering::EagerLayerNorm& ln
   };
   auto [out, mean, rstd] = at::native_layer_norm(x, x.sizes().slice(rank - ln.normalized_dims), optional(ln.weight),
                                                  optional(ln.bias), number(ln.eps));
+  // mean and rstd have the row shape the tracer declared (inputs' sizes, the
+  // normalized dims 1), as native_layer_norm's own.
   auto put = [&](ir::ValueId v, const at::Tensor& t) {
     const ir::TensorType& type = g.value(v).type;
-    at::Tensor r = t.to(bridge::to_aten(type.dtype));
-    if (!r.sizes().equals(type.sizes) || !r.strides().equals(type.strides)) {
-      at::Tensor dense = at::empty_strided(type.sizes, type.strides, r.options());
-      dense.copy_(r.reshape(type.sizes));
-      r = dense;
-    }
-    env[v] = r;
+    env[v] = with_layout(t.to(bridge::to_aten(type.dtype)), type);
   };
   put(ln.out, out);
   put(ln.mean, mean);

@@ -185,9 +185,8 @@ int32_t Executable::failed_operand(size_t si, const std::vector<int32_t>& failed
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
   if (s.group >= 0) {
-    const lowering::EagerLayerNorm& ln = p.plan.layer_norms[s.group];
-    for (ir::ValueId v : {ln.input, ln.weight, ln.bias})
-      if (v != lowering::EagerLayerNorm::kNone && failed_by[v] >= 0) return failed_by[v];
+    for (ir::ValueId v : p.plan.layer_norms[s.group].reads())
+      if (failed_by[v] >= 0) return failed_by[v];
     return -1;
   }
   if (s.kind == Step::Kind::Kernel) {
@@ -204,8 +203,7 @@ void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& 
   const lowering::Program& p = *program_;
   const Step& s = p.plan.steps[si];
   if (s.group >= 0) {
-    const lowering::EagerLayerNorm& ln = p.plan.layer_norms[s.group];
-    for (ir::ValueId v : {ln.out, ln.mean, ln.rstd}) failed_by[v] = failure;
+    for (ir::ValueId v : p.plan.layer_norms[s.group].makes()) failed_by[v] = failure;
     return;
   }
   const auto& made = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].stores : p.graph.nodes()[s.node].outputs;

@@ -21,6 +21,15 @@ struct EagerLayerNorm {
   int64_t normalized_dims = 0;
   ir::ValueId out = kNone, mean = kNone, rstd = kNone;
   std::vector<uint32_t> nodes;  // the nodes it stands for, in graph order (first: where it runs)
+
+  // The tensors it reads (input, weight and bias, those it has) and makes.
+  std::vector<ir::ValueId> reads() const {
+    std::vector<ir::ValueId> r{input};
+    for (ir::ValueId v : {weight, bias})
+      if (v != kNone) r.push_back(v);
+    return r;
+  }
+  std::vector<ir::ValueId> makes() const { return {out, mean, rstd}; }
 };
 
 // The layer norms the tracer decomposed in `g` whose intermediate values no

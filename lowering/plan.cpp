@@ -433,9 +433,8 @@ void plan_buffers(const Graph& g, Plan& plan) {
     }
     if (s.group >= 0) {
       const EagerLayerNorm& ln = plan.layer_norms[s.group];
-      for (ValueId v : {ln.input, ln.weight, ln.bias})
-        if (v != EagerLayerNorm::kNone) use(v, step);
-      for (ValueId v : {ln.out, ln.mean, ln.rstd}) {
+      for (ValueId v : ln.reads()) use(v, step);
+      for (ValueId v : ln.makes()) {
         made[v] = last[v] = step;
         bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
       }

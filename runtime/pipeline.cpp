@@ -186,12 +186,13 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const ir::Graph
                           }
                           // It runs op by op while its program compiles (throws RunEagerly);
                           // one that failed there compiles here, to fail where the user sees it.
+                          // (A structure already compiling returned above.)
                           if (background && !failed_in_background) {
                             // Stored on disk: loaded now (a few ms), not in the background.
-                            if (disk_ && !pending)
+                            if (disk_)
                               if (auto stored = load_stored(graph, key, generic))
                                 return std::make_shared<const executor::Executable>(std::move(stored));
-                            compile_in_background(graph, key, site, shapes, node_sites, generic, pending);
+                            compile_in_background(graph, key, site, shapes, node_sites, generic);
                           }
                           auto program = load_or_compile(graph, key, site, shapes, node_sites, checked);
                           if (generic) binder_.remember(graph, key.target, program, config_.disabled_passes);
@@ -350,9 +351,8 @@ std::shared_ptr<const lowering::Program> Runtime::load_stored(const ir::Graph& g
 
 void Runtime::compile_in_background(const ir::Graph& graph, const cache::CacheKey& key, const std::string& site,
                                     std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
-                                    bool generic, bool pending) {
+                                    bool generic) {
   t_background = true;
-  if (pending) throw RunEagerly{};
   explain_compile(graph, site, Miss::Background, node_sites);
   // The worker compiles a copy of the graph; it needs no interpreter lock, and
   // a Ctrl-C at the caller is not its to answer.

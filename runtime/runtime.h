@@ -153,11 +153,10 @@ class Runtime {
   // The program stored on disk under `key` (no remote, no compile), or null.
   std::shared_ptr<const lowering::Program> load_stored(const ir::Graph& graph, const cache::CacheKey& key,
                                                        bool generic);
-  // Starts compiling `graph` in the background unless one of its structure is
-  // `pending`; throws RunEagerly either way (the graph runs op by op).
+  // Starts compiling `graph` in the background (none of its structure is
+  // pending: those runs return before); throws RunEagerly (it runs op by op).
   void compile_in_background(const ir::Graph& graph, const cache::CacheKey& key, const std::string& site,
-                             std::optional<lowering::Shapes> shapes, const NodeSites& node_sites, bool generic,
-                             bool pending);
+                             std::optional<lowering::Shapes> shapes, const NodeSites& node_sites, bool generic);
   RunResult run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                          std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
                          const RunObserver& observer, bool check, bool repro);
