@@ -72,3 +72,11 @@ target_link_libraries(lazyjit_python PRIVATE lazyjit ${TORCH_PYTHON_LIBRARY})
 add_executable(bench_trace_cost bench/trace_cost.cpp)
 target_link_libraries(bench_trace_cost lazyjit)
 set_target_properties(bench_trace_cost PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
+
+# Kernels run on ATen's own OpenMP pool (executor/kernel_launch.cpp): the threads
+# eager ops and library steps (GEMMs, attention) use, hot between steps, instead
+# of a second pool fighting them for the cores. Linked to the wheel's libgomp,
+# the runtime torch has already loaded (one OpenMP runtime in the process).
+set_source_files_properties(executor/kernel_launch.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
+find_library(TORCH_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
+target_link_libraries(lazyjit PRIVATE ${TORCH_GOMP_LIBRARY})

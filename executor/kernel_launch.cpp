@@ -1,34 +1,15 @@
 #include "executor/kernel_launch.h"
 
 #include <ATen/EmptyTensor.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
+#include <omp.h>
 
 #include <algorithm>
-#include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "bridge/aten_ir.h"
 #include "executor/buffer_pool.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
-
-namespace {
-
-// One arena per thread count, made on first use and kept.
-tbb::task_arena& arena_for(int threads) {
-  static std::mutex mu;
-  static std::unordered_map<int, std::unique_ptr<tbb::task_arena>> arenas;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& a = arenas[threads];
-  if (!a) a = std::make_unique<tbb::task_arena>(threads);
-  return *a;
-}
-
-}  // namespace
 
 void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
                    std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads) {
@@ -56,13 +37,24 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
     fn(bufs.data(), scalars.data(), 0, outer, dims);
     return;
   }
-  int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
-  arena_for(threads).execute([&] {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer, grain),
-                      [&](const tbb::blocked_range<int64_t>& r) {
-                        fn(bufs.data(), scalars.data(), r.begin(), r.end(), dims);
-                      });
-  });
+  // On ATen's OpenMP pool (this file is built with -fopenmp against the wheel's
+  // libgomp): the threads ATen's ops and library steps run on stay hot between
+  // a GEMM and the kernel after it, and no second pool spins against them for
+  // the cores (docs/design.md, "Execution"). Each thread takes one contiguous run of
+  // rows, at least `grain` of them.
+  const int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
+  const int64_t tasks = std::min<int64_t>(threads, (outer + grain - 1) / grain);
+  if (tasks <= 1 || omp_in_parallel()) {
+    fn(bufs.data(), scalars.data(), 0, outer, dims);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(tasks))
+  {
+    const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (outer + n - 1) / n;
+    const int64_t begin = std::min(outer, t * chunk), end = std::min(outer, begin + chunk);
+    if (begin < end) fn(bufs.data(), scalars.data(), begin, end, dims);
+  }
 }
 
 }  // namespace lazyjit::executor

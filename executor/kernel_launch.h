@@ -1,6 +1,6 @@
 // Runs one compiled fused kernel over its iteration space: allocates its stores
-// from the buffer pool and splits the outer dim over a oneTBB arena of
-// `threads` workers when the kernel is big enough to pay for it.
+// from the buffer pool and splits the outer dim over up to `threads` threads of
+// ATen's OpenMP pool when the kernel is big enough to pay for it.
 #pragma once
 #include <ATen/core/Tensor.h>
 
