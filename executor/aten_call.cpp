@@ -25,7 +25,8 @@ bool is_kind(const c10::TypePtr& t, c10::TypeKind k) {
 
 }  // namespace
 
-AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n) : op_(resolve(n)) {
+AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms) : op_(resolve(n)) {
+  if (onednn_gemms) gemm_ = gemm_kind(std::get<std::string>(n.attrs[0].value));
   const auto& schema = op_.schema();
   auto operand = [&](int32_t k, const c10::Argument& arg) {
     Operand o;
@@ -132,7 +133,7 @@ void AtenCall::run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor
       }
     }
   }
-  op_.callBoxed(&stack);
+  if (gemm_ == Gemm::None || !run_onednn_gemm(gemm_, stack)) op_.callBoxed(&stack);
   size_t out = 0;
   auto bind = [&](const at::Tensor& t) {
     if (!t.defined()) return;  // the tracer saw it undefined too: not a value

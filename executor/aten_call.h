@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "executor/gemm.h"
 #include "graph_ir/graph.h"
 
 namespace lazyjit::executor {
@@ -19,7 +20,8 @@ namespace lazyjit::executor {
 class AtenCall {
  public:
   // Throws (c10::Error) when the schema named by the node does not exist.
-  AtenCall(const ir::Graph& g, const ir::Node& n);
+  // `onednn_gemms`: mm and addmm may run through oneDNN (executor/gemm.h).
+  AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms = false);
   void run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
            const std::vector<int64_t>& scalars) const;
 
@@ -44,7 +46,8 @@ class AtenCall {
 
   c10::OperatorHandle op_;
   std::vector<Arg> args_;
-  std::vector<bool> return_aliases_;  // per return: it is a mutated argument (bound by the clone)
+  std::vector<bool> return_aliases_;
+  Gemm gemm_ = Gemm::None;  // per return: it is a mutated argument (bound by the clone)
 };
 
 }  // namespace lazyjit::executor

@@ -123,7 +123,7 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
       c.attrs[0].value = start;
       aten_[si] = std::make_unique<AtenCall>(p.graph, c);
     } else {
-      aten_[si] = std::make_unique<AtenCall>(p.graph, n);
+      aten_[si] = std::make_unique<AtenCall>(p.graph, n, /*onednn_gemms=*/!p.plan.op_by_op);
     }
   }
   for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));

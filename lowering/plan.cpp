@@ -374,6 +374,7 @@ std::optional<Plan> bind_plan(const Graph& g, const Plan& from) {
 
 Plan plan_eager(const Graph& g, const PlanOptions& opts) {
   Plan plan;
+  plan.op_by_op = true;
   std::vector<bool> live = ir::live_nodes(g);
   std::vector<int32_t> group_of(g.nodes().size(), -1);
   if (opts.eager_groups) {

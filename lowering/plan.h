@@ -109,6 +109,8 @@ struct Plan {
   bool check_stores = false;
   // Op by op (PlanOptions::eager_groups): decomposed layer norms run as one ATen op.
   std::vector<EagerLayerNorm> layer_norms;
+  // Made by plan_eager: every step runs as eager runs it (no oneDNN GEMMs either).
+  bool op_by_op = false;
   int64_t planned_peak_bytes = 0;  // most bytes of step results alive at once
   int64_t result_bytes = 0;        // bytes of all step results (the peak without frees)
   std::string str(const ir::Graph& g) const;

@@ -1,0 +1,84 @@
+#include "executor/gemm.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <chrono>
+#include <optional>
+
+#include "debug/metrics.h"
+#include "debug/trace.h"
+
+namespace lazyjit::executor {
+
+namespace {
+
+// Below this many multiply-adds oneDNN's per-call setup (~10 us) outweighs its
+// faster inner loops (a [1,256]x[256,688] decode GEMM: 27 us against MKL's 16).
+constexpr int64_t kMinMacs = int64_t{1} << 23;
+
+// Row-major or column-major without gaps or overlap: a layout oneDNN reads as
+// a plain memory descriptor.
+bool plain(const at::Tensor& t) {
+  return (t.stride(1) == 1 && t.stride(0) >= t.size(1)) || (t.stride(0) == 1 && t.stride(1) >= t.size(0));
+}
+
+// mat1 row-major (activations, gradients of outputs); mat2 either way (a
+// Linear's weight is read transposed in the forward, as it is in the input's
+// gradient). A column-major mat1 (g^T @ x, a weight's gradient) stays with
+// MKL: oneDNN measured 0.92-1.06x of it at 4096x256x1024 and slower on
+// medium sizes (bench/results/gemm.md).
+bool fits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+      !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0))
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || k == 0 || n == 0 || m * k * n < kMinMacs) return false;
+  return a.stride(1) == 1 && a.stride(0) >= k && plain(b);
+}
+
+bool is_one(const c10::IValue& v) { return v.isScalar() && v.toScalar().equal(1); }
+
+}  // namespace
+
+Gemm gemm_kind(const std::string& op_name) {
+  if (op_name == "aten::mm") return Gemm::Mm;
+  if (op_name == "aten::addmm") return Gemm::Addmm;
+  return Gemm::None;
+}
+
+bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {
+  static const bool available = at::hasMKLDNN();
+  if (kind == Gemm::None || !available || !at::globalContext().userEnabledMkldnn()) return false;
+  // mm(self, mat2); addmm(self = bias, mat1, mat2, beta, alpha)
+  const size_t first = kind == Gemm::Mm ? 0 : 1;
+  if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
+    return false;
+  const at::Tensor a = stack[first].toTensor(), b = stack[first + 1].toTensor();
+  if (!fits(a, b)) return false;
+  c10::IValue bias;
+  if (kind == Gemm::Addmm) {
+    if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return false;
+    const at::Tensor& c = stack[0].toTensor();
+    if (c.dim() != 1 || c.size(0) != b.size(1) || c.scalar_type() != at::kFloat || !c.is_contiguous()) return false;
+    bias = c;
+  }
+  static const c10::OperatorHandle linear =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("execute", "oneDNN inner product",
+                 debug::TraceArgs{{"m", a.size(0)}, {"k", a.size(1)}, {"n", b.size(1)}, {"bias", bias.isTensor()}});
+  const auto t0 = std::chrono::steady_clock::now();
+  // Y = X W^T (+ B) with W = mat2^T: [n, k], a view, whichever way mat2 is laid out.
+  torch::jit::Stack call{a, b.t(), bias, std::string("none"), c10::List<std::optional<at::Scalar>>(), c10::IValue()};
+  linear.callBoxed(&call);
+  stack.assign(1, std::move(call.at(0)));
+  // Counted as a timing ("onednn gemm" in lazyjit.metrics()["timings"]).
+  debug::Metrics::get().time("onednn gemm",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return true;
+}
+
+}  // namespace lazyjit::executor

@@ -1,0 +1,28 @@
+// The GEMMs of a compiled program (aten::mm, aten::addmm library steps) through
+// oneDNN's inner product (mkldnn::_linear_pointwise, plain layouts, nothing
+// packed or cached) instead of ATen's own ops, which run MKL on the x86 wheels.
+// Measured on the bench machine (AMD EPYC, AVX-512; bench/results/gemm.md):
+// 10-30% faster from a few million multiply-adds, ~10 us slower on the tiny
+// GEMMs of token-by-token decoding, so only big ones go there. Full float32,
+// results within an ulp-scale of MKL's (another summation order), as Inductor's
+// mkldnn linear is. Op-by-op programs keep ATen's ops: they run as eager does.
+#pragma once
+#include <ATen/core/stack.h>
+
+#include <string>
+
+namespace lazyjit::executor {
+
+enum class Gemm { None, Mm, Addmm };
+
+// Which GEMM an ATen op name ("aten::mm", "aten::addmm") is; None for others.
+Gemm gemm_kind(const std::string& op_name);
+
+// With `stack` holding the op's arguments as its schema orders them: when
+// oneDNN takes this call (float32, 2-D, big enough, plain strides, addmm with a
+// 1-D bias and beta = alpha = 1, mat1 row-major, mkldnn enabled), runs it, leaves the result as
+// the stack's one value and returns true. False: the stack is untouched and the
+// caller runs ATen's op.
+bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);
+
+}  // namespace lazyjit::executor

@@ -1,0 +1,154 @@
+"""Big float32 GEMMs of compiled programs (aten::mm, aten::addmm) run through
+oneDNN's inner product (executor/gemm.h); everything else, and every GEMM of an
+op-by-op run, stays ATen's own op. Eager PyTorch is the oracle: within float32
+rounding for oneDNN (another summation order), bit for bit for ATen's.
+
+lazyjit.metrics()["timings"]["onednn gemm"]["count"] counts the GEMMs oneDNN ran.
+"""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import lazyjit
+from conftest import run_python
+
+DEV = "lazyjit"
+
+
+def onednn_gemms():
+    return lazyjit.metrics()["timings"].get("onednn gemm", {}).get("count", 0)
+
+
+def compiled(fn, *args):
+    """fn on lazyjit tensors, synced; returns (result on the CPU, GEMMs oneDNN ran)."""
+    before = onednn_gemms()
+    out = fn(*[a.to(DEV) for a in args])
+    lazyjit.sync()
+    return out.cpu(), onednn_gemms() - before
+
+
+def close(got, want):
+    # oneDNN sums in another order than MKL: float32 rounding of a K-term dot product.
+    assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+# (name, fn, args): big enough for oneDNN, in each layout a compiled graph hands it.
+BIG = [
+    ("x @ w.t() (a Linear's weight)", lambda x, w: x @ w.t(), (randn(256, 512), randn(384, 512))),
+    ("x @ w (row-major mat2)", lambda x, w: x @ w, (randn(256, 512), randn(512, 384))),
+    ("linear with bias (addmm)", lambda x, w, b: F.linear(x, w, b), (randn(256, 512), randn(384, 512), randn(384))),
+    ("mm then a fused epilogue", lambda x, w: torch.relu(x @ w.t()) * 2 + 1, (randn(256, 512), randn(384, 512))),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", BIG, ids=[b[0] for b in BIG])
+def test_big_float32_gemms_run_through_onednn_and_match_eager(name, fn, args):
+    torch.manual_seed(0)
+    got, n = compiled(fn, *args)
+    close(got, fn(*args))
+    assert n == 1, f"{name}: oneDNN ran {n} GEMMs"
+
+
+# Calls that keep ATen's op: each still matches eager.
+KEPT = [
+    ("a decode-sized GEMM (setup would cost more than it saves)",
+     lambda x, w: x @ w.t(), (randn(1, 256), randn(688, 256))),
+    ("float64", lambda x, w: x @ w.t(), (randn(256, 512, dtype=torch.float64), randn(384, 512, dtype=torch.float64))),
+    ("bfloat16", lambda x, w: x @ w.t(),
+     (randn(256, 512).bfloat16(), randn(384, 512).bfloat16())),
+    ("addmm with beta != 1", lambda b, x, w: torch.addmm(b, x, w.t(), beta=0.5),
+     (randn(384), randn(256, 512), randn(384, 512))),
+    ("addmm with a 2-d bias", lambda b, x, w: torch.addmm(b, x, w.t()),
+     (randn(256, 384), randn(256, 512), randn(384, 512))),
+    ("an operand with gaps between rows and columns", lambda x, w: x[:, ::2] @ w.t(),
+     (randn(256, 1024), randn(384, 512))),
+    ("g.t() @ x (a weight gradient: column-major mat1)", lambda g, x: g.t() @ x,
+     (randn(512, 256), randn(512, 384))),
+    ("an empty dim", lambda x, w: x @ w.t(), (randn(0, 512), randn(384, 512))),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", KEPT, ids=[k[0] for k in KEPT])
+def test_other_gemms_keep_atens_op(name, fn, args):
+    got, n = compiled(fn, *args)
+    want = fn(*args)
+    if want.dtype == torch.bfloat16:
+        assert_close(got, want, rtol=1.6e-2, atol=1e-1)
+    else:
+        assert torch.equal(got, want), f"{name}: not eager's bits"
+    assert n == 0, f"{name}: oneDNN ran {n} GEMMs"
+
+
+def test_mkldnn_disabled_keeps_atens_op():
+    x, w = randn(256, 512), randn(384, 512)
+    torch.backends.mkldnn.enabled = False
+    try:
+        got, n = compiled(lambda a, b: a @ b.t(), x, w)
+    finally:
+        torch.backends.mkldnn.enabled = True
+    assert n == 0
+    assert torch.equal(got, x @ w.t())
+
+
+def test_training_step_with_onednn_gemms_matches_eager():
+    """Forward addmm, backward mm in both layouts, then SGD: the loss and every
+    parameter after three steps match eager's."""
+    def make():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(128, 256, generator=g), torch.randn(128, 256, generator=g)
+
+    def train(model, x, y):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach().cpu())
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    before = onednn_gemms()
+    got = train(make().to(DEV), x.to(DEV), y.to(DEV))
+    ran = onednn_gemms() - before
+    want = train(make(), x, y)
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        close(a, b)
+    # per step: 2 forward addmm, fc2's input gradient (the weight gradients,
+    # column-major mat1, stay ATen's)
+    assert ran == 3 * 3, f"oneDNN ran {ran} GEMMs in 3 steps"
+
+
+def test_op_by_op_runs_keep_atens_gemm_bit_for_bit():
+    """A graph run op by op (here past the recompile limit, eager stance) runs
+    as eager does: ATen's mm, eager's bits, no oneDNN."""
+    out = run_python(r"""
+import json, torch, lazyjit
+torch.manual_seed(0)
+def f(x, w): return torch.tanh(x @ w.t()) + 1
+def on_lazyjit(x, w): return f(x.to("lazyjit"), w.to("lazyjit")).cpu()   # one sync site
+w = torch.randn(384, 512)
+on_lazyjit(torch.randn(8, 512), w)   # the one compile (too small for oneDNN)
+res = []
+for rows in (256, 300):   # new shapes: op by op
+    x = torch.randn(rows, 512)
+    res.append(torch.equal(on_lazyjit(x, w), f(x, w)))
+m = lazyjit.metrics()
+print(json.dumps({"same": res, "eager_syncs": m["eager_syncs"],
+                  "onednn": m["timings"].get("onednn gemm", {}).get("count", 0)}))
+""", env_extra={"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_DYNAMIC": "off", "LAZYJIT_RECOMPILE_LIMIT": "1",
+          "LAZYJIT_ON_RECOMPILE_LIMIT": "eager", "LAZYJIT_CACHE": "off"})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["eager_syncs"] == 2, r
+    assert r["same"] == [True, True], r
+    assert r["onednn"] == 0, r
