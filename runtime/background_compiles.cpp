@@ -39,9 +39,19 @@ BackgroundCompiles::~BackgroundCompiles() {
   stop();
 }
 
-std::optional<BackgroundCompiles::Done> BackgroundCompiles::take(const cache::CacheKey& key, State* state) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::optional<BackgroundCompiles::Done> BackgroundCompiles::take(const cache::CacheKey& key, State* state,
+                                                                 double* waited_ms, std::chrono::milliseconds overdue) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (waited_ms) *waited_ms = 0;
   auto it = jobs_.find(structure_of(key));
+  if (it != jobs_.end() && !it->second->finished && !stopping_ &&
+      std::chrono::steady_clock::now() - it->second->queued >= overdue) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<Job> job = it->second;
+    finished_.wait(lock, [&] { return job->finished || stopping_; });
+    if (waited_ms) *waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    it = jobs_.find(structure_of(key));  // the map may have changed meanwhile
+  }
   if (it == jobs_.end() || !it->second->finished) {
     *state = it == jobs_.end() ? State::None : State::Pending;
     return std::nullopt;

@@ -11,6 +11,14 @@
 // had compiled in the foreground. Counters, explanations and the disk entry
 // are the same either way; only when the compiled code first runs changes.
 //
+// A job still pending kOverdue after it was queued is waited for by the next
+// sync that asks for it (take()): the worker runs at the lowest priority, and
+// on a machine the user's own work keeps busy (a training loop on 2 cores: the
+// main thread and ATen's OpenMP thread) it got almost no time, so a loop ran
+// op by op for good (the bench's Llama layer: no program after 300 syncs,
+// 4.5 s). Blocked, the sync leaves the cores to the compile; a loop pays at
+// most ~1 s of op-by-op runs and one compile's wait.
+//
 // One job per structure (structure hash + code hash): a structure whose compile
 // is queued or running is not queued again. Jobs run one at a time, in order.
 // stop() waits for the running job and drops the queued ones, unless they
@@ -27,6 +35,7 @@
 // Needs no libtorch or LLVM; thread-safe.
 #pragma once
 #include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -59,9 +68,12 @@ class BackgroundCompiles {
   BackgroundCompiles(const BackgroundCompiles&) = delete;
   BackgroundCompiles& operator=(const BackgroundCompiles&) = delete;
 
+  static constexpr std::chrono::milliseconds kOverdue{1000};
   // The finished job of `key`'s structure, taken out (the caller owns it now);
-  // else whether one is queued or running.
-  std::optional<Done> take(const cache::CacheKey& key, State* state);
+  // else whether one is queued or running. A job pending past `overdue` is
+  // waited for first; `waited_ms` (when given) says how long (0: no wait).
+  std::optional<Done> take(const cache::CacheKey& key, State* state, double* waited_ms = nullptr,
+                           std::chrono::milliseconds overdue = kOverdue);
   // Queues `compile` for `key`'s structure, unless a job of it is there already
   // (queued, running or finished and not taken): then returns false.
   bool start(const cache::CacheKey& key, Compile compile);
@@ -90,6 +102,7 @@ class BackgroundCompiles {
     Compile compile;
     bool finished = false;
     Done done;  // its key from the start, the rest once finished
+    std::chrono::steady_clock::time_point queued = std::chrono::steady_clock::now();
   };
   void work();
   void start_worker_locked();

@@ -321,7 +321,8 @@ RunResult Runtime::run_eagerly(const ir::Graph& graph, const Bindings& bindings)
 std::shared_ptr<const lowering::Program> Runtime::take_background(const cache::CacheKey& key, bool* failed,
                                                                   bool* pending) {
   BackgroundCompiles::State state;
-  std::optional<BackgroundCompiles::Done> done = background_->take(key, &state);
+  double waited_ms = 0;  // a compile pending past BackgroundCompiles::kOverdue is waited for
+  std::optional<BackgroundCompiles::Done> done = background_->take(key, &state, &waited_ms);
   *pending = state == BackgroundCompiles::State::Pending;
   if (!done) return nullptr;
   if (done->error) {
@@ -330,6 +331,7 @@ std::shared_ptr<const lowering::Program> Runtime::take_background(const cache::C
   }
   if (done->key == key) {
     sync_note().how = SyncNote::How::Ready;
+    sync_note().prepare_ms = waited_ms;
     return std::move(done->program);
   }
   // Compiled for other sizes: cached under its own key (a later sync of those

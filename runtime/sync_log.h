@@ -56,7 +56,11 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
     case SyncNote::How::Background:
       return s + "run op by op while compiling in the background" + (n.why.empty() ? "" : " (" + n.why + ")") +
              " in " + ms(total_ms);
-    case SyncNote::How::Ready: return s + "compiled in the background, ran in " + ms(total_ms);
+    case SyncNote::How::Ready:
+      if (n.prepare_ms > 0)  // pending past BackgroundCompiles::kOverdue: this sync waited for it
+        return s + "compiled in the background (pending over 1 s: waited " + ms(n.prepare_ms) + " for it), ran in " +
+               ms(run_ms);
+      return s + "compiled in the background, ran in " + ms(total_ms);
     case SyncNote::How::Bound:
       return s + "bound to new sizes in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
   }

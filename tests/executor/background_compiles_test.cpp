@@ -31,6 +31,54 @@ std::shared_ptr<const lowering::Program> program_with_ms(double ms) {
   return p;
 }
 
+TEST(BackgroundCompiles, AJobPendingPastTheLimitIsWaitedForByTheNextTake) {
+  // A worker starved of CPU time must not leave a loop running op by op for
+  // good: past `overdue` since it was queued, take() waits for the job.
+  BackgroundCompiles bg;
+  ASSERT_TRUE(bg.start(key_of(5, 10), [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return program_with_ms(7);
+  }));
+  State state;
+  double waited = -1;
+  // Young: pending, no wait.
+  EXPECT_FALSE(bg.take(key_of(5, 10), &state, &waited, std::chrono::milliseconds(10000)).has_value());
+  EXPECT_EQ(state, State::Pending);
+  EXPECT_EQ(waited, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  // Past a 50 ms limit: this take waits until the job is done and takes it.
+  auto t0 = std::chrono::steady_clock::now();
+  auto done = bg.take(key_of(5, 11), &state, &waited, std::chrono::milliseconds(50));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(done.has_value());
+  ASSERT_TRUE(done->program);
+  EXPECT_EQ(done->program->compile_ms, 7);
+  EXPECT_TRUE(done->key == key_of(5, 10));
+  EXPECT_EQ(state, State::None);
+  EXPECT_GT(waited, 100);  // the job slept 300 ms, ~60 of them before the take
+  EXPECT_LE(waited, ms + 1);
+  EXPECT_EQ(bg.wait_all(), 0);
+}
+
+TEST(BackgroundCompiles, AnOverdueTakeWaitsUntilTheJobFinishes) {
+  BackgroundCompiles bg;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  ASSERT_TRUE(bg.start(key_of(6, 1), [gate] {
+    gate.wait();
+    return program_with_ms(1);
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto taker = std::async(std::launch::async, [&] {
+    State state;
+    return bg.take(key_of(6, 1), &state, nullptr, std::chrono::milliseconds(1)).has_value();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(taker.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);  // waiting for the job
+  release.set_value();
+  EXPECT_TRUE(taker.get());  // the job finished: taken
+}
+
 TEST(BackgroundCompiles, AJobIsPendingUntilItFinishesThenTakenOnce) {
   BackgroundCompiles bg;
   std::promise<void> release;
