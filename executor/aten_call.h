@@ -46,8 +46,8 @@ class AtenCall {
 
   c10::OperatorHandle op_;
   std::vector<Arg> args_;
-  std::vector<bool> return_aliases_;
-  Gemm gemm_ = Gemm::None;  // per return: it is a mutated argument (bound by the clone)
+  std::vector<bool> return_aliases_;  // per return: it is a mutated argument (bound by the clone)
+  Gemm gemm_ = Gemm::None;            // mm / addmm that may run through oneDNN (gemm.h)
 };
 
 }  // namespace lazyjit::executor

@@ -2,7 +2,7 @@
 // oneDNN's inner product (mkldnn::_linear_pointwise, plain layouts, nothing
 // packed or cached) instead of ATen's own ops, which run MKL on the x86 wheels.
 // Measured on the bench machine (AMD EPYC, AVX-512; bench/results/gemm.md):
-// 10-30% faster from a few million multiply-adds, ~10 us slower on the tiny
+// 1.1-1.7x faster from a few million multiply-adds, ~10 us slower on the tiny
 // GEMMs of token-by-token decoding, so only big ones go there. Full float32,
 // results within an ulp-scale of MKL's (another summation order), as Inductor's
 // mkldnn linear is. Op-by-op programs keep ATen's ops: they run as eager does.
@@ -19,10 +19,11 @@ enum class Gemm { None, Mm, Addmm };
 Gemm gemm_kind(const std::string& op_name);
 
 // With `stack` holding the op's arguments as its schema orders them: when
-// oneDNN takes this call (float32, 2-D, big enough, plain strides, addmm with a
-// 1-D bias and beta = alpha = 1, mat1 row-major, mkldnn enabled), runs it, leaves the result as
-// the stack's one value and returns true. False: the stack is untouched and the
-// caller runs ATen's op.
+// oneDNN takes this call (float32, 2-D, big enough, mat1 row-major, mat2 row-
+// or column-major, addmm with a 1-D bias and beta = alpha = 1, mkldnn
+// enabled) and runs it without an error, leaves the result as the stack's one
+// value and returns true. False: the stack is untouched and the caller runs
+// ATen's op (which raises what eager would).
 bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);
 
 }  // namespace lazyjit::executor
