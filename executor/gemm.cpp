@@ -50,7 +50,7 @@ Gemm gemm_kind(const std::string& op_name) {
 
 bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {
   static const bool available = at::hasMKLDNN();
-  if (kind == Gemm::None || !available || !at::globalContext().userEnabledMkldnn()) return false;
+  if (!available || !at::globalContext().userEnabledMkldnn()) return false;
   // mm(self, mat2); addmm(self = bias, mat1, mat2, beta, alpha)
   const size_t first = kind == Gemm::Mm ? 0 : 1;
   if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())

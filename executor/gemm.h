@@ -24,6 +24,6 @@ Gemm gemm_kind(const std::string& op_name);
 // enabled) and runs it without an error, leaves the result as the stack's one
 // value and returns true. False: the stack is untouched and the caller runs
 // ATen's op (which raises what eager would).
-bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);
+bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
 
 }  // namespace lazyjit::executor

@@ -42,7 +42,8 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
   // a GEMM and the kernel after it, and no second pool spins against them for
   // the cores (docs/design.md, "Execution").
   const int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(inner, 1));
-  const int64_t tasks = std::min<int64_t>(threads, (outer + grain - 1) / grain);
+  const int64_t pieces = (outer + grain - 1) / grain;  // of `grain` rows
+  const int64_t tasks = std::min<int64_t>(threads, pieces);
   if (tasks <= 1 || omp_in_parallel()) {
     fn(bufs.data(), scalars.data(), 0, outer, dims);
     return;
@@ -51,7 +52,7 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
   // come free: a thread the machine delays for a while (another process, a
   // steal on a VM) leaves its rows to the others instead of holding up the
   // kernel (halves per thread measured ~30% slower on the softmax bench).
-  const int64_t chunks = std::min<int64_t>((outer + grain - 1) / grain, 8 * tasks);
+  const int64_t chunks = std::min<int64_t>(pieces, 8 * tasks);
   const int64_t rows = (outer + chunks - 1) / chunks;
 #pragma omp parallel for num_threads(static_cast<int>(tasks)) schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {

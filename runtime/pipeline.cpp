@@ -332,6 +332,8 @@ std::shared_ptr<const lowering::Program> Runtime::take_background(const cache::C
   if (done->key == key) {
     sync_note().how = SyncNote::How::Ready;
     sync_note().prepare_ms = waited_ms;
+    if (waited_ms > 0)
+      sync_note().why = "pending over " + std::to_string(BackgroundCompiles::kOverdue.count()) + " ms";
     return std::move(done->program);
   }
   // Compiled for other sizes: cached under its own key (a later sync of those

@@ -23,7 +23,7 @@ namespace lazyjit::runtime {
 struct SyncNote {
   enum class How { Hit, Compiled, Loaded, Remote, Eager, Bound, Background, Ready };
   How how = How::Hit;  // a hit unless the pipeline says otherwise
-  std::string why;     // Compiled, Background: what differs from the nearest program at the site (recompile_explainer.h)
+  std::string why;     // Compiled, Background: what differs from the nearest program at the site (recompile_explainer.h); Ready: how long it was pending, when this sync waited for it
   double prepare_ms = 0;  // Compiled / Loaded / Remote / Bound: the compile, the load, or the binding to new sizes
 };
 
@@ -57,8 +57,8 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
       return s + "run op by op while compiling in the background" + (n.why.empty() ? "" : " (" + n.why + ")") +
              " in " + ms(total_ms);
     case SyncNote::How::Ready:
-      if (n.prepare_ms > 0)  // pending past BackgroundCompiles::kOverdue: this sync waited for it
-        return s + "compiled in the background (pending over 1 s: waited " + ms(n.prepare_ms) + " for it), ran in " +
+      if (n.prepare_ms > 0)  // pending too long (`why` says how long): this sync waited for it
+        return s + "compiled in the background (" + n.why + ": waited " + ms(n.prepare_ms) + " for it), ran in " +
                ms(run_ms);
       return s + "compiled in the background, ran in " + ms(total_ms);
     case SyncNote::How::Bound:
