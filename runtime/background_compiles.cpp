@@ -24,6 +24,25 @@ void stop_all() {
   std::lock_guard<std::mutex> lock(registry_mu());
   for (BackgroundCompiles* b : registry()) b->stop();
 }
+
+// Stops every worker when the main thread calls exit() (or returns from
+// main), before any exit handler runs: the destructors of the thread's
+// thread_locals complete before those of any static ([basic.start.term]).
+// A C exit handler alone came too late when exit raced the worker's first
+// codegen: the statics libLLVM builds on first use there (SelectionDAG's
+// value-type tables) register their destructors after the handler, so they
+// ran first and the worker crashed in them (executor_tests, ~1 exit in 10).
+struct StopAtMainThreadExit {
+  ~StopAtMainThreadExit() { stop_all(); }
+};
+void guard_main_thread_exit() {
+#ifdef __linux__
+  // Only the main thread's: another thread's thread_locals die when it ends.
+  if (::syscall(SYS_gettid) != ::getpid()) return;
+  thread_local StopAtMainThreadExit guard;
+  (void)guard;
+#endif
+}
 }  // namespace
 
 BackgroundCompiles::BackgroundCompiles() {
@@ -70,6 +89,7 @@ bool BackgroundCompiles::start(const cache::CacheKey& key, Compile compile) {
   job->compile = std::move(compile);
   jobs_.emplace(structure_of(key), job);
   queue_.push_back(job);
+  guard_main_thread_exit();  // the worker may have been started by another thread
   start_worker_locked();
   wake_.notify_one();
   return true;
@@ -90,6 +110,7 @@ void BackgroundCompiles::start_worker_locked() {
   // a compile makes on first use are never destroyed (immortal).
   static const bool at_exit = (std::atexit(stop_all), true);
   (void)at_exit;
+  guard_main_thread_exit();
   worker_started_ = true;
   worker_ = std::thread([this] { work(); });
 }

@@ -25,9 +25,11 @@
 // outlive the process (finish_queued_at_stop: the runtime writes what it
 // compiles to the on-disk cache, for the next process): then it finishes them
 // all. The Python module calls it from Python's atexit, before any static is
-// torn down; a C++ program gets the same from a C exit handler, registered
-// when the worker starts and again after its first job (see start() and
-// work()); lazyjit's statics that a compile makes on first use are immortal.
+// torn down; a C++ program gets the same from a thread_local of the main
+// thread (destroyed when it calls exit(), before any static) and, for an exit
+// from another thread, from a C exit handler registered when the worker starts
+// and again after its first job (see start() and work()); lazyjit's statics
+// that a compile makes on first use are immortal.
 // A child forked while a job runs has no worker: what a fork of a process that
 // ran kernels can do is limited anyway (oneTBB's and OpenMP's threads are not
 // in the child either).
