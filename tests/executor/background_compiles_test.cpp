@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -199,6 +201,31 @@ TEST(BackgroundCompiles, DestructionFinishesTheRunningJobAndDropsTheQueued) {
     started.get_future().wait();
   }
   EXPECT_EQ(ran, 1);
+}
+
+TEST(BackgroundCompilesDeathTest, ExitWaitsForTheWorkerBeforeAnyStaticItMadeDies) {
+  // The worker's first codegen builds libLLVM's statics, whose destructors
+  // register after every exit handler lazyjit set before it; a process exiting
+  // meanwhile destroyed them under the worker (a crash at exit). Now the main
+  // thread's exit joins the worker first.
+  EXPECT_EXIT(
+      {
+        auto* bg = new BackgroundCompiles;  // like Runtime::get()'s: never destroyed
+        static std::atomic<bool> started{false};
+        bg->warm_up([] {
+          struct Marker {
+            ~Marker() { std::fputs("marker destroyed\n", stderr); }
+          };
+          static Marker made_by_the_worker;  // its destructor registers now
+          (void)made_by_the_worker;
+          started = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          std::fputs("worker done\n", stderr);
+        });
+        while (!started) std::this_thread::yield();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "worker done\nmarker destroyed");
 }
 
 }  // namespace
