@@ -23,7 +23,58 @@ int64_t span_of(at::IntArrayRef sizes, at::IntArrayRef strides) {
   }
   return span;
 }
+// One argument's part of a signature: kind 0 (ignored), 1 (an int) or 2 (a
+// CPU tensor); a tensor on another device gets a kind of its own, fitting none.
+struct SignatureHash {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  void mix(uint64_t v) {  // splitmix64's finalizer over the running value
+    v += h + 0x9e3779b97f4a7c15ull;
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+    h = v ^ (v >> 31);
+  }
+  void tensor(at::ScalarType dtype, at::IntArrayRef sizes, at::IntArrayRef strides) {
+    mix(2);
+    mix(static_cast<uint64_t>(dtype));
+    mix(sizes.size());
+    for (int64_t s : sizes) mix(static_cast<uint64_t>(s));
+    for (int64_t s : strides) mix(static_cast<uint64_t>(s));
+  }
+};
 }  // namespace
+
+uint64_t capture_signature(const std::vector<CaptureArg>& args) {
+  SignatureHash h;
+  for (const CaptureArg& a : args) {
+    if (const int64_t* v = std::get_if<int64_t>(&a)) {
+      h.mix(1);
+      h.mix(static_cast<uint64_t>(*v));
+    } else if (const at::Tensor* t = std::get_if<at::Tensor>(&a)) {
+      if (t->defined() && t->device().type() == c10::DeviceType::CPU) h.tensor(t->scalar_type(), t->sizes(), t->strides());
+      else h.mix(3);
+    } else {
+      h.mix(0);
+    }
+  }
+  return h.h;
+}
+
+uint64_t CapturedGraph::signature() const {
+  // An argument captured as ignored (ArgSpec::Other) came as neither a tensor
+  // nor a number (dynamo.py's _arg_key), as its fitting arguments do.
+  SignatureHash h;
+  for (const ArgSpec& a : args_) {
+    if (a.kind == ArgSpec::Int) {
+      h.mix(1);
+      h.mix(static_cast<uint64_t>(a.value));
+    } else if (a.kind == ArgSpec::Tensor) {
+      h.tensor(a.dtype, a.sizes, a.strides);
+    } else {
+      h.mix(0);
+    }
+  }
+  return h.h;
+}
 
 Capture::Capture() : g_(std::make_shared<CapturedGraph>()) {
   TraceContext& ctx = TraceContext::get();

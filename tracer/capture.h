@@ -44,6 +44,10 @@ class CapturedGraph {
 
   size_t ops() const { return ops_; }  // nodes in the traced graph
 
+  // What arguments that fit it have in common (capture_signature of them): the
+  // key a CaptureSet finds it by.
+  uint64_t signature() const;
+
  private:
   friend class Capture;
   struct ArgSpec {
@@ -71,6 +75,10 @@ class CapturedGraph {
   int threads_ = 1;
   size_t ops_ = 0;
 };
+
+// A hash of the arguments' kinds, and of each tensor's dtype, sizes and strides
+// and each int's value: equal for arguments that fit the same capture.
+uint64_t capture_signature(const std::vector<CaptureArg>& args);
 
 // Records the function's ops into the calling thread's graph, which must have
 // nothing pending (the constructor syncs it). A sync while capturing (an op that

@@ -13,6 +13,9 @@ recording, no copies.
   call with others (Dynamo's dynamic dims: an int argument and tensors of
   another size) is captured again; its kernels are shape-generic, so a new size
   costs a trace and a plan, not LLVM compiles (lazyjit.metrics()["llvm_compiles"]).
+  A graph keeps up to MAX_CAPTURES captures, found by a hash of the call's
+  sizes (tracer/capture_set.h): a decode step's KV cache grows a token per
+  call, and every generate after the first finds all its sizes captured.
 - A graph lazyjit cannot capture (an op that needs a value while recording, such
   as .item()) runs through ATen op by op, as Dynamo gave it: it never fails
   because of lazyjit. stats() counts those and says why.
@@ -51,6 +54,12 @@ def reset_stats() -> None:
     for k in _stats:
         _stats[k] = [] if k == "eager_reasons" else 0
 
+
+# Captures kept per graph, the least recently used dropped past it: as many
+# as the programs the runtime keeps (LAZYJIT_MAX_PROGRAMS' default), so a
+# generate of up to 256 tokens finds every step captured on its next call. A
+# capture of a 4-layer Llama's decode step holds about 1 MiB.
+MAX_CAPTURES = 256
 
 _LAZY = torch.device("lazyjit", 0)
 _SITE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -143,14 +152,6 @@ def _arg_key(a):
     return None
 
 
-class _Program:
-    __slots__ = ("graph", "template")
-
-    def __init__(self, graph, template):
-        self.graph = graph
-        self.template = template  # None when every output is the program's, in order
-
-
 class LazyjitGraph:
     """An AOT graph compiled by lazyjit: called with the graph's arguments as a
     list (AOTAutograd's boxed convention), returns its outputs."""
@@ -164,7 +165,11 @@ class LazyjitGraph:
         self.dynamic = dynamic
         self.site = _site(gm, kind)
         self.lazy_gm, self.attrs = _lazy_module(gm)
-        self.programs = []  # most recently used first
+        self.programs = _C.CaptureSet(MAX_CAPTURES)
+        # Per capture (its tag in self.programs), how its outputs map to the
+        # function's: None when every output is the program's, in order.
+        self.templates = {}
+        self._next_tag = 0
         self.eager_reason = None
         _stats["graphs"] += 1
 
@@ -177,8 +182,10 @@ class LazyjitGraph:
             if all(a.device.type == "cpu" for a in full if isinstance(a, torch.Tensor)):
                 p = self._capture(full)
                 if p is not None:
-                    self.programs.insert(0, p)
-                    del self.programs[16:]
+                    graph, template = p
+                    tag, self._next_tag = self._next_tag, self._next_tag + 1
+                    self.templates[tag] = template
+                    self.templates.pop(self.programs.add(graph, tag), None)
                     out = self._run_captured(full)
                     if out is not None:
                         return out
@@ -189,14 +196,13 @@ class LazyjitGraph:
         return list(self.gm(*args))
 
     def _run_captured(self, args):
-        for i, p in enumerate(self.programs):
-            out = p.graph.run(args)
-            if out is not None:
-                if i:
-                    self.programs.insert(0, self.programs.pop(i))
-                _stats["calls"] += 1
-                return out if p.template is None else [out[t] if k else t for k, t in p.template]
-        return None
+        hit = self.programs.run(args)
+        if hit is None:
+            return None
+        tag, out = hit
+        _stats["calls"] += 1
+        template = self.templates[tag]
+        return out if template is None else [out[t] if k else t for k, t in template]
 
     def _capture(self, args):
         _stats["captures"] += 1
@@ -244,7 +250,7 @@ class LazyjitGraph:
             cap.close()
             torch.set_rng_state(rng)
         in_order = all(k and t == i for i, (k, t) in enumerate(template)) and len(template) == len(lazy)
-        return _Program(graph, None if in_order else template)
+        return graph, (None if in_order else template)
 
 
 def _compiler(kind):

@@ -212,6 +212,74 @@ def test_new_batch_sizes_need_no_llvm_work():
     assert lazyjit.metrics()["shape_binds"] - binds >= 4, lazyjit.metrics()
 
 
+
+def _decode_step(cache, x, w):
+    """A decode step's shape pattern: a cache one row longer each call."""
+    cache = torch.cat([cache, x @ w], dim=0)
+    return torch.softmax(cache @ x.t(), dim=0).t() @ cache, cache
+
+
+def test_every_size_of_a_growing_cache_is_captured_once():
+    # 40 lengths (a generate's steps), each captured on its first call; the
+    # second pass finds all of them, however many sizes were captured.
+    step = torch.compile(_decode_step, backend="lazyjit", dynamic=True)  # one Dynamo graph
+    w = torch.randn(8, 8)
+    x = torch.randn(1, 8)
+    start = torch.randn(2, 8)
+
+    def generate():
+        cache = start
+        for _ in range(40):
+            out, new = step(cache, x, w)
+            want_out, want_new = _decode_step(cache, x, w)
+            torch.testing.assert_close(out, want_out)
+            torch.testing.assert_close(new, want_new)
+            cache = new
+
+    generate()
+    first = lazyjit.dynamo.stats()
+    assert (first["graphs"], first["captures"], first["eager_graphs"]) == (1, 40, 0), first
+    generate()
+    second = lazyjit.dynamo.stats()
+    assert second["captures"] == first["captures"], (first, second)
+    assert second["calls"] - first["calls"] == 40, (first, second)
+
+
+def test_captures_past_the_limit_drop_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr(lazyjit.dynamo, "MAX_CAPTURES", 3)
+    graphs = []  # the LazyjitGraph objects torch.compile makes
+    init = lazyjit.dynamo.LazyjitGraph.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        graphs.append(self)
+
+    monkeypatch.setattr(lazyjit.dynamo.LazyjitGraph, "__init__", recording_init)
+    step = torch.compile(_decode_step, backend="lazyjit", dynamic=True)
+    w, x = torch.randn(8, 8), torch.randn(1, 8)
+    caches = [torch.randn(n, 8) for n in (2, 3, 4, 5)]
+
+    def run(cache):
+        out, new = step(cache, x, w)
+        want_out, want_new = _decode_step(cache, x, w)
+        torch.testing.assert_close(out, want_out)
+        torch.testing.assert_close(new, want_new)
+
+    for c in caches:
+        run(c)
+    assert [(len(g.programs), len(g.templates)) for g in graphs] == [(3, 3)]
+    s = lazyjit.dynamo.stats()
+    run(caches[-1])  # the most recent: still there
+    assert lazyjit.dynamo.stats()["captures"] == s["captures"]
+    run(caches[0])  # the least recently used, dropped for the fourth: captured again
+    assert lazyjit.dynamo.stats()["captures"] == s["captures"] + 1
+    run(caches[1])  # dropped for that one, as the least recently used then
+    assert lazyjit.dynamo.stats()["captures"] == s["captures"] + 2
+    run(caches[-1])  # used more recently than the two it made room for: kept
+    assert lazyjit.dynamo.stats()["captures"] == s["captures"] + 2
+    assert [(len(g.programs), len(g.templates)) for g in graphs] == [(3, 3)]
+
+
 def test_cpu_devices_inside_the_graph_stay_in_the_program():
     # transformers' GPT-2 moves position embeddings with .to(device) inside forward.
     def f(x):
