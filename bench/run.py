@@ -1104,8 +1104,15 @@ def summarize(results: dict) -> None:
         for x in sorted(set(tsys.values()) - {"lazyjit"}):
             checks[f"correct_{x}"] = (s.get(x, {}).get("correct") is True
                                       and not system_failed(s.get(x, {})))
+        # The same speedup targets met by each lazyjit system (the device and
+        # torch.compile(backend="lazyjit")), shown beside the check itself.
+        by_system = {}
+        for name, (ve, vi) in speedups.items():
+            by_system[name] = {c: x is not None and x >= tg[c]
+                               for c, x in (("vs_eager", ve), ("vs_inductor", vi)) if c in tg}
         sm["targets"] = tg
         sm["target_checks"] = checks
+        sm["target_checks_by_system"] = by_system
         sm["targets_met"] = all(checks.values()) if checks else None
         r["summary"] = sm
 
@@ -1192,13 +1199,20 @@ def render_markdown(results: dict) -> str:
         tg = sm.get("targets", {})
         tsys = tg.get("systems", {})
         who = lambda c: "" if tsys.get(c, "lazyjit") == "lazyjit" else f" ({tsys[c]})"  # noqa: E731
+        by_sys = sm.get("target_checks_by_system", {})
+
+        def other(c):  # the other lazyjit system's result on the same target, if it ran
+            o = "lazyjit_compile" if tsys.get(c, "lazyjit") == "lazyjit" else "lazyjit"
+            if o not in s or system_failed(s[o]) or c not in by_sys.get(o, {}):
+                return ""
+            return f" [{'compile' if o == 'lazyjit_compile' else 'device'} {'✓' if by_sys[o][c] else '✗'}]"
         parts = []
         if "vs_eager" in tg:
             parts.append(f"≥{tg['vs_eager']:g}× eager{who('vs_eager')} "
-                         f"{'✓' if chk.get('vs_eager') else '✗'}")
+                         f"{'✓' if chk.get('vs_eager') else '✗'}{other('vs_eager')}")
         if "vs_inductor" in tg:
             parts.append(f"≥{tg['vs_inductor']:g}× ind.{who('vs_inductor')} "
-                         f"{'✓' if chk.get('vs_inductor') else '✗'}")
+                         f"{'✓' if chk.get('vs_inductor') else '✗'}{other('vs_inductor')}")
         if "bandwidth" in tg:
             parts.append(f"≥{100 * tg['bandwidth']:.0f}% BW{who('bandwidth')} "
                          f"{'✓' if chk.get('bandwidth') else '✗'}")
