@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <unordered_map>
 
 #include "bridge/aten_ir.h"
+#include "graph_ir/hash.h"
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
 #include "tracer/trace_context.h"
@@ -23,57 +26,46 @@ int64_t span_of(at::IntArrayRef sizes, at::IntArrayRef strides) {
   }
   return span;
 }
-// One argument's part of a signature: kind 0 (ignored), 1 (an int) or 2 (a
-// CPU tensor); a tensor on another device gets a kind of its own, fitting none.
-struct SignatureHash {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  void mix(uint64_t v) {  // splitmix64's finalizer over the running value
-    v += h + 0x9e3779b97f4a7c15ull;
-    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-    h = v ^ (v >> 31);
-  }
+// A signature's words, hashed with the graph's hasher (graph_ir/hash.h). Per
+// argument a kind, 0 (ignored), 1 (an int) or 2 (a CPU tensor), then its
+// value, or dtype, rank, sizes and strides; a tensor on another device is kind
+// 3, fitting no capture.
+struct Signature {
+  c10::SmallVector<int64_t, 512> words;
   void tensor(at::ScalarType dtype, at::IntArrayRef sizes, at::IntArrayRef strides) {
-    mix(2);
-    mix(static_cast<uint64_t>(dtype));
-    mix(sizes.size());
-    for (int64_t s : sizes) mix(static_cast<uint64_t>(s));
-    for (int64_t s : strides) mix(static_cast<uint64_t>(s));
+    words.append({2, static_cast<int64_t>(dtype), static_cast<int64_t>(sizes.size())});
+    words.append(sizes.begin(), sizes.end());
+    words.append(strides.begin(), strides.end());
   }
+  uint64_t hash() const { return ir::hash64(words.data(), words.size() * sizeof(int64_t)); }
 };
 }  // namespace
 
 uint64_t capture_signature(const std::vector<CaptureArg>& args) {
-  SignatureHash h;
+  Signature s;
   for (const CaptureArg& a : args) {
     if (const int64_t* v = std::get_if<int64_t>(&a)) {
-      h.mix(1);
-      h.mix(static_cast<uint64_t>(*v));
+      s.words.append({1, *v});
     } else if (const at::Tensor* t = std::get_if<at::Tensor>(&a)) {
-      if (t->defined() && t->device().type() == c10::DeviceType::CPU) h.tensor(t->scalar_type(), t->sizes(), t->strides());
-      else h.mix(3);
+      if (t->defined() && t->device().type() == c10::DeviceType::CPU) s.tensor(t->scalar_type(), t->sizes(), t->strides());
+      else s.words.push_back(3);
     } else {
-      h.mix(0);
+      s.words.push_back(0);
     }
   }
-  return h.h;
+  return s.hash();
 }
 
 uint64_t CapturedGraph::signature() const {
   // An argument captured as ignored (ArgSpec::Other) came as neither a tensor
   // nor a number (dynamo.py's _arg_key), as its fitting arguments do.
-  SignatureHash h;
+  Signature s;
   for (const ArgSpec& a : args_) {
-    if (a.kind == ArgSpec::Int) {
-      h.mix(1);
-      h.mix(static_cast<uint64_t>(a.value));
-    } else if (a.kind == ArgSpec::Tensor) {
-      h.tensor(a.dtype, a.sizes, a.strides);
-    } else {
-      h.mix(0);
-    }
+    if (a.kind == ArgSpec::Int) s.words.append({1, a.value});
+    else if (a.kind == ArgSpec::Tensor) s.tensor(a.dtype, a.sizes, a.strides);
+    else s.words.push_back(0);
   }
-  return h.h;
+  return s.hash();
 }
 
 Capture::Capture() : g_(std::make_shared<CapturedGraph>()) {

@@ -230,56 +230,40 @@ PYBIND11_MODULE(_C, m) {
     }
   };
   // A call's arguments as the capture reads them: tensors, ints, floats by
-  // their bits (as dynamo.py's _arg_key), anything else ignored.
-  auto capture_args = [](const py::list& args) {
-    std::vector<lazyjit::CaptureArg> in;
-    in.reserve(args.size());
-    for (py::handle a : args) {
-      if (THPVariable_Check(a.ptr())) in.emplace_back(THPVariable_Unpack(a.ptr()));
-      else if (PyLong_Check(a.ptr())) in.emplace_back(static_cast<int64_t>(PyLong_AsLongLong(a.ptr())));
-      else if (PyFloat_Check(a.ptr())) {
-        double d = PyFloat_AsDouble(a.ptr());
-        int64_t bits;
-        std::memcpy(&bits, &d, sizeof bits);
-        in.emplace_back(bits);
-      } else in.emplace_back(std::monostate{});
-    }
-    return in;
-  };
-  auto wrap_all = [](const std::vector<at::Tensor>& out) {
-    py::list l(out.size());
-    for (size_t i = 0; i < out.size(); ++i) l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(out[i]));
-    return l;
-  };
-  py::class_<lazyjit::CapturedGraph, std::shared_ptr<lazyjit::CapturedGraph>>(m, "CapturedGraph")
-      .def("run",
-           [capture_args, wrap_all](const lazyjit::CapturedGraph& g, const py::list& args) -> py::object {
-             std::vector<lazyjit::CaptureArg> in = capture_args(args);
-             std::optional<std::vector<at::Tensor>> out;
-             {
-               py::gil_scoped_release nogil;
-               out = g.run(in);
-             }
-             if (!out) return py::none();
-             return wrap_all(*out);
-           })
-      .def_property_readonly("ops", &lazyjit::CapturedGraph::ops);
+  // their bits (as dynamo.py's _arg_key), anything else ignored. Returns
+  // (tag, outputs) of the capture that fits them, or None.
   py::class_<lazyjit::CaptureSet>(m, "CaptureSet")
       .def(py::init<size_t>())
-      // (tag, outputs) of the capture that fits the arguments, or None.
       .def("run",
-           [capture_args, wrap_all](lazyjit::CaptureSet& set, const py::list& args) -> py::object {
-             std::vector<lazyjit::CaptureArg> in = capture_args(args);
+           [](lazyjit::CaptureSet& set, const py::list& args) -> py::object {
+             std::vector<lazyjit::CaptureArg> in;
+             in.reserve(args.size());
+             for (py::handle a : args) {
+               if (THPVariable_Check(a.ptr())) in.emplace_back(THPVariable_Unpack(a.ptr()));
+               else if (PyLong_Check(a.ptr())) in.emplace_back(static_cast<int64_t>(PyLong_AsLongLong(a.ptr())));
+               else if (PyFloat_Check(a.ptr())) {
+                 double d = PyFloat_AsDouble(a.ptr());
+                 int64_t bits;
+                 std::memcpy(&bits, &d, sizeof bits);
+                 in.emplace_back(bits);
+               } else in.emplace_back(std::monostate{});
+             }
              std::optional<lazyjit::CaptureSet::Hit> hit;
              {
                py::gil_scoped_release nogil;
                hit = set.run(in);
              }
              if (!hit) return py::none();
-             return py::make_tuple(hit->tag, wrap_all(hit->outputs));
+             py::list l(hit->outputs.size());
+             for (size_t i = 0; i < hit->outputs.size(); ++i)
+               l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(hit->outputs[i]));
+             return py::make_tuple(hit->tag, l);
            })
       .def("add", &lazyjit::CaptureSet::add)
       .def("__len__", &lazyjit::CaptureSet::size);
+  // Made by Capture.finish, handed to CaptureSet.add.
+  py::class_<lazyjit::CapturedGraph, std::shared_ptr<lazyjit::CapturedGraph>>(m, "CapturedGraph")
+      .def_property_readonly("ops", &lazyjit::CapturedGraph::ops);
   py::class_<PyCapture>(m, "Capture")
       .def(py::init<>())
       .def("placeholder", [](PyCapture& c, const at::Tensor& t) { return c.get().placeholder(t); })
