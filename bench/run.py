@@ -20,6 +20,7 @@ running anything; tests/python/test_bench_workloads.py uses them at tiny sizes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -121,6 +122,11 @@ class Workload:
     # calls per timed sample (and per warm-up step) and reports the per-call time, so a
     # sample is long enough to time on a noisy machine. The first call is one call.
     calls_per_sample: dict = {}
+    # compare()'s tolerances for this workload's outputs; empty: PyTorch's defaults
+    tolerance: dict = {}
+    # torch.backends.mkldnn.matmul.fp32_precision while the workload runs (every
+    # system alike); None: left as it is
+    matmul_precision: str | None = None
 
     def __init__(self, scale: str = "full"):
         self.scale = scale
@@ -129,6 +135,20 @@ class Workload:
     # -> (fn, args); fn(*args) is one step and returns the output to compare
     def build(self, device: str):
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def settings(self):
+        """The process-wide PyTorch settings the workload runs under, restored after."""
+        if self.matmul_precision is None:
+            yield
+            return
+        mm = torch.backends.mkldnn.matmul
+        before = mm.fp32_precision
+        mm.fp32_precision = self.matmul_precision
+        try:
+            yield
+        finally:
+            mm.fp32_precision = before
 
     def state_to_compare(self, built):
         """Extra tensors (e.g. parameters after training) compared at the end."""
@@ -273,6 +293,21 @@ class LlamaLayer(Workload):
                 f"attn={LLAMA_ATTN}")
 
 
+class LlamaLayerBF16Matmul(LlamaLayer):
+    """d with PyTorch's opt-in to bfloat16 inside float32 matmuls
+    (torch.backends.mkldnn.matmul.fp32_precision = "bf16", what
+    torch.set_float32_matmul_precision("medium") sets), set alike for every system.
+    Each system does what it does with it: on this bench machine (AVX512-BF16, no
+    AMX) eager's and Inductor's ATen mm stay float32, lazyjit's big GEMMs run on
+    bf16 operands (executor/gemm.h). Outputs compared at bf16 tolerances."""
+    key = "d_llama_layer_bf16mm"
+    title = "Llama decoder layer forward (no_grad), matmul fp32_precision=bf16"
+    matmul_precision = "bf16"
+    # bf16 operands: a GEMM's error is ~2^-8 of its output's scale (the layer's
+    # outputs are ~1); torch.testing's bf16 rtol, and an atol of the same size
+    tolerance = {"rtol": 1.6e-2, "atol": 1.6e-2}
+
+
 class MLPTrain(Workload):
     key = "e_mlp_train"
     title = "MLP block training step (fwd+bwd+AdamW)"
@@ -407,7 +442,7 @@ class LlamaDecode(Workload):
 
 
 WORKLOADS = {w.key: w for w in (GeluPrimitive, Softmax, LayerNorm, MLPForward, LlamaLayer,
-                                MLPTrain, SmallOps, LlamaDecode)}
+                                LlamaLayerBF16Matmul, MLPTrain, SmallOps, LlamaDecode)}
 
 # The issue's targets (bench/README.md): min speedup over eager, over inductor, and for
 # memory-bound ones the minimum fraction of measured triad bandwidth. They are checked
@@ -419,6 +454,7 @@ TARGETS = {
     "b2_layer_norm": {"vs_eager": 3.0, "vs_inductor": 1.0},
     "c_mlp": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "d_llama_layer": {"vs_eager": 1.3, "vs_inductor": 1.0},
+    "d_llama_layer_bf16mm": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "e_mlp_train": {"vs_eager": 1.3, "vs_inductor": 1.0},
     "g_decode": {"vs_eager": 1.2},
     "f_small_ops": {"vs_eager": 1.5, "vs_inductor": 1.0,
@@ -674,6 +710,13 @@ def _fresh_lazyjit_caches(lazyjit) -> None:
 
 def run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: float = 0.0,
                max_runs: int = 50) -> tuple[dict, object, object]:
+    """_run_system under the workload's settings (Workload.settings)."""
+    with wl.settings():
+        return _run_system(wl, system, warmup, runs, min_time_s, max_runs)
+
+
+def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: float = 0.0,
+                max_runs: int = 50) -> tuple[dict, object, object]:
     """Returns (result, first-call output on CPU, (last output, compare-state) on CPU).
 
     For a training workload (``wl.train``) the third element is taken after the first
@@ -890,12 +933,12 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
                 if ref_path is not None:
                     torch.save((first, last), ref_path)
             elif ref_first is not None:
-                c_first = compare(first, ref_first)
+                c_first = compare(first, ref_first, **wl.tolerance)
                 # last = (output, state): for a training step after the first call and
                 # the warm-up steps (the same count for every system; the number of
                 # timed steps adapts to speed), the parameters included
                 c_last = (compare_train(last, ref_last) if wl.train
-                          else compare(last, ref_last))
+                          else compare(last, ref_last, **wl.tolerance))
                 res["correct"] = c_first["ok"] and c_last["ok"]
                 res["max_abs_diff"] = max(c_first["max_abs_diff"], c_last["max_abs_diff"])
                 res["correct_error"] = c_first["error"] or c_last["error"]

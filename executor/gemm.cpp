@@ -40,7 +40,20 @@ bool fits(const at::Tensor& a, const at::Tensor& b) {
 
 bool is_one(const c10::IValue& v) { return v.isScalar() && v.toScalar().equal(1); }
 
+// The CPU multiplies bfloat16 natively (AVX512-BF16 dot products or AMX tiles):
+// there a bf16 GEMM runs ~1.7-2x a float32 one (bench/results/gemm.md). Without
+// it oneDNN would emulate bf16, slower than float32: the opt-in is ignored.
+bool cpu_has_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  return has;
+}
+
 }  // namespace
+
+bool bf16_gemms_allowed() {
+  return cpu_has_bf16() && at::globalContext().float32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL) ==
+                               at::Float32Precision::BF16;
+}
 
 Gemm gemm_kind(const std::string& op_name) {
   if (op_name == "aten::mm") return Gemm::Mm;
@@ -66,22 +79,40 @@ bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {
   }
   static const c10::OperatorHandle linear =
       c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  const bool bf16 = bf16_gemms_allowed();
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled())
     span.emplace("execute", "oneDNN inner product",
-                 debug::TraceArgs{{"m", a.size(0)}, {"k", a.size(1)}, {"n", b.size(1)}, {"bias", bias.isTensor()}});
+                 debug::TraceArgs{{"m", a.size(0)},
+                                  {"k", a.size(1)},
+                                  {"n", b.size(1)},
+                                  {"bias", bias.isTensor()},
+                                  {"bf16", bf16}});
   const auto t0 = std::chrono::steady_clock::now();
   // Y = X W^T (+ B) with W = mat2^T: [n, k], a view, whichever way mat2 is laid out.
-  torch::jit::Stack call{a, b.t(), bias, std::string("none"), c10::List<std::optional<at::Scalar>>(), c10::IValue()};
+  // bf16: operands rounded to bfloat16 (the weight each call: a cached copy saved
+  // 5% at the bench's shapes, not worth a cache that must notice in-place
+  // updates), products summed in float32 by oneDNN, the result rounded to
+  // bfloat16 (the op's output dtype) and widened back to float32.
+  auto narrow = [&](const at::Tensor& t) { return bf16 ? t.to(at::kBFloat16) : t; };
+  torch::jit::Stack call{narrow(a),
+                         narrow(b.t()),
+                         bias.isTensor() ? c10::IValue(narrow(bias.toTensor())) : bias,
+                         std::string("none"),
+                         c10::List<std::optional<at::Scalar>>(),
+                         c10::IValue()};
   try {
     linear.callBoxed(&call);
   } catch (const c10::Error&) {
     return false;  // ATen's own op runs it, or raises eager's error
   }
-  stack.assign(1, std::move(call.at(0)));
-  // Counted as a timing ("onednn gemm" in lazyjit.metrics()["timings"]).
-  debug::Metrics::get().time("onednn gemm",
-                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  at::Tensor y = call.at(0).toTensor();
+  stack.assign(1, bf16 ? y.to(at::kFloat) : std::move(y));
+  // Counted as timings ("onednn gemm", and "onednn gemm bf16" for those in
+  // bfloat16, in lazyjit.metrics()["timings"]).
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  debug::Metrics::get().time("onednn gemm", ms);
+  if (bf16) debug::Metrics::get().time("onednn gemm bf16", ms);
   return true;
 }
 

@@ -20,6 +20,11 @@ _spec.loader.exec_module(bench)
 
 
 def _run(wl, device, steps):
+    with wl.settings():
+        return _run_steps(wl, device, steps)
+
+
+def _run_steps(wl, device, steps):
     fn, args = built = wl.build(device)
     ctx = torch.no_grad if wl.no_grad else torch.enable_grad
     outs = []
@@ -40,7 +45,7 @@ def test_workload_matches_eager(key):
     want, want_state = _run(wl, "cpu", 2)
     got, got_state = _run(wl, "lazyjit", 2)
     for g, w in zip(got, want):
-        torch.testing.assert_close(g, w)
+        torch.testing.assert_close(g, w, **wl.tolerance)
     if want_state is not None:
         torch.testing.assert_close(got_state, want_state)
 
@@ -57,8 +62,8 @@ def test_workload_compile_matches_eager(key):
     wl = bench.make_workload(key, "tiny")
     _, want_first, (want_last, want_state) = bench.run_system(wl, "eager", 1, 1)
     res, got_first, (got_last, got_state) = bench.run_system(wl, "lazyjit_compile", 1, 1)
-    torch.testing.assert_close(got_first, want_first)
-    torch.testing.assert_close(got_last, want_last)
+    torch.testing.assert_close(got_first, want_first, **wl.tolerance)
+    torch.testing.assert_close(got_last, want_last, **wl.tolerance)
     if want_state is not None:  # the training step: parameters as the bench compares them
         torch.testing.assert_close(got_state, want_state, **bench.TRAIN_STATE_TOL)
     st = res["lazyjit_compile"]
@@ -100,6 +105,29 @@ def test_calls_per_sample_times_per_call():
     want = bench.small_ops(*bench.make_workload("f_small_ops", "quick").build("cpu")[1])
     torch.testing.assert_close(first, want)
     torch.testing.assert_close(last, want)
+
+
+def _cpu_multiplies_bf16() -> bool:
+    flags = open("/proc/cpuinfo").read().split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@pytest.mark.skipif(not _cpu_multiplies_bf16(), reason="the CPU has no native bfloat16")
+def test_bf16_matmul_workload_runs_its_gemms_in_bf16_and_restores_the_switch():
+    """d_llama_layer_bf16mm at the quick size (GEMMs big enough for oneDNN): the
+    layer's 7 projections run as bf16 GEMMs, the output is within the workload's
+    bf16 tolerance of eager under the same switch and visibly not float32-exact,
+    and the switch is back to what it was afterwards."""
+    wl = bench.make_workload("d_llama_layer_bf16mm", "quick")
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    n0 = lazyjit.metrics()["timings"].get("onednn gemm bf16", {}).get("count", 0)
+    want, _ = _run(wl, "cpu", 1)
+    got, _ = _run(wl, "lazyjit", 1)
+    n = lazyjit.metrics()["timings"].get("onednn gemm bf16", {}).get("count", 0) - n0
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+    assert n == 7, n  # q, k, v, o, gate, up, down
+    torch.testing.assert_close(got[0], want[0], **wl.tolerance)
+    assert (got[0] - want[0]).abs().max() > 1e-4  # bf16 ran, not float32
 
 
 def test_summary_and_table_have_lazyjit_compile():

@@ -152,3 +152,73 @@ print(json.dumps({"same": res, "eager_syncs": m["eager_syncs"],
     assert r["eager_syncs"] == 2, r
     assert r["same"] == [True, True], r
     assert r["onednn"] == 0, r
+
+
+def cpu_multiplies_bf16() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+# Runs in a fresh interpreter: the switch is process-wide, and PyTorch refuses
+# torch.get_float32_matmul_precision() (Inductor calls it) once the legacy and
+# the new precision APIs were both used in one process.
+BF16_SCRIPT = r"""
+import json, sys, torch, torch.nn.functional as F, lazyjit
+switch = sys.argv[1]
+if switch == "medium":
+    torch.set_float32_matmul_precision("medium")
+else:
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+torch.manual_seed(0)
+x, w, b = torch.randn(256, 512), torch.randn(384, 512) / 512 ** 0.5, torch.randn(384)
+def bf16_count():
+    return lazyjit.metrics()["timings"].get("onednn gemm bf16", {}).get("count", 0)
+def on_lazyjit(f, *args):
+    n = bf16_count()
+    out = f(*[a.to("lazyjit") for a in args]).cpu()
+    return out, bf16_count() - n
+res = {}
+for name, f, args, ref in [
+        ("mm", lambda x, w: torch.tanh(x @ w.t()), (x, w),
+         lambda: torch.tanh((x.bfloat16() @ w.bfloat16().t()).float())),
+        ("addmm", lambda x, w, b: F.linear(x, w, b) * 2, (x, w, b),
+         lambda: F.linear(x.bfloat16(), w.bfloat16(), b.bfloat16()).float() * 2),
+        ("small", lambda x, w: x @ w.t(), (x[:4], w), None)]:
+    got, n = on_lazyjit(f, *args)
+    fp32 = f(*args)   # eager under the same switch
+    res[name] = {"dtype": str(got.dtype), "bf16_gemms": n,
+                 "vs_fp32": (got - fp32).abs().max().item(),
+                 "vs_bf16": None if ref is None else (got - ref()).abs().max().item(),
+                 "scale": fp32.abs().max().item()}
+# switched off again: float32
+torch.backends.mkldnn.matmul.fp32_precision = "ieee"
+got, n = on_lazyjit(lambda x, w: x @ w.t(), x, w)
+res["off"] = {"bf16_gemms": n, "vs_fp32": (got - x @ w.t()).abs().max().item()}
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.skipif(not cpu_multiplies_bf16(), reason="the CPU has no native bfloat16 (AVX512-BF16 / AMX)")
+@pytest.mark.parametrize("switch", ["mkldnn.matmul.fp32_precision=bf16", "medium"])
+def test_bf16_switch_runs_big_gemms_on_bfloat16_operands(switch):
+    """PyTorch's opt-in to bf16 inside float32 matmuls: big GEMMs of a compiled
+    program run on bfloat16 operands with float32 sums. Their results are
+    float32, within bf16 tolerance of eager's float32 ones and visibly not
+    float32-exact (so bf16 really ran), and as close to eager's own bf16 GEMM
+    as a rounding of the output; a GEMM too small for oneDNN stays float32, and
+    switching back to "ieee" gives float32 again."""
+    out = run_python(BF16_SCRIPT.replace("sys.argv[1]", repr(switch)),
+                     env_extra={"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_CACHE": "off"})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in ("mm", "addmm"):
+        g = r[name]
+        assert g["dtype"] == "torch.float32" and g["bf16_gemms"] == 1, (name, g)
+        # bf16 operands: relative error ~2^-8 of the output's scale; float32 would be ~1e-6
+        assert 1e-4 * g["scale"] < g["vs_fp32"] < 2e-2 * g["scale"], (name, g)
+        # the same products as eager's bf16 GEMM, up to bf16 rounding of the output
+        assert g["vs_bf16"] <= 2 ** -7 * g["scale"], (name, g)
+    assert r["small"]["bf16_gemms"] == 0 and r["small"]["vs_fp32"] < 1e-4, r["small"]
+    assert r["off"]["bf16_gemms"] == 0 and r["off"]["vs_fp32"] < 1e-4, r["off"]
