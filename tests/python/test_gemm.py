@@ -186,6 +186,10 @@ for name, f, args, ref in [
          lambda: torch.tanh((x.bfloat16() @ w.bfloat16().t()).float())),
         ("addmm", lambda x, w, b: F.linear(x, w, b) * 2, (x, w, b),
          lambda: F.linear(x.bfloat16(), w.bfloat16(), b.bfloat16()).float() * 2),
+        ("row-major mat2", lambda x, w: x @ w.t().contiguous(), (x, w),
+         lambda: (x.bfloat16() @ w.t().contiguous().bfloat16()).float()),
+        ("mat1 with row gaps", lambda x, w: x[:, :256] @ w[:, :256].t(), (x, w),
+         lambda: (x[:, :256].bfloat16() @ w[:, :256].bfloat16().t()).float()),
         ("small", lambda x, w: x @ w.t(), (x[:4], w), None)]:
     got, n = on_lazyjit(f, *args)
     fp32 = f(*args)   # eager under the same switch
@@ -213,7 +217,7 @@ def test_bf16_switch_runs_big_gemms_on_bfloat16_operands(switch):
     out = run_python(BF16_SCRIPT.replace("sys.argv[1]", repr(switch)),
                      env_extra={"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_CACHE": "off"})
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    for name in ("mm", "addmm"):
+    for name in ("mm", "addmm", "row-major mat2", "mat1 with row gaps"):
         g = r[name]
         assert g["dtype"] == "torch.float32" and g["bf16_gemms"] == 1, (name, g)
         # bf16 operands: relative error ~2^-8 of the output's scale; float32 would be ~1e-6
