@@ -1,14 +1,19 @@
 #include "executor/gemm.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <optional>
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
+#include "executor/small_gemm.h"
 
 namespace lazyjit::executor {
 
@@ -59,6 +64,48 @@ Gemm gemm_kind(const std::string& op_name) {
   if (op_name == "aten::mm") return Gemm::Mm;
   if (op_name == "aten::addmm") return Gemm::Addmm;
   return Gemm::None;
+}
+
+bool run_small_gemm(Gemm kind, torch::jit::Stack& stack) {
+  // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
+  static const bool enabled = [] {
+    const char* e = std::getenv("LAZYJIT_SMALL_GEMM");
+    return small_gemm_supported() && !(e && (std::string(e) == "off" || std::string(e) == "0"));
+  }();
+  if (!enabled) return false;
+  const size_t first = kind == Gemm::Mm ? 0 : 1;
+  if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
+    return false;
+  const at::Tensor& a = stack[first].toTensor();
+  const at::Tensor& b = stack[first + 1].toTensor();
+  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+      !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0))
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m < 1 || m > kSmallGemmMaxRows || k == 0 || n == 0) return false;
+  // a's rows contiguous; mat2 = w^T with w's rows contiguous (a Linear's weight)
+  if (a.stride(1) != 1 || (m > 1 && a.stride(0) < k) || b.stride(0) != 1 || b.stride(1) < k) return false;
+  const float* bias = nullptr;
+  at::Tensor c;
+  if (kind == Gemm::Addmm) {
+    if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return false;
+    c = stack[0].toTensor();
+    if (c.dim() != 1 || c.size(0) != n || c.scalar_type() != at::kFloat || !c.is_contiguous() || !c.device().is_cpu())
+      return false;
+    bias = c.const_data_ptr<float>();
+  }
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("execute", "small GEMM", debug::TraceArgs{{"m", m}, {"k", k}, {"n", n}, {"bias", bias != nullptr}});
+  const auto t0 = std::chrono::steady_clock::now();
+  at::Tensor y = at::empty({m, n}, a.options());
+  small_gemm(a.const_data_ptr<float>(), a.stride(0), b.const_data_ptr<float>(), b.stride(1), bias,
+             y.mutable_data_ptr<float>(), m, n, k, at::get_num_threads());
+  stack.assign(1, std::move(y));
+  // Counted as a timing ("small gemm" in lazyjit.metrics()["timings"]).
+  debug::Metrics::get().time("small gemm",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return true;
 }
 
 bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {

@@ -1,5 +1,6 @@
-// The GEMMs of a compiled program (aten::mm, aten::addmm library steps) through
-// oneDNN's inner product (mkldnn::_linear_pointwise, plain layouts, nothing
+// The GEMMs of a compiled program (aten::mm, aten::addmm library steps): the
+// decode-sized ones through lazyjit's small GEMM kernel (run_small_gemm), the
+// big ones through oneDNN's inner product (mkldnn::_linear_pointwise, plain layouts, nothing
 // packed or cached) instead of ATen's own ops, which run MKL on the x86 wheels.
 // Measured on the bench machine (AMD EPYC, AVX-512; bench/results/gemm.md):
 // 1.1-1.7x faster from a few million multiply-adds, ~10 us slower on the tiny
@@ -34,6 +35,12 @@ Gemm gemm_kind(const std::string& op_name);
 // value and returns true. False: the stack is untouched and the caller runs
 // ATen's op (which raises what eager would).
 bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
+
+// GEMMs of 1 to kSmallGemmMaxRows rows against a Linear's weight (mat2 = w^T,
+// w's rows contiguous; addmm as above), float32, on an AVX-512 CPU: lazyjit's
+// own kernel (executor/small_gemm.h) instead of MKL's generic-path GEMV. Same
+// contract as run_onednn_gemm; tried first.
+bool run_small_gemm(Gemm kind, torch::jit::Stack& stack);
 
 // Whether run_onednn_gemm computes in bfloat16 now: the user's switch is set
 // and the CPU multiplies bf16 natively.

@@ -1,9 +1,12 @@
 """Big float32 GEMMs of compiled programs (aten::mm, aten::addmm) run through
-oneDNN's inner product (executor/gemm.h); everything else, and every GEMM of an
-op-by-op run, stays ATen's own op. Eager PyTorch is the oracle: within float32
-rounding for oneDNN (another summation order), bit for bit for ATen's.
+oneDNN's inner product (executor/gemm.h), decode-sized ones (1-4 rows against a
+Linear's weight) through lazyjit's small GEMM kernel (executor/small_gemm.h);
+everything else, and every GEMM of an op-by-op run, stays ATen's own op. Eager
+PyTorch is the oracle: within float32 rounding for oneDNN and the small GEMM
+(another summation order), bit for bit for ATen's.
 
-lazyjit.metrics()["timings"]["onednn gemm"]["count"] counts the GEMMs oneDNN ran.
+lazyjit.metrics()["timings"]["onednn gemm"]["count"] counts the GEMMs oneDNN ran,
+["small gemm"] those of the small GEMM kernel.
 """
 import json
 
@@ -16,6 +19,10 @@ import lazyjit
 from conftest import run_python
 
 DEV = "lazyjit"
+
+
+def small_gemms():
+    return lazyjit.metrics()["timings"].get("small gemm", {}).get("count", 0)
 
 
 def onednn_gemms():
@@ -58,8 +65,9 @@ def test_big_float32_gemms_run_through_onednn_and_match_eager(name, fn, args):
 
 # Calls that keep ATen's op: each still matches eager.
 KEPT = [
-    ("a decode-sized GEMM (setup would cost more than it saves)",
-     lambda x, w: x @ w.t(), (randn(1, 256), randn(688, 256))),
+    ("5 rows: too many for the small GEMM, too few multiply-adds for oneDNN",
+     lambda x, w: x @ w.t(), (randn(5, 256), randn(688, 256))),
+    ("a decode-sized GEMM with a row-major mat2", lambda x, w: x @ w, (randn(1, 256), randn(256, 688))),
     ("float64", lambda x, w: x @ w.t(), (randn(256, 512, dtype=torch.float64), randn(384, 512, dtype=torch.float64))),
     ("bfloat16", lambda x, w: x @ w.t(),
      (randn(256, 512).bfloat16(), randn(384, 512).bfloat16())),
@@ -84,6 +92,42 @@ def test_other_gemms_keep_atens_op(name, fn, args):
     else:
         assert torch.equal(got, want), f"{name}: not eager's bits"
     assert n == 0, f"{name}: oneDNN ran {n} GEMMs"
+
+
+# Decode-sized GEMMs against a Linear's weight: lazyjit's small GEMM kernel
+# (executor/small_gemm.h), float32 sums in another order than MKL's.
+SMALL = [
+    ("a token's projection (x @ w.t())", lambda x, w: x @ w.t(), (randn(1, 256), randn(688, 256))),
+    ("F.linear with bias (addmm)", lambda x, w, b: F.linear(x, w, b), (randn(1, 688), randn(256, 688), randn(256))),
+    ("4 rows, K with a tail, N not a multiple of 4", lambda x, w: x @ w.t(), (randn(4, 100), randn(37, 100))),
+    ("3 rows of a 3-d input (a batch of tokens)", lambda x, w: x @ w.t(), (randn(3, 1, 256), randn(1000, 256))),
+    ("K below one vector", lambda x, w: x @ w.t(), (randn(2, 5), randn(9, 5))),
+    ("a sliced weight (rows with gaps)", lambda x, w: x @ w[:, :128].t(), (randn(1, 128), randn(300, 256))),
+    ("then a fused epilogue", lambda x, w: torch.tanh(x @ w.t()) * 2, (randn(1, 256), randn(688, 256))),
+]
+
+
+@pytest.mark.skipif("avx512f" not in open("/proc/cpuinfo").read(), reason="the small GEMM needs AVX-512")
+@pytest.mark.parametrize("name,fn,args", SMALL, ids=[k[0] for k in SMALL])
+def test_decode_sized_gemms_run_the_small_gemm_and_match_eager(name, fn, args):
+    before = small_gemms()
+    got, n = compiled(fn, *args)
+    close(got, fn(*args))
+    assert n == 0, f"{name}: oneDNN ran {n} GEMMs"
+    assert small_gemms() - before == 1, f"{name}: {small_gemms() - before} small GEMMs"
+
+
+def test_small_gemm_off_keeps_atens_op_bit_for_bit():
+    out = run_python(r"""
+import json, torch, lazyjit
+torch.manual_seed(0)
+x, w = torch.randn(1, 256), torch.randn(688, 256)
+got = (x.to("lazyjit") @ w.to("lazyjit").t()).cpu()
+print(json.dumps({"same": torch.equal(got, x @ w.t()),
+                  "small": lazyjit.metrics()["timings"].get("small gemm", {}).get("count", 0)}))
+""", env_extra={"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_CACHE": "off", "LAZYJIT_SMALL_GEMM": "off"})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r == {"same": True, "small": 0}, r
 
 
 def test_mkldnn_disabled_keeps_atens_op():
