@@ -133,7 +133,7 @@ void AtenCall::run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor
       }
     }
   }
-  if (gemm_ == Gemm::None || !(run_small_gemm(gemm_, stack) || run_onednn_gemm(gemm_, stack))) op_.callBoxed(&stack);
+  if (gemm_ == Gemm::None || !run_fast_gemm(gemm_, stack)) op_.callBoxed(&stack);
   size_t out = 0;
   auto bind = [&](const at::Tensor& t) {
     if (!t.defined()) return;  // the tracer saw it undefined too: not a value

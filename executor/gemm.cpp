@@ -34,19 +34,53 @@ bool plain(const at::Tensor& t) {
 // gradient). A column-major mat1 (g^T @ x, a weight's gradient) stays with
 // MKL: oneDNN measured 0.92-1.06x of it at 4096x256x1024 and slower on
 // medium sizes (bench/results/gemm.md).
-bool fits(const at::Tensor& a, const at::Tensor& b) {
-  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
-      !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0))
-    return false;
+bool fits_onednn(const at::Tensor& a, const at::Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || k == 0 || n == 0 || m * k * n < kMinMacs) return false;
-  return a.stride(1) == 1 && a.stride(0) >= k && plain(b);
+  return m * k * n >= kMinMacs && a.stride(1) == 1 && a.stride(0) >= k && plain(b);
+}
+
+// 1 to kSmallGemmMaxRows rows of a, each contiguous; mat2 = w^T with w's rows
+// contiguous (a Linear's weight).
+bool fits_small(const at::Tensor& a, const at::Tensor& b) {
+  const int64_t m = a.size(0), k = a.size(1);
+  return m <= kSmallGemmMaxRows && a.stride(1) == 1 && (m == 1 || a.stride(0) >= k) && b.stride(0) == 1 &&
+         b.stride(1) >= k;
 }
 
 bool is_one(const c10::IValue& v) { return v.isScalar() && v.toScalar().equal(1); }
 
+// The operands of an mm or addmm step that either GEMM path may take: 2-D
+// float32 CPU tensors, no empty dim, and for addmm a contiguous 1-D float32
+// bias with beta = alpha = 1 (bias undefined for mm). nullopt: ATen's op runs.
+struct Operands {
+  at::Tensor a, b, bias;
+};
+
+std::optional<Operands> float_operands(Gemm kind, const torch::jit::Stack& stack) {
+  // mm(self, mat2); addmm(self = bias, mat1, mat2, beta, alpha)
+  const size_t first = kind == Gemm::Mm ? 0 : 1;
+  if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
+    return std::nullopt;
+  Operands o{stack[first].toTensor(), stack[first + 1].toTensor(), {}};
+  const at::Tensor &a = o.a, &b = o.b;
+  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+      !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0) || a.size(0) == 0 || a.size(1) == 0 ||
+      b.size(1) == 0)
+    return std::nullopt;
+  if (kind == Gemm::Addmm) {
+    if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return std::nullopt;
+    o.bias = stack[0].toTensor();
+    const at::Tensor& c = o.bias;
+    if (c.dim() != 1 || c.size(0) != b.size(1) || c.scalar_type() != at::kFloat || !c.is_contiguous() ||
+        !c.device().is_cpu())
+      return std::nullopt;
+  }
+  return o;
+}
+
 // The CPU multiplies bfloat16 natively (AVX512-BF16 dot products or AMX tiles):
-// there a bf16 GEMM runs ~1.7-2x a float32 one (bench/results/gemm.md). Without
+// there a bf16 GEMM runs ~1.7-2x a float32 one (the bench's shapes, measured
+// standalone: 256x512x1376 1921 us -> 1027 us, both operands converted). Without
 // it oneDNN would emulate bf16, slower than float32: the opt-in is ignored.
 bool cpu_has_bf16() {
   static const bool has = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
@@ -66,34 +100,12 @@ Gemm gemm_kind(const std::string& op_name) {
   return Gemm::None;
 }
 
-bool run_small_gemm(Gemm kind, torch::jit::Stack& stack) {
-  // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
-  static const bool enabled = [] {
-    const char* e = std::getenv("LAZYJIT_SMALL_GEMM");
-    return small_gemm_supported() && !(e && (std::string(e) == "off" || std::string(e) == "0"));
-  }();
-  if (!enabled) return false;
-  const size_t first = kind == Gemm::Mm ? 0 : 1;
-  if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
-    return false;
-  const at::Tensor& a = stack[first].toTensor();
-  const at::Tensor& b = stack[first + 1].toTensor();
-  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
-      !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0))
-    return false;
+namespace {
+
+void run_small(const Operands& o, torch::jit::Stack& stack) {
+  const at::Tensor &a = o.a, &b = o.b;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m < 1 || m > kSmallGemmMaxRows || k == 0 || n == 0) return false;
-  // a's rows contiguous; mat2 = w^T with w's rows contiguous (a Linear's weight)
-  if (a.stride(1) != 1 || (m > 1 && a.stride(0) < k) || b.stride(0) != 1 || b.stride(1) < k) return false;
-  const float* bias = nullptr;
-  at::Tensor c;
-  if (kind == Gemm::Addmm) {
-    if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return false;
-    c = stack[0].toTensor();
-    if (c.dim() != 1 || c.size(0) != n || c.scalar_type() != at::kFloat || !c.is_contiguous() || !c.device().is_cpu())
-      return false;
-    bias = c.const_data_ptr<float>();
-  }
+  const float* bias = o.bias.defined() ? o.bias.const_data_ptr<float>() : nullptr;
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled())
     span.emplace("execute", "small GEMM", debug::TraceArgs{{"m", m}, {"k", k}, {"n", n}, {"bias", bias != nullptr}});
@@ -105,25 +117,12 @@ bool run_small_gemm(Gemm kind, torch::jit::Stack& stack) {
   // Counted as a timing ("small gemm" in lazyjit.metrics()["timings"]).
   debug::Metrics::get().time("small gemm",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return true;
 }
 
-bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {
-  static const bool available = at::hasMKLDNN();
-  if (!available || !at::globalContext().userEnabledMkldnn()) return false;
-  // mm(self, mat2); addmm(self = bias, mat1, mat2, beta, alpha)
-  const size_t first = kind == Gemm::Mm ? 0 : 1;
-  if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
-    return false;
-  const at::Tensor a = stack[first].toTensor(), b = stack[first + 1].toTensor();
-  if (!fits(a, b)) return false;
-  c10::IValue bias;
-  if (kind == Gemm::Addmm) {
-    if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return false;
-    const at::Tensor& c = stack[0].toTensor();
-    if (c.dim() != 1 || c.size(0) != b.size(1) || c.scalar_type() != at::kFloat || !c.is_contiguous()) return false;
-    bias = c;
-  }
+// False when oneDNN raised: the stack is untouched.
+bool run_onednn(const Operands& o, torch::jit::Stack& stack) {
+  const at::Tensor &a = o.a, &b = o.b;
+  const c10::IValue bias = o.bias.defined() ? c10::IValue(o.bias) : c10::IValue();
   static const c10::OperatorHandle linear =
       c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   const bool bf16 = bf16_gemms_allowed();
@@ -161,6 +160,24 @@ bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack) {
   debug::Metrics::get().time("onednn gemm", ms);
   if (bf16) debug::Metrics::get().time("onednn gemm bf16", ms);
   return true;
+}
+
+}  // namespace
+
+bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack) {
+  const std::optional<Operands> o = float_operands(kind, stack);
+  if (!o) return false;
+  // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
+  static const bool small_enabled = [] {
+    const char* e = std::getenv("LAZYJIT_SMALL_GEMM");
+    return small_gemm_supported() && !(e && (std::string(e) == "off" || std::string(e) == "0"));
+  }();
+  if (small_enabled && fits_small(o->a, o->b)) {
+    run_small(*o, stack);
+    return true;
+  }
+  static const bool mkldnn_built = at::hasMKLDNN();
+  return mkldnn_built && at::globalContext().userEnabledMkldnn() && fits_onednn(o->a, o->b) && run_onednn(*o, stack);
 }
 
 }  // namespace lazyjit::executor

@@ -1,5 +1,5 @@
 // The GEMMs of a compiled program (aten::mm, aten::addmm library steps): the
-// decode-sized ones through lazyjit's small GEMM kernel (run_small_gemm), the
+// decode-sized ones through lazyjit's small GEMM kernel, the
 // big ones through oneDNN's inner product (mkldnn::_linear_pointwise, plain layouts, nothing
 // packed or cached) instead of ATen's own ops, which run MKL on the x86 wheels.
 // Measured on the bench machine (AMD EPYC, AVX-512; bench/results/gemm.md):
@@ -28,21 +28,18 @@ enum class Gemm { None, Mm, Addmm };
 // Which GEMM an ATen op name ("aten::mm", "aten::addmm") is; None for others.
 Gemm gemm_kind(const std::string& op_name);
 
-// With `stack` holding the op's arguments as its schema orders them: when
-// oneDNN takes this call (float32, 2-D, big enough, mat1 row-major, mat2 row-
-// or column-major, addmm with a 1-D bias and beta = alpha = 1, mkldnn
-// enabled) and runs it without an error, leaves the result as the stack's one
-// value and returns true. False: the stack is untouched and the caller runs
-// ATen's op (which raises what eager would).
-bool run_onednn_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
+// With `stack` holding the op's arguments as its schema orders them, for
+// float32 2-D operands (addmm: a 1-D bias, beta = alpha = 1): a GEMM of 1 to
+// kSmallGemmMaxRows rows against a Linear's weight (mat2 = w^T, w's rows
+// contiguous) on an AVX-512 CPU runs lazyjit's own kernel
+// (executor/small_gemm.h) instead of MKL's generic-path GEMV; a big one (at
+// least 2^23 multiply-adds, mat1 row-major, mat2 row- or column-major, mkldnn
+// enabled) runs oneDNN. Either way the result is left as the stack's one value
+// and true returned. False: the stack is untouched and the caller runs ATen's
+// op (which raises what eager would), as for a GEMM oneDNN raised on.
+bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
 
-// GEMMs of 1 to kSmallGemmMaxRows rows against a Linear's weight (mat2 = w^T,
-// w's rows contiguous; addmm as above), float32, on an AVX-512 CPU: lazyjit's
-// own kernel (executor/small_gemm.h) instead of MKL's generic-path GEMV. Same
-// contract as run_onednn_gemm; tried first.
-bool run_small_gemm(Gemm kind, torch::jit::Stack& stack);
-
-// Whether run_onednn_gemm computes in bfloat16 now: the user's switch is set
+// Whether run_fast_gemm's oneDNN GEMMs compute in bfloat16 now: the user's switch is set
 // and the CPU multiplies bf16 natively.
 bool bf16_gemms_allowed();
 

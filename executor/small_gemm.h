@@ -1,11 +1,14 @@
 // GEMMs with a few rows against a Linear's weight: y = a w^T (+ bias), a
 // [M, K] with M <= kSmallGemmMaxRows, w [N, K] row-major. Token-by-token
 // decoding is made of these (M = 1). The x86 wheel's MKL runs them in its
-// generic code path on AMD CPUs (mkl_blas_def_xsgemv: ~34 us per projection
-// of a 4-layer, 256-wide Llama, 14 GB/s from cache); this kernel streams the
-// weight's rows with AVX-512 FMAs on ATen's OpenMP pool (~4.5 us, near the
-// cache's bandwidth; bench/gemv.py). Float32 sums in another order than MKL's:
-// results within float32 rounding of eager's. No libtorch here.
+// generic code path on AMD CPUs (mkl_blas_def_xsgemv); this kernel streams
+// the weight's rows with AVX-512 FMAs, split over ATen's OpenMP pool. For the
+// 29 projections of a token of the bench's 4-layer, 256-wide Llama (13.5 MB of
+// weights): 124 us from cache; from DRAM, the case in a real decode step
+// (its other work evicts the weights), ~800 us on two threads against ~1400
+// on one; a 32-token generate on the device spends ~45 ms executing programs
+// against ~90 with LAZYJIT_SMALL_GEMM=off. Float32 sums in another order than
+// MKL's: results within float32 rounding of eager's. No libtorch here.
 #pragma once
 #include <cstdint>
 

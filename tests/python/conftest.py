@@ -85,3 +85,12 @@ def run_python(code: str, env_extra=None, timeout=120) -> subprocess.CompletedPr
                           text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, f"subprocess failed:\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
+
+
+def cpu_has(*flags: str) -> bool:
+    """Whether the CPU reports any of `flags` in /proc/cpuinfo (e.g. "avx512_bf16")."""
+    try:
+        have = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        return False
+    return any(f in have for f in flags)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import lazyjit
+from conftest import cpu_has
 
 _RUN = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 _spec = importlib.util.spec_from_file_location("lazyjit_bench_run", _RUN)
@@ -107,12 +108,7 @@ def test_calls_per_sample_times_per_call():
     torch.testing.assert_close(last, want)
 
 
-def _cpu_multiplies_bf16() -> bool:
-    flags = open("/proc/cpuinfo").read().split()
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-@pytest.mark.skipif(not _cpu_multiplies_bf16(), reason="the CPU has no native bfloat16")
+@pytest.mark.skipif(not cpu_has("avx512_bf16", "amx_bf16"), reason="the CPU has no native bfloat16")
 def test_bf16_matmul_workload_runs_its_gemms_in_bf16_and_restores_the_switch():
     """d_llama_layer_bf16mm at the quick size (GEMMs big enough for oneDNN): the
     layer's 7 projections run as bf16 GEMMs, the output is within the workload's

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import lazyjit
-from conftest import run_python
+from conftest import cpu_has, run_python
 
 DEV = "lazyjit"
 
@@ -107,7 +107,7 @@ SMALL = [
 ]
 
 
-@pytest.mark.skipif("avx512f" not in open("/proc/cpuinfo").read(), reason="the small GEMM needs AVX-512")
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="the small GEMM needs AVX-512")
 @pytest.mark.parametrize("name,fn,args", SMALL, ids=[k[0] for k in SMALL])
 def test_decode_sized_gemms_run_the_small_gemm_and_match_eager(name, fn, args):
     before = small_gemms()
@@ -198,14 +198,6 @@ print(json.dumps({"same": res, "eager_syncs": m["eager_syncs"],
     assert r["onednn"] == 0, r
 
 
-def cpu_multiplies_bf16() -> bool:
-    try:
-        flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 # Runs in a fresh interpreter: the switch is process-wide, and PyTorch refuses
 # torch.get_float32_matmul_precision() (Inductor calls it) once the legacy and
 # the new precision APIs were both used in one process.
@@ -249,7 +241,7 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.skipif(not cpu_multiplies_bf16(), reason="the CPU has no native bfloat16 (AVX512-BF16 / AMX)")
+@pytest.mark.skipif(not cpu_has("avx512_bf16", "amx_bf16"), reason="the CPU has no native bfloat16 (AVX512-BF16 / AMX)")
 @pytest.mark.parametrize("switch", ["mkldnn.matmul.fp32_precision=bf16", "medium"])
 def test_bf16_switch_runs_big_gemms_on_bfloat16_operands(switch):
     """PyTorch's opt-in to bf16 inside float32 matmuls: big GEMMs of a compiled
