@@ -109,6 +109,52 @@ struct Builder {
     plan.steps.push_back(s);
   }
 
+  // The values step `t` reads (a view read through a kernel load counts as
+  // its base) and the values it makes.
+  template <class F>
+  void for_each_read(const Step& st, F&& f) const {
+    if (st.kind == Step::Kind::Kernel) {
+      for (uint32_t ni : plan.kernels[st.kernel].nodes)
+        for (ValueId v : g.nodes()[ni].operands) f(v);
+    } else {
+      for (ValueId v : g.nodes()[st.node].operands) f(v);
+    }
+  }
+  template <class F>
+  void for_each_made(const Step& st, F&& f) const {
+    if (st.kind == Step::Kind::Kernel) {
+      for (uint32_t ni : plan.kernels[st.kernel].nodes)
+        for (ValueId v : g.nodes()[ni].outputs) f(v);
+    } else {
+      for (ValueId v : g.nodes()[st.node].outputs) f(v);
+    }
+  }
+
+  // Kernel step `s` may move to the end of the plan when no step after it reads
+  // what it makes (SSA: what it reads stays valid; the buffer plan and the
+  // executor's in-place decisions are made from the final order). Bounded, so
+  // planning stays linear on long graphs.
+  static constexpr size_t kMaxSinkSteps = 16;
+  bool can_sink(int32_t s) const {
+    const size_t n = plan.steps.size();
+    if (static_cast<size_t>(s) + 1 >= n || n - static_cast<size_t>(s) - 1 > kMaxSinkSteps) return false;
+    bool reads = false;
+    for (size_t t = static_cast<size_t>(s) + 1; t < n && !reads; ++t)
+      for_each_read(plan.steps[t], [&](ValueId v) { reads |= dependency(v) == s; });
+    return !reads;
+  }
+  // Moves kernel step `s` to the end; returns its new index.
+  int32_t sink(int32_t s) {
+    const Step moved = plan.steps[s];
+    plan.steps.erase(plan.steps.begin() + s);
+    plan.steps.push_back(moved);
+    const auto end = static_cast<int32_t>(plan.steps.size() - 1);
+    for (int32_t t = s; t < end; ++t)
+      for_each_made(plan.steps[t], [&](ValueId v) { step_of_value[v] = t; });
+    for_each_made(moved, [&](ValueId v) { step_of_value[v] = end; });
+    return end;
+  }
+
   enum class Role { None, Full, Row, Reduce };
 
   // How node `n` would sit in kernel `k`: elementwise nodes join a kernel of
@@ -140,12 +186,19 @@ struct Builder {
         Role r = role_in(plan.kernels[st.kernel], n);
         if (r == Role::None) continue;
         if (static_cast<int32_t>(plan.kernels[st.kernel].nodes.size()) >= opts.max_kernel_nodes) break;
-        bool ok = true;
-        for (ValueId v : n.operands) {
-          int32_t d = dependency(v);
-          if (d > s || (d == s && is_folded_view(v))) ok = false;
-        }
-        if (ok) chosen = s, role = r;
+        auto fits = [&](int32_t at) {
+          for (ValueId v : n.operands) {
+            int32_t d = dependency(v);
+            if (d > at || (d == at && is_folded_view(v))) return false;
+          }
+          return true;
+        };
+        // An operand made after the kernel (silu(gate) * up, up's GEMM coming
+        // after silu's kernel): the kernel moves after it when nothing in
+        // between reads what the kernel makes, so the node joins it instead of
+        // starting a kernel that reloads the stored silu.
+        if (!fits(s) && can_sink(s)) s = sink(s);
+        if (fits(s)) chosen = s, role = r;
         break;
       }
     }

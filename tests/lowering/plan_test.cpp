@@ -104,6 +104,56 @@ TEST(Plan, IndependentWorkAfterALibraryStepJoinsTheEarlierKernel) {
   EXPECT_EQ(plan.kernels[0].nodes.size(), 2u);
 }
 
+namespace {
+ValueId mm(Graph& g, ValueId a, ValueId b, std::vector<int64_t> out) {
+  return g.add_node(OpKind::Aten, {a, b}, {{std::string("aten::mm")}, {OperandRef{0}}, {OperandRef{1}}},
+                    {f32(std::move(out))})[0];
+}
+}  // namespace
+
+// silu(x @ wg) * (x @ wu): silu's kernel moves after the second GEMM and the
+// product joins it, so silu's result is never stored.
+TEST(Plan, AKernelMovesPastALaterLibraryStepItsConsumerNeeds) {
+  Graph g;
+  ValueId x = g.add_input(f32({4, 8})), wg = g.add_input(f32({8, 16})), wu = g.add_input(f32({8, 16}));
+  ValueId gate = mm(g, x, wg, {4, 16});
+  ValueId act = g.add_node1(OpKind::Silu, {gate}, {dt()}, f32({4, 16}));
+  ValueId up = mm(g, x, wu, {4, 16});
+  ValueId y = g.add_node1(OpKind::Mul, {act, up}, {dt()}, f32({4, 16}));
+  g.add_output(y);
+  auto plan = lowering::plan_graph(g);
+  ASSERT_EQ(plan.steps.size(), 3u);
+  EXPECT_EQ(plan.steps[0].kind, Step::Kind::Aten);
+  EXPECT_EQ(plan.steps[1].kind, Step::Kind::Aten);
+  ASSERT_EQ(plan.steps[2].kind, Step::Kind::Kernel);
+  ASSERT_EQ(plan.kernels.size(), 1u);
+  EXPECT_EQ(plan.kernels[0].nodes.size(), 2u);
+  EXPECT_EQ(plan.kernels[0].stores, std::vector<ValueId>{y});
+  // Buffers follow the final order: each GEMM's result is freed by the kernel.
+  ASSERT_EQ(plan.frees.size(), 3u);
+  EXPECT_TRUE(plan.frees[0].empty());
+  EXPECT_TRUE(plan.frees[1].empty());
+  EXPECT_EQ(plan.frees[2].size(), 2u);
+}
+
+// A step between the kernel and the node that reads the kernel's result (here
+// the second GEMM reads silu's) keeps the kernel where it is.
+TEST(Plan, AKernelStaysWhenALaterStepReadsIt) {
+  Graph g;
+  ValueId x = g.add_input(f32({4, 4})), w = g.add_input(f32({4, 4}));
+  ValueId gate = mm(g, x, w, {4, 4});
+  ValueId act = g.add_node1(OpKind::Silu, {gate}, {dt()}, f32({4, 4}));
+  ValueId up = mm(g, act, w, {4, 4});
+  ValueId y = g.add_node1(OpKind::Mul, {act, up}, {dt()}, f32({4, 4}));
+  g.add_output(y);
+  auto plan = lowering::plan_graph(g);
+  ASSERT_EQ(plan.steps.size(), 4u);
+  EXPECT_EQ(plan.steps[1].kind, Step::Kind::Kernel);
+  EXPECT_EQ(plan.steps[2].kind, Step::Kind::Aten);
+  EXPECT_EQ(plan.steps[3].kind, Step::Kind::Kernel);
+  EXPECT_EQ(plan.kernels.at(plan.steps[1].kernel).stores, std::vector<ValueId>{act});
+}
+
 TEST(Plan, BroadcastAndTransposedReadsBecomeStrides) {
   Graph g;
   ValueId x = g.add_input(f32({6, 4}));

@@ -99,3 +99,35 @@ def test_adamw_update_is_fused_not_library_steps(tmp_path):
     plans = "".join(open(p).read() for p in glob.glob(str(d / "*.plan.txt")))
     for op in ("aten::lerp", "aten::addcmul", "aten::addcdiv", "aten::mul.out"):
         assert op not in plans, plans
+
+
+SWIGLU = r"""
+import sys, torch, torch.nn.functional as F, lazyjit
+torch.manual_seed(0)
+x = torch.randn(64, 128)
+wg, wu, wd = (torch.randn(o, i) / i ** 0.5 for o, i in ((344, 128), (344, 128), (128, 344)))
+def mlp(x, wg, wu, wd):  # Llama's MLP: down(silu(gate(x)) * up(x))
+    return F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+got = mlp(*(t.to("lazyjit") for t in (x, wg, wu, wd))).cpu()
+torch.save([got, mlp(x, wg, wu, wd)], sys.argv[1])
+"""
+
+
+def test_silu_of_the_gate_joins_the_product_after_the_up_projection(tmp_path):
+    # silu's kernel would come between the gate and up GEMMs; it moves after the
+    # up GEMM so that silu(gate) * up is one kernel and silu's result is never
+    # stored (one pass over [64, 344] instead of two, and one fewer buffer).
+    d = tmp_path / "dump"
+    d.mkdir()
+    out = tmp_path / "p.pt"
+    run_python(SWIGLU.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
+    got, want = torch.load(out)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    (plan,) = [open(p).read() for p in glob.glob(str(d / "*.plan.txt"))]
+    steps = [line.split()[0] if not line.startswith("aten") else line.split()[1]
+             for line in plan.splitlines() if not line.startswith(" ") and not line.startswith("buffers")]
+    kernels = [s for s in steps if s.startswith("fused_")]
+    assert len(kernels) == 1, plan
+    assert steps.index(kernels[0]) == steps.index("aten::mm", steps.index("aten::mm") + 1) + 1, plan
+    header = next(line for line in plan.splitlines() if line.startswith(kernels[0]))
+    assert "nodes=2" in header and len(header.split("stores=")[1].split()) == 1, plan
