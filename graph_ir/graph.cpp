@@ -178,8 +178,12 @@ void Graph::hash_node(const Node& n) {
   size_t bound = 24 + n.operands.size() * sizeof(int64_t);
   for (const Attr& a : n.attrs) bound += attr_bytes_bound(a.value);
   for (ValueId v : n.outputs) bound += 48 + 16 * values_[v].type.sizes.size() + 16 * values_[v].type.strides.size();
-  if (hash_scratch_.size() < 3 * bound) hash_scratch_.resize(std::max(3 * bound, size_t{4096}));
-  unsigned char* const st0 = hash_scratch_.data();
+  // Per thread, not per graph: a recorder makes a graph per sync, and a fresh
+  // 12 KB buffer each time cost an allocation that made glibc consolidate
+  // every small block the last graph freed.
+  thread_local std::vector<unsigned char> scratch;
+  if (scratch.size() < 3 * bound) scratch.resize(std::max(3 * bound, size_t{4096}));
+  unsigned char* const st0 = scratch.data();
   unsigned char* const sh0 = st0 + bound;
   unsigned char* const cf0 = sh0 + bound;
   Writer st{st0}, sh{sh0}, cf{cf0};

@@ -121,7 +121,6 @@ class Graph {
   std::vector<Value> values_;
   std::vector<ValueId> inputs_, scalars_, outputs_;
   StreamHasher structure_, shape_, confirm_;
-  std::vector<unsigned char> hash_scratch_;  // a node's bytes for the three streams
 };
 
 // Per node: whether some graph output depends on it.
