@@ -109,24 +109,13 @@ struct Builder {
     plan.steps.push_back(s);
   }
 
-  // The values step `t` reads (a view read through a kernel load counts as
-  // its base) and the values it makes.
+  // The nodes a step runs: a kernel's, or its one node.
   template <class F>
-  void for_each_read(const Step& st, F&& f) const {
+  void for_each_node(const Step& st, F&& f) const {
     if (st.kind == Step::Kind::Kernel) {
-      for (uint32_t ni : plan.kernels[st.kernel].nodes)
-        for (ValueId v : g.nodes()[ni].operands) f(v);
+      for (uint32_t ni : plan.kernels[st.kernel].nodes) f(g.nodes()[ni]);
     } else {
-      for (ValueId v : g.nodes()[st.node].operands) f(v);
-    }
-  }
-  template <class F>
-  void for_each_made(const Step& st, F&& f) const {
-    if (st.kind == Step::Kind::Kernel) {
-      for (uint32_t ni : plan.kernels[st.kernel].nodes)
-        for (ValueId v : g.nodes()[ni].outputs) f(v);
-    } else {
-      for (ValueId v : g.nodes()[st.node].outputs) f(v);
+      f(g.nodes()[st.node]);
     }
   }
 
@@ -140,7 +129,9 @@ struct Builder {
     if (static_cast<size_t>(s) + 1 >= n || n - static_cast<size_t>(s) - 1 > kMaxSinkSteps) return false;
     bool reads = false;
     for (size_t t = static_cast<size_t>(s) + 1; t < n && !reads; ++t)
-      for_each_read(plan.steps[t], [&](ValueId v) { reads |= dependency(v) == s; });
+      for_each_node(plan.steps[t], [&](const Node& m) {
+        for (ValueId v : m.operands) reads |= dependency(v) == s;  // a view counts as its base
+      });
     return !reads;
   }
   // Moves kernel step `s` to the end; returns its new index.
@@ -149,9 +140,13 @@ struct Builder {
     plan.steps.erase(plan.steps.begin() + s);
     plan.steps.push_back(moved);
     const auto end = static_cast<int32_t>(plan.steps.size() - 1);
-    for (int32_t t = s; t < end; ++t)
-      for_each_made(plan.steps[t], [&](ValueId v) { step_of_value[v] = t; });
-    for_each_made(moved, [&](ValueId v) { step_of_value[v] = end; });
+    auto renumber = [&](const Step& st, int32_t at) {
+      for_each_node(st, [&](const Node& m) {
+        for (ValueId v : m.outputs) step_of_value[v] = at;
+      });
+    };
+    for (int32_t t = s; t < end; ++t) renumber(plan.steps[t], t);
+    renumber(moved, end);
     return end;
   }
 

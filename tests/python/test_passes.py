@@ -88,12 +88,19 @@ torch.save([run("lazyjit"), run("cpu")], sys.argv[1])
 """
 
 
-def test_adamw_update_is_fused_not_library_steps(tmp_path):
+def run_dumped(tmp_path, program):
+    """Runs `program` (which saves [lazyjit's, eager's] to sys.argv[1]) with
+    LAZYJIT_DUMP; returns the dump folder and the two results."""
     d = tmp_path / "dump"
     d.mkdir()
     out = tmp_path / "p.pt"
-    run_python(ADAMW.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
+    run_python(program.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
     got, want = torch.load(out)
+    return d, got, want
+
+
+def test_adamw_update_is_fused_not_library_steps(tmp_path):
+    d, got, want = run_dumped(tmp_path, ADAMW)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     plans = "".join(open(p).read() for p in glob.glob(str(d / "*.plan.txt")))
@@ -117,11 +124,7 @@ def test_silu_of_the_gate_joins_the_product_after_the_up_projection(tmp_path):
     # silu's kernel would come between the gate and up GEMMs; it moves after the
     # up GEMM so that silu(gate) * up is one kernel and silu's result is never
     # stored (one pass over [64, 344] instead of two, and one fewer buffer).
-    d = tmp_path / "dump"
-    d.mkdir()
-    out = tmp_path / "p.pt"
-    run_python(SWIGLU.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
-    got, want = torch.load(out)
+    d, got, want = run_dumped(tmp_path, SWIGLU)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     (plan,) = [open(p).read() for p in glob.glob(str(d / "*.plan.txt"))]
     steps = [line.split()[0] if not line.startswith("aten") else line.split()[1]
