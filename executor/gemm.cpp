@@ -6,9 +6,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <string>
 #include <optional>
 
 #include "debug/metrics.h"
@@ -164,15 +163,15 @@ bool run_onednn(const Operands& o, torch::jit::Stack& stack) {
 
 }  // namespace
 
+std::atomic<bool> small_gemm_enabled{true};
+
+void set_small_gemm_enabled(bool on) { small_gemm_enabled.store(on, std::memory_order_relaxed); }
+
 bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack) {
   const std::optional<Operands> o = float_operands(kind, stack);
   if (!o) return false;
   // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
-  static const bool small_enabled = [] {
-    const char* e = std::getenv("LAZYJIT_SMALL_GEMM");
-    return small_gemm_supported() && !(e && (std::string(e) == "off" || std::string(e) == "0"));
-  }();
-  if (small_enabled && fits_small(o->a, o->b)) {
+  if (small_gemm_enabled.load(std::memory_order_relaxed) && small_gemm_supported() && fits_small(o->a, o->b)) {
     run_small(*o, stack);
     return true;
   }

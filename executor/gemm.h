@@ -39,6 +39,10 @@ Gemm gemm_kind(const std::string& op_name);
 // op (which raises what eager would), as for a GEMM oneDNN raised on.
 bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
 
+// Whether run_fast_gemm may take the small-GEMM kernel: the runtime sets it from
+// its Config (LAZYJIT_SMALL_GEMM) when it starts; on until then.
+void set_small_gemm_enabled(bool on);
+
 // Whether run_fast_gemm's oneDNN GEMMs compute in bfloat16 now: the user's switch is set
 // and the CPU multiplies bf16 natively.
 bool bf16_gemms_allowed();

@@ -21,6 +21,7 @@ struct Config {
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
   int opt_level = 3;                         // LAZYJIT_OPT_LEVEL: LLVM's pipeline (O0..O3)
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
+  bool small_gemm = true;                    // LAZYJIT_SMALL_GEMM=off: decode-sized GEMMs keep ATen's mm
   bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
   int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...
   // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site), error, or run that site's graphs op by op.

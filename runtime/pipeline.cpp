@@ -30,6 +30,7 @@
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
+#include "executor/gemm.h"
 #include "graph_ir/hash.h"
 #include "graph_ir/node_name.h"
 #include "lowering/compile_threads.h"
@@ -50,6 +51,7 @@ Runtime& Runtime::get() {
 
 Runtime::Runtime(Config config) : config_(std::move(config)) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
+  executor::set_small_gemm_enabled(config_.small_gemm);
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
   codegen.opt_level = config_.opt_level;

@@ -29,6 +29,7 @@ def run(**env_extra):
     ("LAZYJIT_VECTOR_BITS", "7", "128, 256 or 512"),
     ("LAZYJIT_DISABLE_PASSES", "fold,nosuch", "a pass name"),
     ("LAZYJIT_CACHE", "maybe", "on or off"),
+    ("LAZYJIT_SMALL_GEMM", "maybe", "on or off"),
     ("LAZYJIT_CACHE_MAX_BYTES", "lots", "a byte count"),
     ("LAZYJIT_NUM_THREDS", "2", "unknown setting"),
     ("LAZYJIT_REMOTE_CACHE", "http://cache:6379", "a redis://host:port/db URL"),
@@ -55,7 +56,7 @@ def test_a_password_in_a_bad_remote_url_is_not_printed():
 def test_good_settings_say_nothing():
     p = run(LAZYJIT_MODE="step", LAZYJIT_NUM_THREADS="2", LAZYJIT_VECTOR_BITS="256",
             LAZYJIT_DISABLE_PASSES="fold,cse", LAZYJIT_CACHE_MAX_BYTES="500M", LAZYJIT_REMOTE_TIMEOUT_MS="250",
-            LAZYJIT_REMOTE_MAX_ENTRY_BYTES="16M")
+            LAZYJIT_REMOTE_MAX_ENTRY_BYTES="16M", LAZYJIT_SMALL_GEMM="off")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "ok step"
     assert "warning" not in p.stderr, p.stderr
