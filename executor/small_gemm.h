@@ -2,7 +2,8 @@
 // [M, K] with M <= kSmallGemmMaxRows, w [N, K] row-major. Token-by-token
 // decoding is made of these (M = 1). The x86 wheel's MKL runs them in its
 // generic code path on AMD CPUs (mkl_blas_def_xsgemv); this kernel streams
-// the weight's rows with AVX-512 FMAs, split over ATen's OpenMP pool. For the
+// the weight's rows with AVX-512 FMAs (AVX2 FMAs on CPUs without AVX-512),
+// split over ATen's OpenMP pool. For the
 // 29 projections of a token of the bench's 4-layer, 256-wide Llama (13.5 MB of
 // weights): 124 us from cache; from DRAM, the case in a real decode step
 // (its other work evicts the weights), ~800 us on two threads against ~1400
@@ -16,13 +17,22 @@ namespace lazyjit::executor {
 
 inline constexpr int64_t kSmallGemmMaxRows = 4;
 
-// Whether small_gemm runs on this CPU (AVX-512F); false: callers keep ATen's op.
+// Whether small_gemm runs on this CPU (AVX2 and FMA, or AVX-512F); false:
+// callers keep ATen's op.
 bool small_gemm_supported();
+
+// The instruction sets the kernel has a variant for; small_gemm takes the
+// widest this CPU runs.
+enum class SmallGemmIsa { Avx2, Avx512 };
+bool small_gemm_isa_supported(SmallGemmIsa isa);
 
 // y[m, n] = sum_k a[m * lda + k] * w[n * ldw + k] (+ bias[n] when bias is not
 // null), y contiguous [M, N]; 1 <= M <= kSmallGemmMaxRows. Splits N over up to
 // `threads` OpenMP threads when the weight is big enough to pay for it.
 void small_gemm(const float* a, int64_t lda, const float* w, int64_t ldw, const float* bias, float* y, int64_t M,
                 int64_t N, int64_t K, int threads);
+// small_gemm with a chosen variant (tests run each one this CPU supports).
+void small_gemm_with(SmallGemmIsa isa, const float* a, int64_t lda, const float* w, int64_t ldw, const float* bias,
+                     float* y, int64_t M, int64_t N, int64_t K, int threads);
 
 }  // namespace lazyjit::executor

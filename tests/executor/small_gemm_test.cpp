@@ -26,8 +26,11 @@ std::vector<float> random_floats(size_t n, std::mt19937& g) {
   return v;
 }
 
-TEST(SmallGemm, MatchesADoublePrecisionReference) {
-  if (!small_gemm_supported()) GTEST_SKIP() << "no AVX-512F";
+class SmallGemmVariant : public ::testing::TestWithParam<SmallGemmIsa> {};
+
+TEST_P(SmallGemmVariant, MatchesADoublePrecisionReference) {
+  const SmallGemmIsa isa = GetParam();
+  if (!small_gemm_isa_supported(isa)) GTEST_SKIP() << "this CPU does not run the variant";
   std::mt19937 g(7);
   const Case cases[] = {{1, 688, 256, 256, 256, false}, {1, 256, 688, 688, 688, true}, {4, 37, 100, 100, 100, true},
                         {3, 1000, 256, 300, 256, false}, {2, 9, 5, 5, 5, false},      {1, 3, 16, 16, 20, true},
@@ -35,8 +38,8 @@ TEST(SmallGemm, MatchesADoublePrecisionReference) {
   for (const Case& c : cases) {
     std::vector<float> a = random_floats(c.m * c.lda, g), w = random_floats(c.n * c.ldw, g), b = random_floats(c.n, g);
     std::vector<float> y1(c.m * c.n, NAN), y2(c.m * c.n, NAN);
-    small_gemm(a.data(), c.lda, w.data(), c.ldw, c.bias ? b.data() : nullptr, y1.data(), c.m, c.n, c.k, 1);
-    small_gemm(a.data(), c.lda, w.data(), c.ldw, c.bias ? b.data() : nullptr, y2.data(), c.m, c.n, c.k, 2);
+    small_gemm_with(isa, a.data(), c.lda, w.data(), c.ldw, c.bias ? b.data() : nullptr, y1.data(), c.m, c.n, c.k, 1);
+    small_gemm_with(isa, a.data(), c.lda, w.data(), c.ldw, c.bias ? b.data() : nullptr, y2.data(), c.m, c.n, c.k, 2);
     for (int64_t i = 0; i < c.m; ++i)
       for (int64_t j = 0; j < c.n; ++j) {
         double want = c.bias ? b[j] : 0.0, scale = std::abs(want);
@@ -51,6 +54,9 @@ TEST(SmallGemm, MatchesADoublePrecisionReference) {
       }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, SmallGemmVariant, ::testing::Values(SmallGemmIsa::Avx2, SmallGemmIsa::Avx512),
+                         [](const auto& info) { return info.param == SmallGemmIsa::Avx2 ? "Avx2" : "Avx512"; });
 
 }  // namespace
 }  // namespace lazyjit::executor
