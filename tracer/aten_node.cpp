@@ -23,24 +23,13 @@ ir::TensorType dense_type(const at::Tensor& m) {
   return t;
 }
 
-bool is_symint_type(const c10::TypePtr& t) {
-  std::string s = t->str();
-  return s.find("SymInt") != std::string::npos;
-}
-
-// Numbers become runtime scalar arguments; ints (dims, sizes) and dtypes stay
-// attributes of the graph.
-bool is_number_arg(const c10::Argument& arg) {
-  std::string t = arg.real_type()->str();
-  return t == "Scalar" || t == "Scalar?" || t == "float" || t == "float?";
-}
-
 }  // namespace
 
 void record_aten(const c10::OperatorHandle& op, const std::string& fname, const Stack& args,
                  const Stack& meta_args, const Stack& meta_rets, Stack* out) {
   TraceContext& ctx = TraceContext::get();
   const auto& schema = op.schema();
+  const std::vector<uint8_t>& flags = op_info(op).arg_flags;
   std::vector<ValueId> operands;
   std::vector<ir::Attr> attrs{{fname}};
   auto operand = [&](const at::Tensor& t) -> int32_t {
@@ -51,7 +40,7 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const auto& arg = schema.arguments()[i];
     const IValue& v = args[i];
-    bool shape = is_symint_type(arg.real_type());
+    const bool shape = flags[i] & kSymIntArg;
     if (v.isTensor() && !v.toTensor().defined()) {
       attrs.push_back({std::monostate{}});
     } else if (v.isTensor()) {
@@ -66,7 +55,7 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
       for (const IValue& e : v.toListRef())
         l.indices.push_back(e.isNone() || !e.toTensor().defined() ? -1 : operand(e.toTensor()));
       attrs.push_back({l});
-    } else if (v.isScalar() && is_number_arg(arg)) {
+    } else if (v.isScalar() && (flags[i] & kNumberArg)) {
       operands.push_back(ctx.scalar(v.toScalar()));
       attrs.push_back({ir::OperandRef{static_cast<int32_t>(operands.size() - 1)}});
     } else if (v.isNone()) {
@@ -79,7 +68,7 @@ void record_aten(const c10::OperatorHandle& op, const std::string& fname, const 
       attrs.push_back({v.toSymInt().expect_int(), true});
     } else if (v.isIntList()) {
       attrs.push_back({v.toIntVector(), shape});
-    } else if (v.isList() && arg.real_type()->str().find("SymInt") != std::string::npos) {
+    } else if (v.isList() && shape) {
       std::vector<int64_t> l;
       for (const IValue& e : v.toListRef()) l.push_back(e.isSymInt() ? e.toSymInt().expect_int() : e.toInt());
       attrs.push_back({l, true});

@@ -77,7 +77,12 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     i.reduction = is_reduction_name(i.fname);
     i.view = is_view_op(op.schema());
     i.is_mutable = op.schema().is_mutable();
-    for (const auto& a : args) i.bool_array_args |= a.real_type()->str().rfind("bool[", 0) == 0;
+    for (const auto& a : args) {
+      const std::string t = a.real_type()->str();
+      i.bool_array_args |= t.rfind("bool[", 0) == 0;
+      const bool number = t == "Scalar" || t == "Scalar?" || t == "float" || t == "float?";
+      i.arg_flags.push_back((t.find("SymInt") != std::string::npos ? kSymIntArg : 0) | (number ? kNumberArg : 0));
+    }
   }
   return it->second;
 }

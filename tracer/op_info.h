@@ -4,7 +4,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lazyjit::tracer {
 
@@ -21,7 +23,12 @@ struct OpInfo {
   bool view = false;         // every result is a read-only alias of an argument
   bool is_mutable = false;   // schema.is_mutable()
   bool bool_array_args = false;  // has a bool[N] argument (may arrive as a generic list)
+  // Per schema argument, what its declared type says (kSymIntArg, kNumberArg):
+  // computed once, not from the type's text at every op.
+  std::vector<uint8_t> arg_flags;
 };
+inline constexpr uint8_t kSymIntArg = 1;  // SymInt, SymInt[], SymInt?: a size (shape-like)
+inline constexpr uint8_t kNumberArg = 2;  // Scalar, Scalar?, float, float?: a runtime scalar
 
 // Computed once per op. Call with the trace lock held.
 const OpInfo& op_info(const c10::OperatorHandle& op);
