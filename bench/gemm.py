@@ -81,11 +81,13 @@ def main():
         out = Path(a.out)
         cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                     if l.startswith("model name")), "?")
-        meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu, "threads": torch.get_num_threads(),
+        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "") + " "
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f" {f} " in flags]
+        meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu, "isa": isa, "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "load_1min": os.getloadavg()[0], "runs": a.runs, "rounds": a.rounds}
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         L = [f"# GEMMs: ATen's mm (MKL) vs oneDNN ({meta['date']})", "",
-             f"CPU {cpu}, {meta['threads']} threads, torch {meta['torch']}, load {meta['load_1min']:.2f}; "
+             f"CPU {cpu} (ISA {', '.join(isa) or 'none of avx2, avx512f'}), {meta['threads']} threads, torch {meta['torch']}, load {meta['load_1min']:.2f}; "
              f"median µs of {a.runs} calls, median over {a.rounds} interleaved rounds "
              "(`bench/gemm.py`). lazyjit's compiled programs take the oneDNN column where "
              "'lazyjit uses oneDNN' says yes (M·K·N ≥ 2²³ and mat1 "
