@@ -31,7 +31,7 @@ Gemm gemm_kind(const std::string& op_name);
 // With `stack` holding the op's arguments as its schema orders them, for
 // float32 2-D operands (addmm: a 1-D bias, beta = alpha = 1): a GEMM of 1 to
 // kSmallGemmMaxRows rows against a Linear's weight (mat2 = w^T, w's rows
-// contiguous) on an AVX-512 CPU runs lazyjit's own kernel
+// contiguous) on an AVX2 or AVX-512 CPU runs lazyjit's own kernel
 // (executor/small_gemm.h) instead of MKL's generic-path GEMV; a big one (at
 // least 2^23 multiply-adds, mat1 row-major, mat2 row- or column-major, mkldnn
 // enabled) runs oneDNN. Either way the result is left as the stack's one value

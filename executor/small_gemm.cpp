@@ -22,8 +22,8 @@ constexpr int64_t kMinElemsPerThread = int64_t{1} << 14;
 // for all M rows of a (kept in L1 across them), 16 lanes per FMA, the K tail
 // through a masked load.
 __attribute__((target("avx512f"))) void rows_avx512(const float* a, int64_t lda, const float* w, int64_t ldw,
-                                             const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                                             int64_t n0, int64_t n1) {
+                                                    const float* bias, float* y, int64_t M, int64_t N, int64_t K,
+                                                    int64_t n0, int64_t n1) {
   const int64_t kv = K & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (K - kv)) - 1u);
   int64_t n = n0;
@@ -67,7 +67,6 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* a, int64_t lda,
     }
   }
 }
-
 
 // The sum of a vector's 8 lanes.
 __attribute__((target("avx2,fma"))) inline float reduce_add(__m256 v) {

@@ -3,13 +3,15 @@
 // decoding is made of these (M = 1). The x86 wheel's MKL runs them in its
 // generic code path on AMD CPUs (mkl_blas_def_xsgemv); this kernel streams
 // the weight's rows with AVX-512 FMAs (AVX2 FMAs on CPUs without AVX-512),
-// split over ATen's OpenMP pool. For the
-// 29 projections of a token of the bench's 4-layer, 256-wide Llama (13.5 MB of
-// weights): 124 us from cache; from DRAM, the case in a real decode step
-// (its other work evicts the weights), ~800 us on two threads against ~1400
-// on one; a 32-token generate on the device spends ~45 ms executing programs
-// against ~90 with LAZYJIT_SMALL_GEMM=off. Float32 sums in another order than
-// MKL's: results within float32 rounding of eager's. No libtorch here.
+// split over ATen's OpenMP pool. For the 29 projections of a token of the
+// bench's 4-layer, 256-wide Llama (13.5 MB of weights), on an AVX-512 EPYC:
+// 124 us from cache; from DRAM, the case in a real decode step (its other
+// work evicts the weights), ~800 us on two threads against ~1400 on one; a
+// 32-token generate on the device spends ~45 ms executing programs against
+// ~90 with LAZYJIT_SMALL_GEMM=off. On an AVX2-only EPYC the whole generate
+// goes from ~240 to ~160 ms with the AVX2 variant. Float32 sums in another
+// order than MKL's: results within float32 rounding of eager's. No libtorch
+// here.
 #pragma once
 #include <cstdint>
 
