@@ -51,10 +51,26 @@ std::string TensorType::str() const {
   return os.str();
 }
 
+namespace {
+constexpr uint64_t kStructureSeed = 0x6c617a796a6974ull, kShapeSeed = 0x7368617065ull,
+                   kConfirmSeed = 0x636f6e6669726dull;
+}  // namespace
+
 Graph::Graph()
-    : structure_(StreamHasher::Algo::Xxh3_128, 0x6c617a796a6974ull),
-      shape_(StreamHasher::Algo::Xxh3_64, 0x7368617065ull),
-      confirm_(StreamHasher::Algo::Xxh64, 0x636f6e6669726dull) {}
+    : structure_(StreamHasher::Algo::Xxh3_128, kStructureSeed),
+      shape_(StreamHasher::Algo::Xxh3_64, kShapeSeed),
+      confirm_(StreamHasher::Algo::Xxh64, kConfirmSeed) {}
+
+void Graph::clear() {
+  nodes_.clear();
+  values_.clear();
+  inputs_.clear();
+  scalars_.clear();
+  outputs_.clear();
+  structure_.reset(kStructureSeed);
+  shape_.reset(kShapeSeed);
+  confirm_.reset(kConfirmSeed);
+}
 
 ValueId Graph::add_input(const TensorType& type) {
   int64_t index = static_cast<int64_t>(inputs_.size());

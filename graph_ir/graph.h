@@ -78,6 +78,10 @@ struct GraphHashes {
 class Graph {
  public:
   Graph();
+  // Makes this graph equal to a new one (same hashes, no nodes), keeping the
+  // memory of its node and value lists: a recorder records a graph per sync,
+  // each about the size of the last.
+  void clear();
 
   // Sources.
   ValueId add_input(const TensorType& type);                     // numbered by call order

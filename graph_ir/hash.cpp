@@ -15,12 +15,17 @@ std::string Hash128::hex() const {
 }
 
 StreamHasher::StreamHasher(Algo algo, uint64_t seed) : algo_(algo) {
-  switch (algo_) {
-    case Algo::Xxh3_128: state_ = XXH3_createState(); XXH3_128bits_reset_withSeed((XXH3_state_t*)state_, seed); break;
-    case Algo::Xxh3_64: state_ = XXH3_createState(); XXH3_64bits_reset_withSeed((XXH3_state_t*)state_, seed); break;
-    case Algo::Xxh64: state_ = XXH64_createState(); XXH64_reset((XXH64_state_t*)state_, seed); break;
-  }
+  state_ = algo_ == Algo::Xxh64 ? static_cast<void*>(XXH64_createState()) : static_cast<void*>(XXH3_createState());
   if (!state_) throw std::bad_alloc();
+  reset(seed);
+}
+
+void StreamHasher::reset(uint64_t seed) {
+  switch (algo_) {
+    case Algo::Xxh3_128: XXH3_128bits_reset_withSeed((XXH3_state_t*)state_, seed); break;
+    case Algo::Xxh3_64: XXH3_64bits_reset_withSeed((XXH3_state_t*)state_, seed); break;
+    case Algo::Xxh64: XXH64_reset((XXH64_state_t*)state_, seed); break;
+  }
 }
 
 StreamHasher::~StreamHasher() {

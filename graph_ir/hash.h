@@ -25,6 +25,8 @@ class StreamHasher {
   StreamHasher(const StreamHasher&);
   StreamHasher& operator=(const StreamHasher&);
 
+  // Starts over, as a new hasher of the same algorithm seeded with `seed`.
+  void reset(uint64_t seed);
   void update(const void* data, size_t len);
   void update_i64(int64_t v) { update(&v, sizeof v); }
   void update_str(std::string_view s) {

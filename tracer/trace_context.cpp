@@ -256,7 +256,11 @@ const TraceContext::NodeOrigin* TraceContext::origin(uint32_t node) const {
 }
 
 void TraceContext::reset() {
-  graph_ = std::make_unique<ir::Graph>();
+  // The next graph reuses this one's node and value lists (no regrowth while
+  // recording, no freeing them at each sync), unless they grew big.
+  constexpr size_t kKeptNodes = 4096;
+  if (graph_->nodes().capacity() <= kKeptNodes && graph_->values().capacity() <= 2 * kKeptNodes) graph_->clear();
+  else graph_ = std::make_unique<ir::Graph>();
   epoch_ = new_epoch();
   origins_.clear();
   shared_.clear();

@@ -22,8 +22,7 @@ struct Knobs {
   DType scalar = DType::Float64;
 };
 
-Graph build(const Knobs& k = {}) {
-  Graph g;
+void build_into(Graph& g, const Knobs& k = {}) {
   ValueId x = g.add_input(f32(k.shape));
   ValueId y = g.add_input(f32(k.shape));
   ValueId s = g.add_scalar(k.scalar);
@@ -35,6 +34,11 @@ Graph build(const Knobs& k = {}) {
                           f32({2}));
   ValueId r = g.add_node1(OpKind::Relu, {v}, {dt(k.compute)}, f32({2}));
   g.add_output(r);
+}
+
+Graph build(const Knobs& k = {}) {
+  Graph g;
+  build_into(g, k);
   return g;
 }
 
@@ -135,4 +139,22 @@ TEST(Graph, CopyKeepsHashingLikeTheOriginal) {
   b.add_node1(OpKind::Exp, {x}, {dt(DType::Float32)}, f32({4, 8}));
   EXPECT_EQ(a.hashes(), b.hashes());
   EXPECT_EQ(a.str(), b.str());
+}
+
+// A recorder clears its graph at each sync and records the next one into it.
+TEST(Graph, AClearedGraphRecordsLikeANewOne) {
+  Graph g;
+  Knobs other;
+  other.op = OpKind::Sub;
+  other.shape = {3, 5};
+  build_into(g, other);
+  g.clear();
+  EXPECT_TRUE(g.nodes().empty() && g.values().empty() && g.inputs().empty() && g.scalars().empty() &&
+              g.outputs().empty());
+  EXPECT_EQ(g.hashes(), Graph().hashes());
+  build_into(g);
+  const Graph fresh = build();
+  EXPECT_EQ(g.hashes(), fresh.hashes());
+  EXPECT_EQ(g.str(), fresh.str());
+  EXPECT_EQ(g.verify(), "");
 }
