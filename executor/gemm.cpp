@@ -163,7 +163,9 @@ bool run_onednn(const Operands& o, torch::jit::Stack& stack) {
 
 }  // namespace
 
+namespace {
 std::atomic<bool> small_gemm_enabled{true};
+}  // namespace
 
 void set_small_gemm_enabled(bool on) { small_gemm_enabled.store(on, std::memory_order_relaxed); }
 

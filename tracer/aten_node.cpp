@@ -25,11 +25,12 @@ ir::TensorType dense_type(const at::Tensor& m) {
 
 }  // namespace
 
-void record_aten(const c10::OperatorHandle& op, const std::string& fname, const Stack& args,
-                 const Stack& meta_args, const Stack& meta_rets, Stack* out) {
+void record_aten(const c10::OperatorHandle& op, const OpInfo& info, const Stack& args, const Stack& meta_args,
+                 const Stack& meta_rets, Stack* out) {
   TraceContext& ctx = TraceContext::get();
   const auto& schema = op.schema();
-  const std::vector<uint8_t>& flags = op_info(op).arg_flags;
+  const std::string& fname = info.name;
+  const std::vector<uint8_t>& flags = info.arg_flags;
   std::vector<ValueId> operands;
   std::vector<ir::Attr> attrs{{fname}};
   auto operand = [&](const at::Tensor& t) -> int32_t {

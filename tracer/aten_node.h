@@ -4,16 +4,16 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include <string>
-
 namespace lazyjit::tracer {
 
-// Records `op` (named `name`) as one Aten node: tensors become operands, numbers
+struct OpInfo;
+
+// Records `op` (`info` is op_info(op), which the caller has) as one Aten node: tensors become operands, numbers
 // runtime scalars, everything else attributes. Mutated arguments get the node's
 // new values (resized as the meta kernel resized them); the results, or the
 // arguments they alias, are pushed onto `out`. `meta_args` and `meta_rets` are
 // infer_meta's. Throws on an argument kind it cannot record.
-void record_aten(const c10::OperatorHandle& op, const std::string& name, const torch::jit::Stack& args,
+void record_aten(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& args,
                  const torch::jit::Stack& meta_args, const torch::jit::Stack& meta_rets, torch::jit::Stack* out);
 
 }  // namespace lazyjit::tracer

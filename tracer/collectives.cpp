@@ -42,6 +42,7 @@
 #include "tracer/aten_node.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/lazyjit.h"
+#include "tracer/op_info.h"
 #include "tracer/step_mode.h"
 #include "tracer/trace_context.h"
 
@@ -147,7 +148,7 @@ at::Tensor record_collective(const char* op_name, Stack args, at::IntArrayRef si
   Stack out;
   TraceContext& ctx = TraceContext::get();
   const auto first = static_cast<uint32_t>(ctx.graph().nodes().size());
-  record_aten(op, op_name, args, args, meta_rets, &out);
+  record_aten(op, op_info(op), args, args, meta_rets, &out);  // op_info(op).name is op_name
   if (TraceContext::wants_op_origins()) ctx.note_op_nodes(first, op_name);
   return out.at(0).toTensor();
 }

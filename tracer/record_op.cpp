@@ -237,7 +237,7 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   stack->erase(stack->end() - nargs, stack->end());
   TraceContext& ctx = TraceContext::get();
   const auto first = static_cast<uint32_t>(ctx.graph().nodes().size());
-  if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info.name, args, meta->args, meta->rets, stack);
+  if (!record_ir_nodes(info, args, *meta, stack)) record_aten(op, info, args, meta->args, meta->rets, stack);
   if (TraceContext::wants_op_origins()) ctx.note_op_nodes(first, info.name);
   // A runaway graph (a loop that never syncs) is cut here and run, so compile
   // time and memory stay bounded; the cut is counted with its reason. (A
