@@ -139,6 +139,8 @@ void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tenso
       if (has & 1) lo = in.at(1);
       if (has & 2) hi = in.at(2);
       r = at::clamp(in.at(0), lo, hi);
+    } else if (n.kind == OpKind::Cat) {
+      r = at::cat(in, std::get<int64_t>(n.attrs.at(1).value));
     } else if (n.kind == OpKind::Fma) {
       // Rounded once for float32 and narrower: exact in float64, then cast.
       if (c == at::kDouble) r = at::addcmul(in.at(2), in.at(0), in.at(1));

@@ -344,6 +344,25 @@ std::string Graph::verify() const {
         if (out[d] != (d + dims.size() >= in.size() ? 1 : in[d]))
           return bad(i, "reduction output must be the input with reduced dims of size 1");
     }
+    if (n.kind == OpKind::Cat) {
+      if (n.attrs.size() != 2 || !std::holds_alternative<int64_t>(n.attrs[1].value))
+        return bad(i, "cat needs its compute dtype and dim");
+      const TensorType& out = values_[n.outputs[0]].type;
+      const int64_t dim = std::get<int64_t>(n.attrs[1].value), rank = static_cast<int64_t>(out.sizes.size());
+      if (dim < 0 || dim >= rank) return bad(i, "cat dim out of range");
+      if (n.operands.size() < 2) return bad(i, "cat takes at least 2 operands");
+      int64_t total = 0;
+      for (ValueId v : n.operands) {
+        const TensorType& t = values_[v].type;
+        if (t.dtype != out.dtype || t.sizes.size() != out.sizes.size())
+          return bad(i, "cat operands must have the output's dtype and rank");
+        for (int64_t d = 0; d < rank; ++d)
+          if (d != dim && t.sizes[d] != out.sizes[d]) return bad(i, "cat operands differ outside the cat dim");
+        if (t.sizes[dim] < 1) return bad(i, "cat operand empty along the cat dim");
+        total += t.sizes[dim];
+      }
+      if (total != out.sizes[dim]) return bad(i, "cat output size is not the operands' sum");
+    }
     if (n.kind == OpKind::AsStrided || n.kind == OpKind::AsStridedScatter) {
       if (n.attrs.size() != 3) return bad(i, "as_strided needs sizes, strides, offset");
       const auto& sz = std::get<std::vector<int64_t>>(n.attrs[0].value);

@@ -20,6 +20,7 @@ std::string_view op_name(OpKind k) {
     case OpKind::ReduceMin: return "reduce_min";
     case OpKind::Aten: return "aten";
     case OpKind::Fma: return "fma";
+    case OpKind::Cat: return "cat";
   }
   return "?";
 }
@@ -45,7 +46,7 @@ bool is_binary(OpKind k) {
 }
 
 bool is_elementwise(OpKind k) {
-  return is_unary(k) || is_binary(k) || is_ternary(k) || k == OpKind::Full;
+  return is_unary(k) || is_binary(k) || is_ternary(k) || k == OpKind::Full || k == OpKind::Cat;
 }
 
 bool is_ternary(OpKind k) { return k == OpKind::Where || k == OpKind::Clamp || k == OpKind::Fma; }

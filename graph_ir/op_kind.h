@@ -54,14 +54,19 @@ enum class OpKind : uint16_t {
                      // attrs 1..n: one per schema argument (see AttrValue)
   Fma,               // operands a, b, c: a * b + c rounded once (floats), as ATen's
                      // CPU kernels compute add/sub with alpha, addcmul and lerp
+  Cat,               // operands joined along dim attr 1 (torch.cat), in order. Not
+                     // broadcast: each operand has the output's rank and sizes except
+                     // along that dim, where it has >= 1 elements; all have the
+                     // output's dtype. Attr 0: compute dtype (the output's).
 };
 // The highest kind: new kinds go last, so stored graphs keep their numbers.
-inline constexpr OpKind kLastOpKind = OpKind::Fma;
+inline constexpr OpKind kLastOpKind = OpKind::Cat;
 
 std::string_view op_name(OpKind k);
 bool is_unary(OpKind k);
 bool is_binary(OpKind k);
-// Elementwise ops can be fused into one loop nest.
+// Elementwise ops can be fused into one loop nest. Cat counts: each output
+// element is one operand element (at an index shifted along the cat dim).
 bool is_elementwise(OpKind k);
 // Trailing-dim reductions (fused with elementwise producers and consumers).
 bool is_reduction(OpKind k);

@@ -30,7 +30,8 @@ KernelKey kernel_key(const ir::Graph& g, const FusedKernel& k) {
   h.update_i64(static_cast<int64_t>(k.loads.size()));
   for (size_t i = 0; i < k.loads.size(); ++i) {
     const Access& a = k.loads[i];
-    local.emplace(a.operand, static_cast<int64_t>(i));
+    if (a.piece < 0) local.emplace(a.operand, static_cast<int64_t>(i));
+    h.update_i64(a.piece);
     h.update_i64(static_cast<int64_t>(a.dtype));
     h.update_i64(a.scalar_index >= 0);  // which slot is read at run time (kernel_dims)
     if (a.scalar_index >= 0) continue;
@@ -47,7 +48,12 @@ KernelKey kernel_key(const ir::Graph& g, const FusedKernel& k) {
     h.update_i64(static_cast<int64_t>(n.attrs.size()));
     for (const ir::Attr& a : n.attrs) ir::hash_attr(h, a.value);
     h.update_i64(static_cast<int64_t>(n.operands.size()));
-    for (ir::ValueId v : n.operands) {
+    for (size_t j = 0; j < n.operands.size(); ++j) {
+      ir::ValueId v = n.operands[j];
+      if (n.kind == ir::OpKind::Cat) {  // piece j's load
+        h.update_i64(k.load_of(v, static_cast<int32_t>(j)));
+        continue;
+      }
       auto it = local.find(v);
       h.update_i64(it == local.end() ? -1 - static_cast<int64_t>(g.value(v).type.dtype) : it->second);
     }
@@ -80,6 +86,9 @@ KernelKey kernel_key(const ir::Graph& g, const FusedKernel& k) {
       h.update(st.stores.data(), st.stores.size() * sizeof(int32_t));
     }
   }
+  // The pieces' ends are read from `dims` (kernel_dims): only their count is code.
+  h.update_i64(k.cat_dim);
+  h.update_i64(static_cast<int64_t>(k.cat_ends.size()));
   KernelKey key;
   key.generic = h.digest128();
   h.update_str("exact");
@@ -89,6 +98,7 @@ KernelKey kernel_key(const ir::Graph& g, const FusedKernel& k) {
     h.update(a.strides.data(), a.strides.size() * sizeof(int64_t));
     h.update_i64(a.offset);
   }
+  h.update(k.cat_ends.data(), k.cat_ends.size() * sizeof(int64_t));
   key.exact = h.digest128();
   return key;
 }

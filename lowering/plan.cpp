@@ -15,9 +15,9 @@ using ir::Graph;
 using ir::Node;
 using ir::OpKind;
 
-int32_t FusedKernel::load_of(ValueId operand) const {
+int32_t FusedKernel::load_of(ValueId operand, int32_t piece) const {
   for (size_t i = 0; i < loads.size(); ++i)
-    if (loads[i].operand == operand) return static_cast<int32_t>(i);
+    if (loads[i].operand == operand && loads[i].piece == piece) return static_cast<int32_t>(i);
   return -1;
 }
 
@@ -33,6 +33,7 @@ std::vector<int64_t> kernel_dims(const FusedKernel& k) {
     for (size_t i = 0; i < rank; ++i) d.push_back(i < a.strides.size() ? a.strides[i] : 0);
     d.push_back(a.offset);
   }
+  if (k.cat_dim >= 0) d.insert(d.end(), k.cat_ends.begin(), k.cat_ends.end());
   return d;
 }
 
@@ -69,6 +70,28 @@ std::vector<int64_t> broadcast_strides(const ir::TensorType& t, const std::vecto
     // kernel's generic key) how the dim is read when it is longer.
     st[off + d] = t.sizes[d] == 1 && sizes[off + d] != 1 ? 0 : t.strides[d];
   return st;
+}
+
+// How a kernel's Cat nodes join, in its uncoalesced iteration space: the dim
+// (-1: no Cat) and where each piece ends along it.
+struct CatLayout {
+  int64_t dim = -1;
+  std::vector<int64_t> ends;
+  bool operator==(const CatLayout&) const = default;
+};
+
+CatLayout cat_layout_of(const Graph& g, const Node& n) {
+  CatLayout c;
+  c.dim = std::get<int64_t>(n.attrs.at(1).value);
+  int64_t end = 0;
+  for (ValueId v : n.operands) c.ends.push_back(end += g.value(v).type.sizes.at(c.dim));
+  return c;
+}
+
+CatLayout cat_layout(const Graph& g, const FusedKernel& k) {
+  for (uint32_t ni : k.nodes)
+    if (g.nodes()[ni].kind == OpKind::Cat) return cat_layout_of(g, g.nodes()[ni]);
+  return {};
 }
 
 // Number of trailing dims a reduction node reduces.
@@ -160,9 +183,15 @@ struct Builder {
     if (ir::is_reduction(n.kind)) {
       if (g.value(n.operands[0]).type.sizes != k.sizes) return Role::None;
       if (k.row && k.reduce_rank != reduce_rank_of(n)) return Role::None;
+      if (!k.row && cat_layout(g, k).dim >= 0) return Role::None;  // Cats join plain kernels only
       return Role::Reduce;
     }
     const auto& out = g.value(n.outputs[0]).type.sizes;
+    if (n.kind == OpKind::Cat) {
+      if (k.row || out != k.sizes) return Role::None;
+      CatLayout have = cat_layout(g, k);
+      return have.dim < 0 || have == cat_layout_of(g, n) ? Role::Full : Role::None;
+    }
     if (out == k.sizes) return Role::Full;
     if (k.row && out == row_sizes(k)) return Role::Row;
     return Role::None;
@@ -278,14 +307,28 @@ struct Builder {
       for (uint32_t ni : k.nodes) inside[g.nodes()[ni].outputs[0]] = true;
       for (uint32_t ni : k.nodes) {
         const Node& n = g.nodes()[ni];
-        for (ValueId v : n.operands) {
-          if (inside[v] || k.load_of(v) >= 0) continue;
-          k.loads.push_back(make_access(v, k.sizes));
+        for (size_t j = 0; j < n.operands.size(); ++j) {
+          ValueId v = n.operands[j];
+          // A Cat's operands are never made in its kernel: they are smaller.
+          int32_t piece = n.kind == OpKind::Cat ? static_cast<int32_t>(j) : -1;
+          if ((piece < 0 && inside[v]) || k.load_of(v, piece) >= 0) continue;
+          k.loads.push_back(make_load(v, piece, k));
         }
         ValueId out = n.outputs[0];
         if (is_output[out] || used_outside[out]) k.stores.push_back(out);
       }
     }
+  }
+
+  // make_access for kernel `k` (uncoalesced); a Cat operand's load (piece >= 0)
+  // is shifted back by its piece's start along the cat dim.
+  Access make_load(ValueId v, int32_t piece, const FusedKernel& k) const {
+    Access a = make_access(v, k.sizes);
+    if (piece < 0) return a;
+    CatLayout c = cat_layout(g, k);
+    a.piece = piece;
+    if (piece > 0) a.offset -= c.ends.at(piece - 1) * a.strides.at(c.dim);
+    return a;
   }
 
   Access make_access(ValueId v, const std::vector<int64_t>& sizes) const {
@@ -309,9 +352,13 @@ struct Builder {
 
   // Drops size-1 dims and merges neighbours that every access walks as one. Row
   // kernels coalesce their row dims and their reduced dims separately, keeping
-  // at least one of each.
-  static void coalesce(FusedKernel& k) {
+  // at least one of each. A Cat's dim merges with neither neighbour.
+  static void coalesce(const Graph& g, FusedKernel& k) {
     size_t rank = k.sizes.size(), split = k.row ? rank - static_cast<size_t>(k.reduce_rank) : rank;
+    const CatLayout cat = cat_layout(g, k);
+    k.cat_dim = -1;
+    k.cat_ends.clear();
+    bool after_cat = false;
     std::vector<int64_t> sizes;
     std::vector<std::vector<int64_t>> strides(k.loads.size());
     auto group = [&](size_t lo, size_t hi, bool rows) {
@@ -320,7 +367,9 @@ struct Builder {
       for (size_t d = lo; d < hi; ++d) {
         zero |= k.sizes[d] == 0;
         if (k.sizes[d] == 1) continue;
-        bool merge = sizes.size() > first;
+        bool merge = sizes.size() > first && !after_cat && static_cast<int64_t>(d) != cat.dim;
+        after_cat = static_cast<int64_t>(d) == cat.dim;
+        if (after_cat) k.cat_dim = static_cast<int32_t>(sizes.size());  // the dim pushed next
         for (size_t i = 0; merge && i < k.loads.size(); ++i)
           merge = strides[i].back() == k.loads[i].strides[d] * k.sizes[d];
         if (merge) {
@@ -332,6 +381,7 @@ struct Builder {
         }
       }
       if (zero || sizes.size() == first) {  // any zero: no iteration; all ones: one
+        k.cat_dim = -1;  // (a Cat's dim has >= 2 elements: only a zero gets here)
         sizes.resize(first);
         sizes.push_back(zero ? 0 : 1);
         for (size_t i = 0; i < k.loads.size(); ++i) {
@@ -349,6 +399,7 @@ struct Builder {
     };
     group(0, split, true);
     if (k.row) k.reduce_rank = static_cast<int32_t>(group(split, rank, false));
+    if (k.cat_dim >= 0) k.cat_ends = cat.ends;
     k.sizes = std::move(sizes);
     for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
   }
@@ -361,7 +412,7 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   b.build_nodes(ir::live_nodes(g));
   b.build_accesses();
   for (FusedKernel& k : b.plan.kernels) {
-    Builder::coalesce(k);
+    Builder::coalesce(g, k);
     if (k.row) k.schedule = schedule_row(g, k);
   }
   if (opts.buffers) plan_buffers(g, b.plan);
@@ -411,8 +462,8 @@ std::optional<Plan> bind_plan(const Graph& g, const Plan& from) {
         fits = g.value(n.outputs[0]).type.sizes == k.sizes;
       if (!fits) return std::nullopt;
     }
-    for (const Access& a : f.loads) k.loads.push_back(b.make_access(a.operand, k.sizes));
-    Builder::coalesce(k);
+    for (const Access& a : f.loads) k.loads.push_back(b.make_load(a.operand, a.piece, k));
+    Builder::coalesce(g, k);
     if (k.row) k.schedule = schedule_row(g, k);
     p.kernels.push_back(std::move(k));
   }
@@ -535,9 +586,15 @@ std::string Plan::str(const Graph& g) const {
         for (size_t i = 0; i < k.sizes.size(); ++i) os << (i ? "," : "") << k.sizes[i];
         os << "]";
         if (k.row) os << " reduce_rank=" << k.reduce_rank;
+        if (k.cat_dim >= 0) {
+          os << " cat_dim=" << k.cat_dim << " cat_ends=[";
+          for (size_t i = 0; i < k.cat_ends.size(); ++i) os << (i ? "," : "") << k.cat_ends[i];
+          os << "]";
+        }
         os << " nodes=" << k.nodes.size() << " loads=";
         for (const Access& a : k.loads)
-          os << (a.scalar_index >= 0 ? "s" : "%") << (a.scalar_index >= 0 ? a.scalar_index : a.value) << " ";
+          os << (a.scalar_index >= 0 ? "s" : "%") << (a.scalar_index >= 0 ? a.scalar_index : a.value)
+             << (a.piece >= 0 ? "@" + std::to_string(a.piece) : "") << " ";
         os << "stores=";
         for (ValueId v : k.stores) os << "%" << v << " ";
         os << "\n";

@@ -33,6 +33,10 @@ struct Access {
   std::vector<int64_t> strides;  // one per iteration dim
   int64_t offset = 0;
   int32_t scalar_index = -1;     // >= 0: a scalar argument, no buffer
+  // >= 0: operand `piece` of the kernel's Cat nodes, read only in that piece of
+  // the cat dim (FusedKernel::cat_dim), with `offset` shifted back by the
+  // piece's start, so that the kernel's own index reads the operand's element.
+  int32_t piece = -1;
 };
 
 // A fused loop nest. Buffer arguments of the compiled function, in order: one
@@ -63,9 +67,16 @@ struct FusedKernel {
   int32_t reduce_rank = 0;         // row kernels: number of trailing (col) dims of sizes
   std::vector<bool> row_space;     // row kernels: per entry of `nodes`; empty otherwise
   RowSchedule schedule;            // row kernels: one row's loops (row_schedule.h)
+  // Plain kernels holding Cat nodes: the dim of `sizes` they join along (-1:
+  // none) and where each piece of it ends (one per Cat operand; the last is
+  // that dim's size). Every Cat of a kernel joins along the same dim with the
+  // same pieces; the loops over that dim run piece by piece, and in piece j
+  // each Cat is its operand j.
+  int32_t cat_dim = -1;
+  std::vector<int64_t> cat_ends;
   // Index into loads of a node operand (by the id the node refers to), -1 when
-  // the operand is computed inside this kernel.
-  int32_t load_of(ValueId operand) const;
+  // the operand is computed inside this kernel. Cat operands: load_of(v, piece).
+  int32_t load_of(ValueId operand, int32_t piece = -1) const;
   std::string name;                // "fused_<n>", unique within a program
 };
 
@@ -78,7 +89,7 @@ using KernelFn = void (*)(void* const* buffers, const int64_t* scalars, int64_t 
 
 // KernelFn's `dims` for `k`: its sizes (one per dim), then per load, in order:
 // a scalar's slot in `scalars` (scalar_index), or a buffer's strides (one per
-// dim) and offset. Every kernel reads its scalars' slots there, so kernels that
+// dim) and offset, then its cat_ends (when cat_dim >= 0). Every kernel reads its scalars' slots there, so kernels that
 // differ only in which scalars they read (identical layers) share code.
 std::vector<int64_t> kernel_dims(const FusedKernel& k);
 

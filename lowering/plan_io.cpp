@@ -1,5 +1,6 @@
 #include "lowering/plan_io.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -17,8 +18,8 @@ namespace {
 constexpr std::string_view kPlanTag = "LJPL";
 
 // Smallest encodings, so a count can be checked against the bytes left.
-constexpr size_t kMinAccessBytes = 4 + 4 + 1 + 4 + 8 + 4;
-constexpr size_t kMinKernelBytes = 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4;
+constexpr size_t kMinAccessBytes = 4 + 4 + 1 + 4 + 8 + 4 + 4;
+constexpr size_t kMinKernelBytes = 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + 4;
 constexpr size_t kMinStepBytes = 1 + 4 + 4;
 
 // Everything read_* check against: the graph the plan was made from.
@@ -51,6 +52,7 @@ void write_access(ByteWriter& w, const Access& a) {
   w.i64s(a.strides);
   w.i64(a.offset);
   w.i32(a.scalar_index);
+  w.i32(a.piece);
 }
 
 Access read_access(const Reading& in, size_t rank) {
@@ -69,6 +71,8 @@ Access read_access(const Reading& in, size_t rank) {
   if (a.scalar_index < -1 || a.scalar_index >= static_cast<int64_t>(in.g.scalars().size()))
     in.bad("scalar index " + std::to_string(a.scalar_index) + " of a graph with " +
            std::to_string(in.g.scalars().size()) + " scalars");
+  a.piece = in.r.i32();
+  if (a.piece < -1 || (a.piece >= 0 && a.scalar_index >= 0)) in.bad("load piece " + std::to_string(a.piece));
   return a;
 }
 
@@ -157,6 +161,8 @@ void write_kernel(ByteWriter& w, const FusedKernel& k) {
   for (bool b : k.row_space) w.boolean(b);
   w.str(k.name);
   write_schedule(w, k.schedule);
+  w.i32(k.cat_dim);
+  w.i64s(k.cat_ends);
 }
 
 FusedKernel read_kernel(const Reading& in) {
@@ -190,6 +196,26 @@ FusedKernel read_kernel(const Reading& in) {
   k.name = in.r.str();
   k.schedule = read_schedule(in, k);
   if (!k.row && !k.schedule.steps.empty()) in.bad("a row schedule for a plain kernel");
+  k.cat_dim = in.r.i32();
+  k.cat_ends = in.r.i64s();
+  if (k.cat_dim < -1 || k.cat_dim >= static_cast<int64_t>(k.sizes.size()) || (k.cat_dim >= 0 && k.row) ||
+      (k.cat_dim < 0) != k.cat_ends.empty())
+    in.bad("cat dim " + std::to_string(k.cat_dim) + " with " + std::to_string(k.cat_ends.size()) + " pieces");
+  for (const Access& a : k.loads)
+    if (a.piece >= static_cast<int64_t>(std::max<size_t>(k.cat_ends.size(), 1)))
+      in.bad("load piece " + std::to_string(a.piece) + " of " + std::to_string(k.cat_ends.size()));
+  // The code reads each Cat operand through its piece's load (a kernel that
+  // does not iterate has no pieces: its code never runs).
+  for (uint32_t n : k.nodes) {
+    const ir::Node& node = in.g.nodes()[n];
+    if (node.kind != OpKind::Cat) continue;
+    if (k.cat_dim >= 0 && node.operands.size() != k.cat_ends.size())
+      in.bad("cat node " + std::to_string(n) + " has " + std::to_string(node.operands.size()) + " operands for " +
+             std::to_string(k.cat_ends.size()) + " pieces");
+    for (size_t j = 0; j < node.operands.size(); ++j)
+      if (k.load_of(node.operands[j], static_cast<int32_t>(j)) < 0)
+        in.bad("cat node " + std::to_string(n) + " has no load for operand " + std::to_string(j));
+  }
   return k;
 }
 

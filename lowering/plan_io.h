@@ -5,12 +5,12 @@
 //   "LJPL" u32 version
 //   u32 kernel count, then per FusedKernel (write_kernel in plan_io.cpp):
 //     i64 list sizes, u32 list nodes, u32 load count + per Access (u32 operand,
-//     u32 value, u8 dtype, i64 list strides, i64 offset, i32 scalar_index),
+//     u32 value, u8 dtype, i64 list strides, i64 offset, i32 scalar_index, i32 piece),
 //     u32 list stores, u8 row, i32 reduce_rank, u32 count + u8 per row_space
 //     entry, string name, then the RowSchedule (no steps for plain kernels): u32 step count +
 //     per step (u8 kind, i32 node, u8 has cols [+ i32 lists reload, compute,
 //     keep], u8 has blocks [+ i32 dim, i64 chunk], i32 list stores), i32 list
-//     scratch
+//     scratch, then i32 cat_dim, i64 list cat_ends
 //   u32 step count, then per Step: u8 kind, u32 node, i32 kernel
 //   u32 frees count + u32 list per step
 //   i64 planned_peak_bytes, i64 result_bytes, u8 check_stores
@@ -32,7 +32,7 @@
 namespace lazyjit::lowering {
 
 // Bump on any change to the layout above (a new field of FusedKernel included).
-inline constexpr uint32_t kPlanFormatVersion = 4;  // 2: row schedules, 3: their sum blocks, 4: check_stores
+inline constexpr uint32_t kPlanFormatVersion = 5;  // 2: row schedules, 3: their sum blocks, 4: check_stores, 5: cat pieces
 
 void write_plan(ir::ByteWriter& w, const Plan& plan);
 Plan read_plan(ir::ByteReader& r, const ir::Graph& g);

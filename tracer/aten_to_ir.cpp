@@ -633,8 +633,40 @@ bool record_view(const c10::OperatorHandle& op, const Stack& args, const MetaRes
   return true;
 }
 
+namespace {
+
+// torch.cat of lazy tensors of the output's dtype into a contiguous result: a
+// Cat node, which fuses with its consumers (rotate_half's cat with the rotary
+// multiply-add). Empty operands are left out, as eager skips them; mixed
+// dtypes, other layouts and fewer than two pieces stay ATen steps.
+bool try_cat(const Stack& args, const std::vector<at::Tensor>& meta_outs, Stack* out) {
+  if (meta_outs.size() != 1 || args.size() != 2 || !args[0].isTensorList() || !args[1].isInt()) return false;
+  const at::Tensor& mo = meta_outs[0];
+  const DType dt = bridge::from_aten(mo.scalar_type());
+  if (mo.dim() == 0 || mo.numel() == 0 || !mo.is_contiguous() || !runtime::kernels_support(dt)) return false;
+  const int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), mo.dim());
+  c10::SmallVector<at::Tensor, 4> parts;
+  for (const at::Tensor& t : args[0].toTensorList()) {
+    if (!t.defined() || !is_lazy(t) || t.scalar_type() != mo.scalar_type()) return false;
+    if (t.numel() == 0) continue;  // (legacy 1-d empties among them)
+    if (t.dim() != mo.dim()) return false;
+    parts.push_back(t);
+  }
+  if (parts.size() < 2) return false;
+  TraceContext& ctx = TraceContext::get();
+  std::vector<ValueId> ops;
+  for (const at::Tensor& t : parts) ops.push_back(ctx.read(t));
+  ValueId v = ctx.graph().add_node1(OpKind::Cat, std::move(ops),
+                                    {{static_cast<int64_t>(dt)}, {dim}}, contiguous_type(mo));
+  out->push_back(ctx.new_tensor(v, mo));
+  return true;
+}
+
+}  // namespace
+
 bool record_ir_nodes(const OpInfo& info, const Stack& args, const MetaResult& meta, Stack* out) {
   const std::string& fname = info.fname;
+  if (info.cat) return try_cat(args, meta.outs, out);
   if (info.reduction && !info.inplace && !info.is_mutable && try_reduction(fname, args, meta.outs, out)) return true;
   if (info.inplace || !info.is_mutable) {
     std::vector<at::Tensor> self_out;  // an in-place op's result is its self argument

@@ -92,6 +92,8 @@ void LoopEmitter::load_shape() {
     stride_v_.push_back(std::move(st));
     offset_v_.push_back(off);
   }
+  if (k_.cat_dim >= 0)
+    for (int64_t e : k_.cat_ends) cat_end_v_.push_back(generic ? at(next++) : b_.getInt64(e));
 }
 
 void LoopEmitter::emit_outer_loops(llvm::BasicBlock* exit, size_t last, const std::function<void()>& body) {
@@ -131,6 +133,27 @@ void LoopEmitter::emit_outer_loops(llvm::BasicBlock* exit, size_t last, const st
 }
 
 void LoopEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
+  if (static_cast<int64_t>(d) != k_.cat_dim) return emit_loop(d, last, start, stop, body);
+  // Piece j covers [end of piece j-1, end of piece j) of the dim; the outermost
+  // dim's [start, stop) (a thread's share) may cut it, or miss it.
+  for (size_t j = 0; j < cat_end_v_.size(); ++j) {
+    Value* lo = j == 0 ? b_.getInt64(0) : cat_end_v_[j - 1];
+    Value* hi = cat_end_v_[j];
+    Value* s = b_.CreateSelect(b_.CreateICmpSGT(start, lo), start, lo);
+    Value* e = b_.CreateSelect(b_.CreateICmpSLT(stop, hi), stop, hi);
+    llvm::BasicBlock* run = llvm::BasicBlock::Create(ctx_, "piece" + std::to_string(j), fn_);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "piece" + std::to_string(j) + ".end", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(s, e), run, next);
+    b_.SetInsertPoint(run);
+    cat_piece_ = j;
+    emit_loop(d, last, s, e, body);
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+  }
+  cat_piece_ = 0;
+}
+
+void LoopEmitter::emit_loop(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx_, "d" + std::to_string(d), fn_);
   b_.CreateBr(head);
@@ -152,6 +175,9 @@ void LoopEmitter::emit_loops(size_t d, size_t last, Value* start, Value* stop, c
 }
 
 void LoopEmitter::emit_body() {
+  values_.clear();
+  for (auto it = loaded_.begin(); it != loaded_.end();)
+    it = k_.loads[it->first].scalar_index >= 0 ? std::next(it) : loaded_.erase(it);
   for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
   Value* off = contiguous_index(0, sizes_.size());
   for (size_t s = 0; s < k_.stores.size(); ++s) store(s, off);
@@ -213,6 +239,10 @@ TV LoopEmitter::operand(ValueId v) {
   int32_t li = k_.load_of(v);
   if (li < 0 || li >= static_cast<int32_t>(k_.loads.size()))
     unsupported("operand %" + std::to_string(v) + " is neither computed in the kernel nor loaded");
+  return load(li);
+}
+
+TV LoopEmitter::load(int32_t li) {
   if (auto it = loaded_.find(li); it != loaded_.end()) return it->second;
   const Access& a = k_.loads[li];
   llvm::Type* mt = mem_type(b_, a.dtype);
@@ -230,6 +260,15 @@ bool LoopEmitter::is_scalar_argument(ValueId v) const {
 
 void LoopEmitter::emit_kernel_node(const ir::Node& n) {
   DType out = g_.value(n.outputs[0]).type.dtype;
+  if (n.kind == ir::OpKind::Cat) {
+    // The piece's operand, read through its own (shifted) load. A kernel that
+    // never iterates has no pieces: any operand will do.
+    size_t j = k_.cat_dim >= 0 ? cat_piece_ : 0;
+    int32_t li = k_.load_of(n.operands.at(j), static_cast<int32_t>(j));
+    if (li < 0) unsupported("a cat operand without its piece's load");
+    values_[n.outputs[0]] = {convert(b_, load(li), out), out};
+    return;
+  }
   TV r = inject_fault(math(), n.kind, emit_elementwise(math(), n, operands()));
   values_[n.outputs[0]] = {convert(b_, r, out), out};
 }

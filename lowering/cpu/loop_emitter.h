@@ -49,9 +49,12 @@ class LoopEmitter {
   void load_shape();
   // Rotated (do-while) loops over dims [d, last), the first from start to stop
   // (start < stop known), the others over their nonzero sizes. Row
-  // dims (d < nrow_) get row_loop_md().
+  // dims (d < nrow_) get row_loop_md(). The cat dim (k_.cat_dim) is one loop
+  // per piece, over the part of [start, stop) in it, with cat_piece_ set.
   void emit_loops(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
-  // A plain kernel's loop body: every node, then every store.
+  void emit_loop(size_t d, size_t last, Value* start, Value* stop, const std::function<void()>& body);
+  // A plain kernel's loop body: every node, then every store. Emitted once per
+  // cat piece, each time with nothing computed or loaded yet but the scalars.
   void emit_body();
 
   // --- row kernels (row_kernel.cpp) ----------------------------------------
@@ -96,6 +99,8 @@ class LoopEmitter {
   TV load_scalar(size_t load);
   // A computed value, else the load's value (loaded on first use in the loop body).
   TV operand(ValueId v);
+  // Load `li`'s element at the current index (once per loop body).
+  TV load(int32_t li);
   bool is_scalar_argument(ValueId v) const;
   // Store `s` of k_.stores at element `offset` of its buffer.
   void store(size_t s, Value* offset);
@@ -114,6 +119,8 @@ class LoopEmitter {
   std::vector<std::vector<Value*>> stride_v_;   // per load, per dim; null: 0
   std::vector<Value*> offset_v_;                // per load; null: 0
   std::vector<Value*> slot_v_;                  // per load: a scalar's slot; null for buffers
+  std::vector<Value*> cat_end_v_;               // per cat piece: where it ends
+  size_t cat_piece_ = 0;                        // the piece being emitted (Cat nodes read its operand)
   llvm::Function* fn_ = nullptr;
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
   llvm::AllocaInst* nonfinite_ = nullptr;  // cfg_.check_stores: i8, a stored value was NaN/Inf

@@ -138,6 +138,7 @@ Graph every_kind_graph(int* kinds_seen) {
     else if (kind == OpKind::Where) out = g.add_node1(kind, {x, y, x}, {c}, t);
     else if (kind == OpKind::Clamp) out = g.add_node1(kind, {x, y, s}, {c, {int64_t{3}}}, t);
     else if (kind == OpKind::Fma) out = g.add_node1(kind, {x, s, y}, {c}, t);
+    else if (kind == OpKind::Cat) out = g.add_node1(kind, {x, y, x}, {c, {int64_t{1}}}, f32({2, 9}));
     else if (kind == OpKind::Full) out = g.add_node1(kind, {s}, {c}, t);
     else if (kind == OpKind::AsStrided)
       out = g.add_node1(kind, {x}, {shape_list({3, 2}), shape_list({1, 3}), shape(0)}, f32({3, 2}));

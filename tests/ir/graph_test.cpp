@@ -71,6 +71,22 @@ TEST(Graph, VerifierRejectsBadGraphs) {
   EXPECT_NE(e.verify().find("compute dtype"), std::string::npos);
 }
 
+TEST(Graph, VerifierChecksCatPieces) {
+  auto cat = [](std::vector<int64_t> a, std::vector<int64_t> b, std::vector<int64_t> out, int64_t dim) {
+    Graph g;
+    ValueId x = g.add_input(f32(a)), y = g.add_input(f32(b));
+    g.add_node1(OpKind::Cat, {x, y}, {dt(DType::Float32), {dim}}, f32(out));
+    return g.verify();
+  };
+  EXPECT_EQ(cat({2, 3}, {2, 4}, {2, 7}, 1), "");
+  EXPECT_EQ(cat({2, 3}, {1, 3}, {3, 3}, 0), "");
+  EXPECT_NE(cat({2, 3}, {3, 4}, {2, 7}, 1).find("differ outside the cat dim"), std::string::npos);
+  EXPECT_NE(cat({2, 3}, {2, 4}, {2, 8}, 1).find("operands' sum"), std::string::npos);
+  EXPECT_NE(cat({2, 3}, {2, 4}, {2, 7}, 2).find("dim out of range"), std::string::npos);
+  EXPECT_NE(cat({2, 3}, {2, 0}, {2, 3}, 1).find("empty along the cat dim"), std::string::npos);
+  EXPECT_NE(cat({2, 3}, {4}, {2, 7}, 1).find("dtype and rank"), std::string::npos);
+}
+
 TEST(Graph, SameProgramSameHashes) {
   EXPECT_EQ(build().hashes(), build().hashes());
 }

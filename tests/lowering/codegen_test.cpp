@@ -830,5 +830,90 @@ TEST(CpuCodegen, OtherCodegenOptions) {
   }
 }
 
+// Cat through plan_graph: each piece of the cat dim reads its operand through a
+// shifted load. Every split of the outermost dim into [begin, end) ranges (as
+// threads split it) gives the same result, whether the cat dim is that dim or
+// an inner one, and whatever the pieces' sizes.
+struct CatCase {
+  int64_t dim;
+  std::vector<int64_t> piece_sizes;  // along `dim`
+};
+
+std::vector<double> run_cat(const CatCase& c, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                            std::vector<double>* want) {
+  const DType f = DType::Float32;
+  const int64_t other = 5;
+  auto shape = [&](int64_t n) { return c.dim == 0 ? std::vector<int64_t>{n, other} : std::vector<int64_t>{other, n}; };
+  int64_t total = 0;
+  for (int64_t n : c.piece_sizes) total += n;
+  ir::Graph g;
+  std::vector<ValueId> ins;
+  std::map<ValueId, Buf> bufs;
+  std::vector<std::vector<double>> data;
+  for (size_t j = 0; j < c.piece_sizes.size(); ++j) {
+    ins.push_back(g.add_input(tt(f, shape(c.piece_sizes[j]))));
+    std::vector<double> v(c.piece_sizes[j] * other);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(100 * j + i);
+    bufs.emplace(ins.back(), Buf(f, v));
+    data.push_back(v);
+  }
+  // -piece0 joins (a producer: its own kernel), then cat, then * 2.
+  ValueId neg = g.add_node1(OpKind::Neg, {ins[0]}, {dt(f)}, tt(f, shape(c.piece_sizes[0])));
+  std::vector<ValueId> ops = ins;
+  ops[0] = neg;
+  ValueId cat = g.add_node1(OpKind::Cat, ops, {dt(f), ai(c.dim)}, tt(f, shape(total)));
+  ValueId two = g.add_scalar(DType::Float64);
+  ValueId y = g.add_node1(OpKind::Mul, {cat, two}, {dt(f)}, tt(f, shape(total)));
+  g.add_output(y);
+  EXPECT_EQ(g.verify(), "");
+  Plan p = plan_graph(g);
+  EXPECT_EQ(p.kernels.size(), 2u) << p.str(g);
+  auto code = target().compile(g, p);
+  double sv = 2;
+  int64_t sbits;
+  std::memcpy(&sbits, &sv, 8);
+  for (size_t ki = 0; ki < p.kernels.size(); ++ki) {
+    const FusedKernel& k = p.kernels[ki];
+    std::vector<Buf*> args;
+    for (const Access& l : k.loads)
+      if (l.scalar_index < 0) args.push_back(&bufs.at(l.value));
+    int64_t n = 1;
+    for (int64_t d : k.sizes) n *= d;
+    for (ValueId st : k.stores) args.push_back(&bufs.emplace(st, Buf(g.value(st).type.dtype, n)).first->second);
+    if (k.cat_dim < 0) {
+      call(p, ki, args, {sbits}, 0, k.sizes[0]);
+      continue;
+    }
+    EXPECT_EQ(k.cat_ends.back(), k.sizes.at(k.cat_dim)) << p.str(g);
+    for (auto [b, e] : ranges) call(p, ki, args, {sbits}, b, std::min(e, k.sizes[0]));
+  }
+  want->clear();
+  for (int64_t r = 0; r < (c.dim == 0 ? total : other); ++r)
+    for (int64_t col = 0; col < (c.dim == 0 ? other : total); ++col) {
+      int64_t at = c.dim == 0 ? r : col, j = 0;
+      while (at >= c.piece_sizes[j]) at -= c.piece_sizes[j++];
+      int64_t i = c.dim == 0 ? at * other + col : r * c.piece_sizes[j] + at;
+      want->push_back((j == 0 ? -1 : 1) * data[j][i] * 2);
+    }
+  return bufs.at(y).values();
+}
+
+TEST(CpuCodegen, CatPiecesUnderEverySplitOfTheOuterDim) {
+  for (const CatCase& c : {CatCase{0, {3, 1, 4}}, CatCase{0, {1, 1}}, CatCase{1, {3, 1, 4}}, CatCase{1, {17, 2}}}) {
+    SCOPED_TRACE("dim " + std::to_string(c.dim) + " pieces " + std::to_string(c.piece_sizes.size()));
+    int64_t outer = 0;
+    for (int64_t n : c.piece_sizes) outer += n;
+    if (c.dim != 0) outer = 5;
+    // One call; then splits at every point (a range inside a piece, across
+    // pieces, of one row).
+    std::vector<double> want;
+    EXPECT_EQ(run_cat(c, {{0, outer}}, &want), want);
+    for (int64_t cut = 1; cut < outer; ++cut) EXPECT_EQ(run_cat(c, {{0, cut}, {cut, outer}}, &want), want) << cut;
+    std::vector<std::pair<int64_t, int64_t>> rows;
+    for (int64_t r = outer; r-- > 0;) rows.push_back({r, r + 1});  // in reverse, one row each
+    EXPECT_EQ(run_cat(c, rows, &want), want);
+  }
+}
+
 }  // namespace
 }  // namespace lazyjit::lowering

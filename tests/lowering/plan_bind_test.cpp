@@ -112,3 +112,30 @@ TEST(BindPlan, RefusesWhenANodeNoLongerFitsItsKernel) {
   ASSERT_EQ(from.kernels.size(), 1u);
   EXPECT_FALSE(lowering::bind_plan(make(1), from).has_value());
 }
+
+// A KV cache one longer per step: the cat's pieces move, the code stays.
+TEST(BindPlan, ACatWithLongerPiecesKeepsItsGenericKey) {
+  auto model = [](int64_t past) {
+    Graph g;
+    ValueId p = g.add_input(f32({2, past, 4}));
+    ValueId n = g.add_input(f32({2, 1, 4}));
+    ValueId n3 = g.add_node1(OpKind::Mul, {n, g.add_scalar(DType::Float64)}, {dt()}, f32({2, 1, 4}));
+    ValueId c = g.add_node1(OpKind::Cat, {p, n3}, {dt(), Attr{int64_t{1}}}, f32({2, past + 1, 4}));
+    g.add_output(g.add_node1(OpKind::Exp, {c}, {dt()}, f32({2, past + 1, 4})));
+    return g;
+  };
+  const Graph first = model(3);
+  const lowering::Plan from = lowering::plan_graph(first);
+  for (int64_t past : {4, 5, 17, 2}) {
+    SCOPED_TRACE("past " + std::to_string(past));
+    const Graph g = model(past);
+    std::optional<lowering::Plan> bound = lowering::bind_plan(g, from);
+    ASSERT_TRUE(bound.has_value());
+    const lowering::Plan planned = lowering::plan_graph(g);
+    expect_same_kernels(*bound, planned, g);
+    for (size_t i = 0; i < bound->kernels.size(); ++i) {
+      EXPECT_EQ(bound->kernels[i].cat_ends, planned.kernels[i].cat_ends);
+      EXPECT_EQ(lowering::kernel_key(g, bound->kernels[i]).generic, lowering::kernel_key(first, from.kernels[i]).generic);
+    }
+  }
+}

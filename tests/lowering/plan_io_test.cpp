@@ -53,6 +53,7 @@ void expect_same_access(const Access& a, const Access& b, const std::string& whe
   EXPECT_EQ(a.strides, b.strides) << where;
   EXPECT_EQ(a.offset, b.offset) << where;
   EXPECT_EQ(a.scalar_index, b.scalar_index) << where;
+  EXPECT_EQ(a.piece, b.piece) << where;
 }
 
 void expect_same_kernel(const FusedKernel& a, const FusedKernel& b, const std::string& where) {
@@ -66,6 +67,8 @@ void expect_same_kernel(const FusedKernel& a, const FusedKernel& b, const std::s
   EXPECT_EQ(a.reduce_rank, b.reduce_rank) << where;
   EXPECT_EQ(a.row_space, b.row_space) << where;
   EXPECT_EQ(a.name, b.name) << where;
+  EXPECT_EQ(a.cat_dim, b.cat_dim) << where;
+  EXPECT_EQ(a.cat_ends, b.cat_ends) << where;
   EXPECT_EQ(a.schedule.scratch, b.schedule.scratch) << where;
   ASSERT_EQ(a.schedule.steps.size(), b.schedule.steps.size()) << where;
   for (size_t i = 0; i < a.schedule.steps.size(); ++i) {
@@ -200,6 +203,23 @@ Graph layer_norm_graph() {
   return g;
 }
 
+// rotate_half and the rotary multiply-add: a Cat of a negated half and a view
+// (pieces, shifted loads) in the kernel of its consumers.
+Graph cat_graph() {
+  Graph g;
+  ValueId q = g.add_input(f32({3, 8}));
+  ValueId cs = g.add_input(f32({3, 8}));
+  auto half = [&](int64_t off) {
+    return g.add_node1(OpKind::AsStrided, {q}, {shape_list({3, 4}), shape_list({8, 1}), shape(off)}, f32({3, 4}));
+  };
+  ValueId neg = g.add_node1(OpKind::Neg, {half(4)}, {dt()}, f32({3, 4}));
+  ValueId rot = g.add_node1(OpKind::Cat, {neg, half(0)}, {dt(), Attr{int64_t{1}}}, f32({3, 8}));
+  ValueId a = g.add_node1(OpKind::Mul, {q, cs}, {dt()}, f32({3, 8}));
+  g.add_output(g.add_node1(OpKind::Add, {a, g.add_node1(OpKind::Mul, {rot, cs}, {dt()}, f32({3, 8}))}, {dt()},
+                           f32({3, 8})));
+  return g;
+}
+
 struct Case {
   std::string name;
   Graph g;
@@ -218,6 +238,7 @@ std::vector<Case> cases() {
   add("softmax", softmax_graph());
   add("long_softmax", softmax_graph(lowering::kSumBlockCols + 1));
   add("layer_norm", layer_norm_graph());
+  add("cat", cat_graph());
   add("unfused", library_graph(), PlanOptions{.fuse = false});
   add("no_buffer_plan", layer_norm_graph(), PlanOptions{.buffers = false});
   return out;
@@ -236,12 +257,13 @@ std::string error_of(std::string_view bytes) {
 
 // The cases hold what they are meant to, so the round trips below cover them.
 TEST(PlanIO, CasesCoverEveryKindOfStepAndKernel) {
-  bool row = false, plain = false, offset = false, scalar = false, frees = false, blocks = false;
+  bool row = false, plain = false, offset = false, scalar = false, frees = false, blocks = false, pieces = false;
   std::vector<bool> step_kinds(4, false);
   for (const Case& c : cases()) {
     for (const Step& s : c.plan.steps) step_kinds[static_cast<int>(s.kind)] = true;
     for (const FusedKernel& k : c.plan.kernels) {
       (k.row ? row : plain) = true;
+      pieces |= k.cat_dim >= 0;
       for (const RowStep& st : k.schedule.steps) blocks |= st.blocks.has_value();
       for (const Access& a : k.loads) {
         offset |= a.offset != 0;
@@ -250,7 +272,7 @@ TEST(PlanIO, CasesCoverEveryKindOfStepAndKernel) {
     }
     for (const auto& f : c.plan.frees) frees |= !f.empty();
   }
-  EXPECT_TRUE(row && plain && offset && scalar && frees && blocks);
+  EXPECT_TRUE(row && plain && offset && scalar && frees && blocks && pieces);
   EXPECT_EQ(step_kinds, std::vector<bool>(4, true));
 }
 

@@ -375,3 +375,55 @@ TEST(RowSchedule, EmptyRowsRunNoColLoops) {
   EXPECT_FALSE(s.steps[0].cols);
   EXPECT_EQ(s.steps[1].kind, RowStep::Kind::StoreRows);
 }
+
+// A Cat joins the kernel of its consumers; its pieces are its operands' extents
+// along the cat dim, which coalescing never merges with a neighbour (here the
+// operands' rows are contiguous with their cols, yet [2, 3] merge and 9 stays).
+TEST(Plan, CatJoinsItsConsumersKernelAndKeepsItsDimApart) {
+  Graph g;
+  ValueId a = g.add_input(f32({2, 3, 4}));
+  ValueId big = g.add_input(f32({2, 3, 10}));
+  ValueId b = g.add_node1(OpKind::AsStrided, {big}, {shape({2, 3, 5}), shape({30, 10, 1}), shape(5)}, f32({2, 3, 5}));
+  ValueId c = g.add_node1(OpKind::Cat, {a, b}, {dt(), Attr{int64_t{2}}}, f32({2, 3, 9}));
+  ValueId y = g.add_node1(OpKind::Exp, {c}, {dt()}, f32({2, 3, 9}));
+  g.add_output(y);
+  ASSERT_EQ(g.verify(), "");
+  auto plan = lowering::plan_graph(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << plan.str(g);
+  const auto& k = plan.kernels[0];
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{6, 9}));
+  EXPECT_EQ(k.cat_dim, 1);
+  EXPECT_EQ(k.cat_ends, (std::vector<int64_t>{4, 9}));
+  ASSERT_EQ(k.loads.size(), 2u);
+  EXPECT_EQ(k.loads[0].piece, 0);
+  EXPECT_EQ(k.loads[0].strides, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(k.loads[0].offset, 0);
+  EXPECT_EQ(k.loads[1].piece, 1);
+  EXPECT_EQ(k.loads[1].value, big);  // the folded view's base
+  EXPECT_EQ(k.loads[1].strides, (std::vector<int64_t>{10, 1}));
+  EXPECT_EQ(k.loads[1].offset, 5 - 4);  // the view's offset, shifted back by piece 1's start
+  EXPECT_EQ(k.stores, std::vector<ValueId>{y});
+}
+
+TEST(Plan, CatsOfOtherPiecesOrAReductionTakeAKernelOfTheirOwn) {
+  Graph g;
+  ValueId a = g.add_input(f32({4, 3}));
+  ValueId b = g.add_input(f32({4, 3}));
+  ValueId c = g.add_input(f32({4, 2}));
+  ValueId d = g.add_input(f32({4, 4}));
+  auto cat = [&](std::vector<ValueId> in) { return g.add_node1(OpKind::Cat, in, {dt(), Attr{int64_t{1}}}, f32({4, 6})); };
+  ValueId x = cat({a, b});
+  ValueId same = g.add_node1(OpKind::Mul, {x, cat({b, a})}, {dt()}, f32({4, 6}));  // same pieces: one kernel
+  ValueId other = g.add_node1(OpKind::Add, {same, cat({c, d})}, {dt()}, f32({4, 6}));  // pieces 2, 4
+  ValueId sum = g.add_node1(OpKind::ReduceSum, {other}, {dt(), Attr{std::vector<int64_t>{1}}}, f32({4, 1}));
+  g.add_output(sum);
+  ASSERT_EQ(g.verify(), "");
+  auto plan = lowering::plan_graph(g);
+  ASSERT_EQ(plan.kernels.size(), 3u) << plan.str(g);
+  EXPECT_EQ(plan.kernels[0].nodes.size(), 3u) << plan.str(g);
+  EXPECT_EQ(plan.kernels[0].cat_ends, (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(plan.kernels[0].loads.size(), 4u);  // a and b, once per piece each
+  EXPECT_EQ(plan.kernels[1].cat_ends, (std::vector<int64_t>{2, 6}));
+  EXPECT_TRUE(plan.kernels[2].row);
+  EXPECT_EQ(plan.kernels[2].cat_dim, -1);
+}

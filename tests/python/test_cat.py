@@ -1,0 +1,175 @@
+"""torch.cat as a Cat node: joined in a fused kernel, piece by piece along the
+cat dim, so rotate_half's cat fuses with the rotary multiply-add around it.
+
+Eager PyTorch on the CPU is the oracle: values, dtype and shape; and no op
+falls back to eager (test_ops.check). The plan tests read LAZYJIT_DUMP's plans
+in a fresh interpreter."""
+import glob
+
+import pytest
+import torch
+
+from conftest import DEV, run_python
+from test_dynamic_shapes import run
+from test_ops import View, check, mk
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary(q, cos, sin):
+    return q * cos + rotate_half(q) * sin
+
+
+def test_rotary_embedding_matches_eager():
+    q, cos, sin = torch.randn(2, 4, 6, 8), torch.randn(6, 8), torch.randn(6, 8)
+    check(rotary, q, cos, sin, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -2])
+def test_cat_along_each_dim_with_a_consumer(dim):
+    a, b = torch.randn(3, 5, 7), torch.randn(3, 5, 7)
+    sizes = [3, 5, 7]
+    sizes[dim] = 2
+    c = torch.randn(*sizes)
+    check(lambda a, b, c: torch.cat((a, c, b), dim=dim).exp() * 2, a, b, c)
+
+
+def test_pieces_of_one_element_as_a_kv_cache_appends_them():
+    past, new = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 1, 4)
+    check(lambda p, n: torch.cat((p, n * 3), dim=2), past, new)
+    check(lambda p, n: torch.cat((n, p, n), dim=2) + 1, past, new)
+
+
+def test_views_as_operands():
+    base = torch.randn(6, 10)
+    check(lambda x: torch.cat((x[:, 2:5], x[:, 7:], x[:, :1]), dim=1) * 2, base)
+    check(lambda x: torch.cat((x.t(), x.t()[1:3]), dim=0) - 1, base)
+    check(lambda x, y: torch.cat((x, y), dim=1), View(base, lambda t: t.t()), torch.randn(10, 3))
+
+
+def test_the_same_operand_twice_and_in_two_cats():
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    check(lambda a: torch.cat((a, a), dim=1), a)
+    check(lambda a, b: torch.cat((a, b), dim=1) * torch.cat((b, a), dim=1), a, b)
+    # Two cats of one kernel joining along different dims or with other pieces.
+    check(lambda a, b: torch.cat((a, b), 0).sum() + torch.cat((a, b), 1).sum(), a, b)
+    check(lambda a: torch.cat((a, a[:, :1]), 1) + torch.cat((a[:, :1], a), 1), a)
+
+
+def test_a_cat_broadcast_into_its_consumer():
+    a, b, c = torch.randn(4, 1, 3), torch.randn(4, 1, 5), torch.randn(4, 6, 8)
+    check(lambda a, b, c: torch.cat((a, b), -1) * c, a, b, c)
+
+
+def test_empty_operands_are_skipped_as_in_eager():
+    a, b = torch.randn(3, 4), torch.randn(3, 2)
+    check(lambda a, b: torch.cat((a, torch.empty(3, 0, device=a.device), b), 1) + 1, a, b)
+    check(lambda a, b: torch.cat((torch.tensor([], device=a.device), a, b), 1), a, b)
+    check(lambda a, b: torch.cat((a[:0], b[:0]), 1), a, b)  # an empty result
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.uint8, torch.bool])
+def test_dtypes(dtype):
+    a, b = mk((5, 3), dtype), mk((5, 4), dtype)
+    check(lambda a, b: torch.cat((b, a), 1), a, b)
+
+
+def test_mixed_dtypes_promote_as_in_eager():
+    a, b = torch.randn(3, 2), torch.arange(6).reshape(3, 2)
+    check(lambda a, b: torch.cat((a, b), 1) * 2, a, b, no_fallback=False)
+
+
+def test_a_cat_across_threads_shares_of_the_outer_dim():
+    # Long enough that the kernel's outermost dim, the cat dim, is split among
+    # threads, a share starting or ending inside a piece.
+    a, b, c = torch.randn(3001, 64), torch.randn(17, 64), torch.randn(5003, 64)
+    check(lambda a, b, c: torch.cat((a, b, c), 0) * 0.5, a, b, c)
+    check(lambda a, b, c: torch.cat((a.t(), b.t(), c.t()), 1).t() + 1, a, b, c)
+
+
+def test_an_argument_error_is_raised_at_the_op_like_eager():
+    a, b = torch.randn(3, 4).to(DEV), torch.randn(2, 4).to(DEV)
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        torch.cat((a, b), 1)
+    assert torch.equal(torch.cat((a, b), 0).cpu(), torch.cat((a.cpu(), b.cpu()), 0))
+
+
+def test_cat_with_out_and_in_place_consumers():
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+
+    def f(a, b):
+        out = torch.empty(3, 8, device=a.device)
+        torch.cat((a, b), 1, out=out)
+        out.mul_(2)
+        r = torch.cat((a, b), 0)
+        r.add_(1)
+        return out, r
+
+    check(f, a, b, no_fallback=False)
+
+
+ROTARY = r"""
+import sys, torch, lazyjit
+torch.manual_seed(0)
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+def f(q, k, cos, sin):  # Llama's apply_rotary_pos_emb
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+q, k = torch.randn(1, 4, 16, 64), torch.randn(1, 2, 16, 64)
+cos, sin = torch.randn(1, 1, 16, 64), torch.randn(1, 1, 16, 64)
+got = [t.cpu() for t in f(*(t.to("lazyjit") for t in (q, k, cos, sin)))]
+torch.save([got, list(f(q, k, cos, sin))], sys.argv[1])
+"""
+
+
+def test_rotate_half_fuses_with_the_rotary_multiply_add(tmp_path):
+    d = tmp_path / "dump"
+    d.mkdir()
+    out = tmp_path / "p.pt"
+    run_python(ROTARY.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
+    got, want = torch.load(out)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    (plan,) = [open(p).read() for p in glob.glob(str(d / "*.plan.txt"))]
+    assert "aten::cat" not in plan, plan
+    cats = [line for line in plan.splitlines() if " cat_dim=" in line]
+    # One kernel per rotary embedding holds its cat (and its multiply-adds);
+    # it stores only the embedding.
+    assert len(cats) == 2, plan
+    for line in cats:
+        assert "cat_ends=[32,64]" in line and len(line.split("stores=")[1].split()) == 1, plan
+
+
+DECODE = r"""
+import json, torch, lazyjit
+torch.manual_seed(0)
+k = torch.randn(1, 2, 3, 8)
+lk = k.to("lazyjit")
+bad = []
+for step in range(12):
+    new = torch.randn(1, 2, 1, 8)
+    k = torch.cat((k, new * 2), dim=2)
+    lk = torch.cat((lk, new.to("lazyjit") * 2), dim=2)
+    got = (lk + 1).cpu()
+    if not torch.equal(got, k + 1):
+        bad.append(step)
+    if step == 1:
+        after_two = dict(lazyjit.metrics())
+m = lazyjit.metrics()
+print(json.dumps({"bad": bad, "two": after_two["llvm_compiles"], "all": m["llvm_compiles"],
+                  "compiles": m["compiles"], "binds": m["shape_binds"]}))
+"""
+
+
+def test_a_growing_cache_binds_to_one_program_without_compiling_again():
+    # The pieces' ends are read at run time, so a cat one longer per step runs
+    # the shape-generic code compiled for the first.
+    out, _ = run(DECODE)
+    assert out["bad"] == [], out
+    assert out["two"] > 0 and out["all"] == out["two"], out
+    assert out["binds"] >= 10, out
