@@ -67,7 +67,8 @@ class CompiledCode {
 // 4: at most PlanOptions::max_kernel_nodes nodes per kernel.
 // 5: one object per kernel, shape-generic kernels (KernelFn's dims).
 // 6: plans carry check_stores (plan format 4): old entries miss, not fail.
-inline constexpr int kCodegenRevision = 6;
+// 7: Cat nodes fuse (plan format 5: loads' pieces, kernels' cat dim and ends).
+inline constexpr int kCodegenRevision = 7;
 
 class Target {
  public:

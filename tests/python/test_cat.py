@@ -48,6 +48,8 @@ def test_views_as_operands():
     check(lambda x: torch.cat((x[:, 2:5], x[:, 7:], x[:, :1]), dim=1) * 2, base)
     check(lambda x: torch.cat((x.t(), x.t()[1:3]), dim=0) - 1, base)
     check(lambda x, y: torch.cat((x, y), dim=1), View(base, lambda t: t.t()), torch.randn(10, 3))
+    # A stepped view and an expanded one (stride 0).
+    check(lambda x, r: torch.cat((x[:, ::3], r.expand(6, 2), x[::1, 1:2]), dim=1) + 1, base, torch.randn(1, 2))
 
 
 def test_the_same_operand_twice_and_in_two_cats():
