@@ -127,8 +127,11 @@ std::optional<ValueId> identity_of(const Graph& g, const Node& n) {
       const auto& src = g.value(n.operands[0]).type;
       const auto& sizes = std::get<std::vector<int64_t>>(n.attrs[0].value);
       const auto& strides = std::get<std::vector<int64_t>>(n.attrs[1].value);
-      if (std::get<int64_t>(n.attrs[2].value) == 0 && sizes == src.sizes && strides == src.strides)
-        return from(n.operands[0]);
+      // A size-1 dim is never stepped: its stride does not matter (x.transpose
+      // of a length-1 dim, which decode's q/k make, relabels only such strides).
+      bool same = std::get<int64_t>(n.attrs[2].value) == 0 && sizes == src.sizes && strides.size() == src.strides.size();
+      for (size_t d = 0; same && d < sizes.size(); ++d) same = sizes[d] == 1 || strides[d] == src.strides[d];
+      if (same) return from(n.operands[0]);
       return std::nullopt;
     }
     case OpKind::Where:

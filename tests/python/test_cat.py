@@ -175,3 +175,28 @@ def test_a_growing_cache_binds_to_one_program_without_compiling_again():
     assert out["bad"] == [], out
     assert out["two"] > 0 and out["all"] == out["two"], out
     assert out["binds"] >= 10, out
+
+
+STACKS = r"""
+import sys, torch, lazyjit
+xs = [torch.randn(4, 8) for _ in range(9)]
+ls = [x.to("lazyjit") for x in xs]
+got = [torch.stack(ls[:8]).mul(2).cpu(), torch.stack(ls).mul(2).cpu()]
+torch.save([got, [torch.stack(xs[:8]) * 2, torch.stack(xs) * 2]], sys.argv[1])
+"""
+
+
+def test_stacks_of_many_tensors_stay_one_library_step(tmp_path):
+    # Past 8 pieces a cat stays an ATen step: one loop body per piece would make
+    # LLVM's compile time grow with the count (torch.stack of 512: 16 s).
+    d = tmp_path / "dump"
+    d.mkdir()
+    out = tmp_path / "p.pt"
+    run_python(STACKS.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
+    got, want = torch.load(out)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    plans = sorted(open(p).read() for p in glob.glob(str(d / "*.plan.txt")))
+    assert len(plans) == 2, plans
+    assert sum("cat_ends=[4,8,12,16,20,24,28,32]" in p and "aten::cat" not in p for p in plans) == 1, plans
+    assert sum("aten::cat" in p and "cat_dim" not in p for p in plans) == 1, plans
