@@ -107,6 +107,18 @@ bool widens_exactly(DType from, DType to) {
 
 DType compute_of(const Node& n) { return static_cast<DType>(std::get<int64_t>(n.attrs[0].value)); }
 
+}  // namespace
+
+bool view_is_identity(const ir::TensorType& src, const std::vector<ir::Attr>& attrs) {
+  const auto& sizes = std::get<std::vector<int64_t>>(attrs.at(0).value);
+  const auto& strides = std::get<std::vector<int64_t>>(attrs.at(1).value);
+  bool same = std::get<int64_t>(attrs.at(2).value) == 0 && sizes == src.sizes && strides.size() == src.strides.size();
+  for (size_t d = 0; same && d < sizes.size(); ++d) same = sizes[d] == 1 || strides[d] == src.strides[d];
+  return same;
+}
+
+namespace {
+
 // The value `v`'s node computes, when that is just one of its operands.
 std::optional<ValueId> identity_of(const Graph& g, const Node& n) {
   auto same_type = [&](ValueId a) { return g.value(a).type == g.value(n.outputs[0]).type; };
@@ -123,17 +135,11 @@ std::optional<ValueId> identity_of(const Graph& g, const Node& n) {
       if (widens_exactly(t, compute_of(n))) return from(x);
       return std::nullopt;
     }
-    case OpKind::AsStrided: {
-      const auto& src = g.value(n.operands[0]).type;
-      const auto& sizes = std::get<std::vector<int64_t>>(n.attrs[0].value);
-      const auto& strides = std::get<std::vector<int64_t>>(n.attrs[1].value);
-      // A size-1 dim is never stepped: its stride does not matter (x.transpose
-      // of a length-1 dim, which decode's q/k make, relabels only such strides).
-      bool same = std::get<int64_t>(n.attrs[2].value) == 0 && sizes == src.sizes && strides.size() == src.strides.size();
-      for (size_t d = 0; same && d < sizes.size(); ++d) same = sizes[d] == 1 || strides[d] == src.strides[d];
-      if (same) return from(n.operands[0]);
+    case OpKind::AsStrided:
+      // (x.transpose of a length-1 dim, which decode's q and k make, relabels
+      // only size-1 strides.)
+      if (view_is_identity(g.value(n.operands[0]).type, n.attrs)) return from(n.operands[0]);
       return std::nullopt;
-    }
     case OpKind::Where:
       if (n.operands[1] == n.operands[2]) return from(n.operands[1]);
       return std::nullopt;

@@ -37,12 +37,18 @@ ir::Graph eliminate_common_subexpressions(const ir::Graph& g, ValueMap* map = nu
 // Constant folding and identities decided by the structure alone:
 //  - casts that change nothing, and round trips through a wider type
 //    (bf16 -> f32 -> bf16, f32 -> f64 -> f32, int32 -> int64 -> int32, ...);
-//  - views that read their whole operand in its own layout;
+//  - views that read their whole operand in its own layout (view_is_identity);
 //  - neg(neg(x)), logical_not(logical_not(bool x)), where(c, x, x),
 //    maximum(x, x), minimum(x, x), clamp with no bounds.
 // A rewrite applies only when the result's type (dtype, sizes, strides) equals
 // the replaced value's.
 ir::Graph fold_constants(const ir::Graph& g, ValueMap* map = nullptr);
+
+// Whether an AsStrided view of `src` (its node's `attrs`: sizes, strides,
+// offset) reads all of src in src's own layout, so that fold replaces it by
+// src. A size-1 dim is never stepped: its stride does not matter. (The shape
+// binder asks the same of a fold at new sizes.)
+bool view_is_identity(const ir::TensorType& src, const std::vector<ir::Attr>& attrs);
 
 struct GraphPass {
   const char* name;

@@ -117,10 +117,7 @@ std::optional<Graph> replay_passes(const Graph& traced, const Graph& program, co
     }
     if (p.kind != ir::OpKind::AsStrided) continue;  // the other folds hold on dtypes and equal types
     // A view folds into its operand when it reads all of it, in its layout.
-    const ir::TensorType& src = traced.value(p.operands[0]).type;
-    if (std::get<int64_t>(p.attrs[2].value) != 0 || std::get<std::vector<int64_t>>(p.attrs[0].value) != src.sizes ||
-        std::get<std::vector<int64_t>>(p.attrs[1].value) != src.strides)
-      return std::nullopt;
+    if (!lowering::view_is_identity(traced.value(p.operands[0]).type, p.attrs)) return std::nullopt;
   }
   Graph g;  // the passes keep the sources and their numbering
   for (ValueId v : traced.inputs()) g.add_input(traced.value(v).type);

@@ -150,15 +150,25 @@ def test_rotate_half_fuses_with_the_rotary_multiply_add(tmp_path):
 DECODE = r"""
 import json, torch, lazyjit
 torch.manual_seed(0)
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
 k = torch.randn(1, 2, 3, 8)
 lk = k.to("lazyjit")
+cos, sin = torch.randn(8), torch.randn(8)
 bad = []
 for step in range(12):
-    new = torch.randn(1, 2, 1, 8)
-    k = torch.cat((k, new * 2), dim=2)
-    lk = torch.cat((lk, new.to("lazyjit") * 2), dim=2)
+    # A decode step's new key: [1, 1, 2, 8] transposed to [1, 2, 1, 8], rotated
+    # (its q * cos reads back through strides that differ at size-1 dims only).
+    new = torch.randn(1, 1, 2, 8)
+    want = new.transpose(1, 2)
+    want = want * cos + rotate_half(want) * sin
+    ln = new.to("lazyjit").transpose(1, 2)
+    ln = ln * cos.to("lazyjit") + rotate_half(ln) * sin.to("lazyjit")
+    k = torch.cat((k, want * 2), dim=2)
+    lk = torch.cat((lk, ln * 2), dim=2)
     got = (lk + 1).cpu()
-    if not torch.equal(got, k + 1):
+    if not torch.allclose(got, k + 1, rtol=1e-6, atol=1e-6):
         bad.append(step)
     if step == 1:
         after_two = dict(lazyjit.metrics())
