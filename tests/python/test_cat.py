@@ -9,9 +9,10 @@ import glob
 import pytest
 import torch
 
-from conftest import DEV, run_python
+from conftest import DEV
 from test_dynamic_shapes import run
 from test_ops import View, check, mk
+from test_passes import run_dumped
 
 
 def rotate_half(x):
@@ -130,11 +131,7 @@ torch.save([got, list(f(q, k, cos, sin))], sys.argv[1])
 
 
 def test_rotate_half_fuses_with_the_rotary_multiply_add(tmp_path):
-    d = tmp_path / "dump"
-    d.mkdir()
-    out = tmp_path / "p.pt"
-    run_python(ROTARY.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
-    got, want = torch.load(out)
+    d, got, want = run_dumped(tmp_path, ROTARY)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
     (plan,) = [open(p).read() for p in glob.glob(str(d / "*.plan.txt"))]
@@ -199,11 +196,7 @@ torch.save([got, [torch.stack(xs[:8]) * 2, torch.stack(xs) * 2]], sys.argv[1])
 def test_stacks_of_many_tensors_stay_one_library_step(tmp_path):
     # Past 8 pieces a cat stays an ATen step: one loop body per piece would make
     # LLVM's compile time grow with the count (torch.stack of 512: 16 s).
-    d = tmp_path / "dump"
-    d.mkdir()
-    out = tmp_path / "p.pt"
-    run_python(STACKS.replace("sys.argv[1]", repr(str(out))), dict(LAZYJIT_DUMP=str(d)), timeout=240)
-    got, want = torch.load(out)
+    d, got, want = run_dumped(tmp_path, STACKS)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     plans = sorted(open(p).read() for p in glob.glob(str(d / "*.plan.txt")))
