@@ -201,14 +201,14 @@ FusedKernel read_kernel(const Reading& in) {
   if (k.cat_dim < -1 || k.cat_dim >= static_cast<int64_t>(k.sizes.size()) || (k.cat_dim >= 0 && k.row) ||
       (k.cat_dim < 0) != k.cat_ends.empty())
     in.bad("cat dim " + std::to_string(k.cat_dim) + " with " + std::to_string(k.cat_ends.size()) + " pieces");
-  for (const Access& a : k.loads)
-    if (a.piece >= static_cast<int64_t>(std::max<size_t>(k.cat_ends.size(), 1)))
-      in.bad("load piece " + std::to_string(a.piece) + " of " + std::to_string(k.cat_ends.size()));
   // The code reads each Cat operand through its piece's load (a kernel that
-  // does not iterate has no pieces: its code never runs).
+  // does not iterate has no cat_ends: its code never runs, but its loads are
+  // still the Cats' pieces).
+  size_t pieces = 0;
   for (uint32_t n : k.nodes) {
     const ir::Node& node = in.g.nodes()[n];
     if (node.kind != OpKind::Cat) continue;
+    pieces = std::max(pieces, node.operands.size());
     if (k.cat_dim >= 0 && node.operands.size() != k.cat_ends.size())
       in.bad("cat node " + std::to_string(n) + " has " + std::to_string(node.operands.size()) + " operands for " +
              std::to_string(k.cat_ends.size()) + " pieces");
@@ -216,6 +216,9 @@ FusedKernel read_kernel(const Reading& in) {
       if (k.load_of(node.operands[j], static_cast<int32_t>(j)) < 0)
         in.bad("cat node " + std::to_string(n) + " has no load for operand " + std::to_string(j));
   }
+  for (const Access& a : k.loads)
+    if (a.piece >= static_cast<int64_t>(pieces))
+      in.bad("load piece " + std::to_string(a.piece) + " of a kernel whose cats have " + std::to_string(pieces));
   return k;
 }
 

@@ -29,10 +29,9 @@ void record_aten(const c10::OperatorHandle& op, const OpInfo& info, const Stack&
                  const Stack& meta_rets, Stack* out) {
   TraceContext& ctx = TraceContext::get();
   const auto& schema = op.schema();
-  const std::string& fname = info.name;
   const std::vector<uint8_t>& flags = info.arg_flags;
   std::vector<ValueId> operands;
-  std::vector<ir::Attr> attrs{{fname}};
+  std::vector<ir::Attr> attrs{{info.name}};
   auto operand = [&](const at::Tensor& t) -> int32_t {
     operands.push_back(is_lazy(t) ? ctx.read(t) : ctx.scalar_tensor(t));
     return static_cast<int32_t>(operands.size() - 1);
@@ -84,7 +83,7 @@ void record_aten(const c10::OperatorHandle& op, const OpInfo& info, const Stack&
       for (bool b : v.toBoolList()) l.push_back(b);
       attrs.push_back({l});
     } else {
-      TORCH_CHECK(false, "lazyjit: cannot record argument '", arg.name(), "' of ", fname,
+      TORCH_CHECK(false, "lazyjit: cannot record argument '", arg.name(), "' of ", info.name,
                   " (", v.tagKind(), ")");
     }
   }

@@ -239,6 +239,12 @@ std::vector<Case> cases() {
   add("long_softmax", softmax_graph(lowering::kSumBlockCols + 1));
   add("layer_norm", layer_norm_graph());
   add("cat", cat_graph());
+  {  // a Cat over no rows: its kernel never iterates (no cat dim), its loads are still pieces
+    Graph g;
+    ValueId a = g.add_input(f32({0, 3})), b = g.add_input(f32({0, 4}));
+    g.add_output(g.add_node1(OpKind::Cat, {a, b}, {dt(), Attr{int64_t{1}}}, f32({0, 7})));
+    add("empty_cat", std::move(g));
+  }
   add("unfused", library_graph(), PlanOptions{.fuse = false});
   add("no_buffer_plan", layer_norm_graph(), PlanOptions{.buffers = false});
   return out;
