@@ -9,6 +9,7 @@
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
+#include "executor/buffer_pool.h"
 #include "executor/eager_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
@@ -214,6 +215,7 @@ RunResult Executable::run(const Bindings& b, int threads) const { return run(b, 
 
 RunResult Executable::run(const Bindings& b, int threads, const StepObserver& after) const {
   auto t0 = std::chrono::steady_clock::now();
+  ProgramAllocations pooled;  // library steps' big results come from the pool too
   const lowering::Program& p = *program_;
   const ir::Graph& g = p.graph;
   std::optional<debug::TraceSpan> span;
