@@ -23,6 +23,7 @@ const char* counter_name(Counter c) {
     case Counter::HashCollisions: return "hash_collisions";
     case Counter::StepOps: return "step_ops";
     case Counter::LayoutCopies: return "layout_copies";
+    case Counter::ArgumentCopies: return "argument_copies";
     case Counter::DiskHits: return "disk_hits";
     case Counter::DiskMisses: return "disk_misses";
     case Counter::DiskWrites: return "disk_writes";

@@ -38,6 +38,7 @@ enum class Counter : int {
   RemoteRefused,   // of remote_errors: entries fetched and refused (unsigned, bad signature, foreign, damaged)
   RemoteWrites,    // entries written to the remote tier
   RemoteSkipped,   // remote lookups and writes skipped while backing off after failures
+  ArgumentCopies,  // torch.compile: in-place updates of arguments copied in after the run (not stored in place)
   kCount
 };
 

@@ -146,12 +146,12 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
         std::vector<int64_t> dims = dims_[s.kernel];
         dims.push_back(0);
         launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims.data(), p.graph, env, b.scalars,
-                      threads);
+                      threads, b.into);
         if (dims.back()) *nonfinite = true;
         break;
       }
       launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
-                    b.scalars, threads);
+                    b.scalars, threads, b.into);
       break;
     case Step::Kind::Aten: {
       const ir::Node& n = p.graph.nodes()[s.node];

@@ -12,7 +12,8 @@
 namespace lazyjit::executor {
 
 void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
-                   std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads) {
+                   std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads,
+                   const std::vector<std::pair<ir::ValueId, at::Tensor>>& into) {
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
   for (const lowering::Access& a : k.loads) {
@@ -24,8 +25,13 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
   for (int64_t s : k.sizes) numel *= s;
   for (ir::ValueId v : k.stores) {
     const ir::TensorType& t = g.value(v).type;
-    env[v] = at::detail::empty_generic(t.sizes, buffer_pool(), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                       bridge::to_aten(t.dtype), std::nullopt);
+    auto dest = std::find_if(into.begin(), into.end(), [&](const auto& d) { return d.first == v; });
+    if (dest != into.end() && dest->second.defined() && dest->second.is_contiguous() &&
+        dest->second.sizes().equals(t.sizes) && dest->second.scalar_type() == bridge::to_aten(t.dtype))
+      env[v] = dest->second;
+    else
+      env[v] = at::detail::empty_generic(t.sizes, buffer_pool(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                         bridge::to_aten(t.dtype), std::nullopt);
     bufs.push_back(env[v].data_ptr());
   }
   // A row kernel over empty rows still writes its row results (sum 0, max -inf).

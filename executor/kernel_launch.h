@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <utility>
 #include <vector>
 
 #include "lowering/plan.h"
@@ -11,7 +12,10 @@
 namespace lazyjit::executor {
 
 // `dims` is lowering::kernel_dims(k) (the caller computes it once per program).
+// A store listed in `into` (Bindings::into) goes into that tensor when it is
+// contiguous and of the value's type.
 void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
-                   std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads);
+                   std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads,
+                   const std::vector<std::pair<ir::ValueId, at::Tensor>>& into = {});
 
 }  // namespace lazyjit::executor

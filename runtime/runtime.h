@@ -20,6 +20,7 @@
 
 #include "cache/compile_cache.h"
 #include "executor/executable.h"
+#include "executor/store_in_place.h"
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"
 #include "runtime/background_compiles.h"
@@ -38,6 +39,8 @@ class DiskTier;
 using executor::Bindings;
 using executor::RunResult;
 using executor::StepFailure;
+// Which of a program's outputs may be stored into an input (torch.compile's in-place updates).
+using executor::can_store_into_input;
 // Ctrl-C during a compile (lowering/interrupt.h).
 using lowering::clear_interrupt;
 using lowering::interrupt_seen;

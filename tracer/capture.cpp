@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "bridge/aten_ir.h"
+#include "debug/metrics.h"
 #include "graph_ir/hash.h"
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
@@ -172,6 +173,9 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
   strict_exit();  // the compile is wanted: the strict region only guarded the trace
   try {
     if (!graph.outputs().empty()) g_->program_ = rt.prepare(graph, site, shapes);
+    for (const auto& [k, out] : g_->write_back_)
+      g_->in_place_.push_back(g_->program_ &&
+                              runtime::can_store_into_input(g_->program_->program(), out, g_->arg_input_[k]));
   } catch (...) {
     strict_enter();
     throw;
@@ -202,6 +206,20 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
     }
   }
   for (const auto& [input, draw] : redraws_) b.inputs[input] = draw();
+  // In-place updates of arguments computed where they are, unless another
+  // input shares the argument's memory (it may be read after the update).
+  std::vector<bool> stored(write_back_.size());
+  for (size_t w = 0; w < write_back_.size(); ++w) {
+    if (!in_place_[w]) continue;
+    size_t input = arg_input_[write_back_[w].first];
+    const at::Tensor& t = b.inputs[input];
+    bool shared = t.is_inference();  // eager refuses the update: the copy below raises it
+    for (size_t j = 0; j < b.inputs.size() && !shared; ++j)
+      shared = j != input && b.inputs[j].defined() && b.inputs[j].is_alias_of(t);
+    if (shared) continue;
+    b.into.emplace_back(program_->program().graph.outputs()[write_back_[w].second], t);
+    stored[w] = true;
+  }
   executor::RunResult r;
   if (program_) r = program_->run(b, threads_);
   if (!r.failures.empty()) std::rethrow_exception(r.failures.front().error);
@@ -215,7 +233,16 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
       result.push_back(arg.as_strided(o.sizes, o.strides, arg.storage_offset() + o.offset));
     }
   }
-  for (const auto& [k, out] : write_back_) b.inputs[arg_input_[k]].copy_(r.outputs[out]);
+  for (size_t w = 0; w < write_back_.size(); ++w) {
+    const auto& [k, out] = write_back_[w];
+    at::Tensor& arg = b.inputs[arg_input_[k]];
+    if (stored[w] && r.outputs[out].is_same(arg))
+      arg.unsafeGetTensorImpl()->bump_version();  // an in-place update, as copy_ counts it
+    else {
+      debug::Metrics::get().add(debug::Counter::ArgumentCopies);
+      arg.copy_(r.outputs[out]);
+    }
+  }
   return result;
 }
 

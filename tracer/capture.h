@@ -71,6 +71,10 @@ class CapturedGraph {
   };
   std::vector<Output> outputs_;  // per returned output
   std::vector<std::pair<size_t, size_t>> write_back_;  // (tensor argument, graph output)
+  // Per write_back_: the program's kernel may store the output straight into
+  // the argument (executor/store_in_place.h), when no other argument shares
+  // its memory; otherwise it is copied in after the run.
+  std::vector<bool> in_place_;
   std::shared_ptr<const executor::Executable> program_;
   int threads_ = 1;
   size_t ops_ = 0;

@@ -1,0 +1,120 @@
+// Which outputs a program may store straight into an input's memory
+// (executor/store_in_place.h), on compiled plans: allowed for an update whose
+// kernel reads the input only for it; refused when a later step reads the old
+// input, when the kernel reads it for another value or at another element,
+// and for row kernels. Running with Bindings::into writes the input in place
+// and computes what a run without it computes.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "executor/executable.h"
+#include "executor/store_in_place.h"
+#include "runtime/runtime.h"
+
+using namespace lazyjit;
+using ir::Attr;
+using ir::DType;
+using ir::OpKind;
+using ir::ValueId;
+
+namespace {
+
+ir::TensorType f32(std::vector<int64_t> sizes) { return {DType::Float32, sizes, ir::contiguous_strides(sizes)}; }
+Attr dt() { return Attr{static_cast<int64_t>(DType::Float32)}; }
+
+runtime::Runtime& rt() {
+  static runtime::Runtime r{runtime::Config{}};
+  return r;
+}
+
+ValueId ew(ir::Graph& g, OpKind k, std::vector<ValueId> ops, std::vector<int64_t> sizes = {64, 32}) {
+  return g.add_node1(k, std::move(ops), {dt()}, f32(sizes));
+}
+
+}  // namespace
+
+// p' = p * 0.5 + g (output 0, into input 0) and m' = m + g (output 1, into input 2).
+TEST(StoreInPlace, AnUpdateReadingItsInputOnlyForItselfIsStoredThere) {
+  ir::Graph g;
+  ValueId p = g.add_input(f32({64, 32})), gr = g.add_input(f32({64, 32})), m = g.add_input(f32({64, 32}));
+  ValueId half = g.add_scalar(DType::Float64);
+  ValueId p2 = ew(g, OpKind::Add, {ew(g, OpKind::Mul, {p, half}), gr});
+  ValueId m2 = ew(g, OpKind::Add, {m, gr});
+  g.add_output(p2);
+  g.add_output(m2);
+  auto prog = rt().compile(std::move(g), "in_place");
+  EXPECT_TRUE(executor::can_store_into_input(*prog, 0, 0));
+  EXPECT_TRUE(executor::can_store_into_input(*prog, 1, 2));
+  EXPECT_FALSE(executor::can_store_into_input(*prog, 0, 2));  // m is read for m', not p'
+
+  torch::manual_seed(0);
+  at::Tensor tp = torch::randn({64, 32}), tg = torch::randn({64, 32}), tm = torch::randn({64, 32});
+  double h = 0.5;
+  int64_t slot;
+  std::memcpy(&slot, &h, sizeof slot);
+  at::Tensor want_p = tp * 0.5 + tg, want_m = tm + tg;
+  executor::Executable e(prog);
+  executor::Bindings b{{tp, tg, tm}, {slot}};
+  b.into = {{prog->graph.outputs()[0], tp}, {prog->graph.outputs()[1], tm}};
+  auto out = e.run(b, 2).outputs;
+  EXPECT_TRUE(out[0].is_same(tp));
+  EXPECT_TRUE(out[1].is_same(tm));
+  EXPECT_TRUE(at::allclose(tp, want_p));
+  EXPECT_TRUE(at::allclose(tm, want_m));
+  // A destination of another layout is not used: the result gets its own buffer.
+  at::Tensor t_wrong = torch::zeros({32, 64}).t();
+  b.into = {{prog->graph.outputs()[1], t_wrong}};
+  out = e.run(b, 1).outputs;
+  EXPECT_FALSE(out[1].is_alias_of(t_wrong));
+  EXPECT_TRUE(at::equal(t_wrong, torch::zeros({64, 32})));
+}
+
+TEST(StoreInPlace, RefusedWhenALaterStepReadsTheOldInput) {
+  // x' = x + 1 (a kernel), then y = mm(x, w): an ATen step reading the old x.
+  ir::Graph g;
+  ValueId x = g.add_input(f32({64, 32})), w = g.add_input(f32({32, 8}));
+  ValueId one = g.add_scalar(DType::Float64);
+  ValueId x2 = ew(g, OpKind::Add, {x, one});
+  ValueId y = g.add_node(OpKind::Aten, {x, w}, {Attr{std::string("aten::mm")}, Attr{ir::OperandRef{0}}, Attr{ir::OperandRef{1}}},
+                         {f32({64, 8})})[0];
+  g.add_output(x2);
+  g.add_output(y);
+  auto prog = rt().compile(std::move(g), "read_after");
+  bool mm_after = false, seen_kernel = false;
+  for (const auto& s : prog->plan.steps) {
+    seen_kernel |= s.kind == lowering::Step::Kind::Kernel;
+    mm_after |= seen_kernel && s.kind == lowering::Step::Kind::Aten;
+  }
+  EXPECT_EQ(executor::can_store_into_input(*prog, 0, 0), !mm_after);
+}
+
+TEST(StoreInPlace, RefusedForAnotherElementAndForRowKernels) {
+  {  // x' = x + x^T (reads x at the transposed element)
+    ir::Graph g;
+    ValueId x = g.add_input(f32({32, 32}));
+    ValueId xt = g.add_node1(OpKind::AsStrided, {x},
+                             {Attr{std::vector<int64_t>{32, 32}}, Attr{std::vector<int64_t>{1, 32}}, Attr{int64_t{0}}},
+                             ir::TensorType{DType::Float32, {32, 32}, {1, 32}});
+    g.add_output(ew(g, OpKind::Add, {x, xt}, {32, 32}));
+    auto prog = rt().compile(std::move(g), "transposed");
+    EXPECT_FALSE(executor::can_store_into_input(*prog, 0, 0));
+  }
+  {  // x' = x - max(x, dim 1): a row kernel
+    ir::Graph g;
+    ValueId x = g.add_input(f32({64, 32}));
+    ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {dt(), Attr{std::vector<int64_t>{1}}}, f32({64, 1}));
+    g.add_output(ew(g, OpKind::Sub, {x, m}));
+    auto prog = rt().compile(std::move(g), "row");
+    EXPECT_FALSE(executor::can_store_into_input(*prog, 0, 0));
+  }
+  {  // Another dtype or size than the input's.
+    ir::Graph g;
+    ValueId x = g.add_input(f32({64, 32}));
+    g.add_output(ew(g, OpKind::Exp, {x}, {64, 32}));
+    ValueId y = g.add_input(f32({64, 1}));
+    g.add_output(ew(g, OpKind::Add, {x, y}));
+    auto prog = rt().compile(std::move(g), "types");
+    EXPECT_TRUE(executor::can_store_into_input(*prog, 0, 0));
+    EXPECT_FALSE(executor::can_store_into_input(*prog, 1, 1));  // [64, 1] input, [64, 32] output
+  }
+}
