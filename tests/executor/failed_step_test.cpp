@@ -9,22 +9,16 @@
 
 #include "executor/executable.h"
 #include "runtime/runtime.h"
+#include "test_graphs.h"
 
 using namespace lazyjit;
 using ir::Attr;
 using ir::DType;
 using ir::OpKind;
 using ir::ValueId;
+using namespace test_graphs;
 
 namespace {
-
-ir::TensorType typed(DType t, std::vector<int64_t> sizes) { return {t, sizes, ir::contiguous_strides(sizes)}; }
-Attr dt(DType t) { return Attr{static_cast<int64_t>(t)}; }
-
-runtime::Runtime& rt() {
-  static runtime::Runtime r{runtime::Config{}};
-  return r;
-}
 
 // picked = index_select(x, 0, idx) (an ATen step); doubled = picked * 2 (a kernel
 // reading it); independent = tanh(x) (a kernel that does not); outputs in that order.

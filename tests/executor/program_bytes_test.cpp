@@ -11,17 +11,16 @@
 #include "executor/executable.h"
 #include "lowering/program_bytes.h"
 #include "runtime/runtime.h"
+#include "test_graphs.h"
 
 using namespace lazyjit;
 using ir::Attr;
 using ir::DType;
 using ir::OpKind;
 using ir::ValueId;
+using namespace test_graphs;
 
 namespace {
-
-ir::TensorType f32(std::vector<int64_t> sizes) { return {DType::Float32, sizes, ir::contiguous_strides(sizes)}; }
-Attr dt(DType t) { return Attr{static_cast<int64_t>(t)}; }
 
 struct Case {
   ir::Graph g;
@@ -63,11 +62,6 @@ Case make_case() {
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype() &&
          std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
-
-runtime::Runtime& rt() {
-  static runtime::Runtime r{runtime::Config{}};
-  return r;
 }
 
 }  // namespace

@@ -10,25 +10,21 @@
 #include "executor/executable.h"
 #include "executor/store_in_place.h"
 #include "runtime/runtime.h"
+#include "test_graphs.h"
 
 using namespace lazyjit;
 using ir::Attr;
 using ir::DType;
 using ir::OpKind;
 using ir::ValueId;
+using namespace test_graphs;
 
 namespace {
 
-ir::TensorType f32(std::vector<int64_t> sizes) { return {DType::Float32, sizes, ir::contiguous_strides(sizes)}; }
-Attr dt() { return Attr{static_cast<int64_t>(DType::Float32)}; }
-
-runtime::Runtime& rt() {
-  static runtime::Runtime r{runtime::Config{}};
-  return r;
-}
+Attr f32_attr() { return dt(DType::Float32); }
 
 ValueId ew(ir::Graph& g, OpKind k, std::vector<ValueId> ops, std::vector<int64_t> sizes = {64, 32}) {
-  return g.add_node1(k, std::move(ops), {dt()}, f32(sizes));
+  return g.add_node1(k, std::move(ops), {f32_attr()}, f32(sizes));
 }
 
 }  // namespace
@@ -102,7 +98,7 @@ TEST(StoreInPlace, RefusedForAnotherElementAndForRowKernels) {
   {  // x' = x - max(x, dim 1): a row kernel
     ir::Graph g;
     ValueId x = g.add_input(f32({64, 32}));
-    ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {dt(), Attr{std::vector<int64_t>{1}}}, f32({64, 1}));
+    ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {f32_attr(), Attr{std::vector<int64_t>{1}}}, f32({64, 1}));
     g.add_output(ew(g, OpKind::Sub, {x, m}));
     auto prog = rt().compile(std::move(g), "row");
     EXPECT_FALSE(executor::can_store_into_input(*prog, 0, 0));

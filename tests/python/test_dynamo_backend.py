@@ -26,6 +26,15 @@ def compiled(fn):
     return torch.compile(fn, backend="lazyjit")
 
 
+def mlp_and_copy(width, hidden, out):
+    """A Linear-GELU-Linear model and an equal copy of it (the eager reference)."""
+    torch.manual_seed(0)
+    m, ref = (torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, out))
+              for _ in range(2))
+    ref.load_state_dict(m.state_dict())
+    return m, ref
+
+
 def test_backend_is_found_without_importing_lazyjit():
     # The torch_dynamo_backends entry point (pyproject.toml) names it; the
     # subprocess never imports lazyjit itself.
@@ -165,10 +174,7 @@ def test_tensors_on_the_lazyjit_device_are_recorded_on_it():
 
 
 def test_training_compiles_forward_and_backward_once():
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    ref.load_state_dict(m.state_dict())
+    m, ref = mlp_and_copy(16, 32, 4)
     m_c = compiled(m)
     opt, opt_ref = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(4):
@@ -324,10 +330,7 @@ def test_big_results_of_library_steps_reuse_their_pages_across_steps():
     # (glibc trimmed and regrew its heap every step: ~10k faults per step of
     # bench e).
     import resource
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
-    ref = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
-    ref.load_state_dict(m.state_dict())
+    m, ref = mlp_and_copy(512, 2048, 512)
     m_c = compiled(m)
     x, y = torch.randn(64, 512), torch.randn(64, 512)
     faults = []
