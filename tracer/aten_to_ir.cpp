@@ -678,7 +678,7 @@ bool record_ir_nodes(const OpInfo& info, const Stack& args, const MetaResult& me
     const std::vector<at::Tensor>& result = info.inplace ? self_out : meta.outs;
     if (try_elementwise(fname, info.inplace, args, result, meta.args, out)) return true;
     if (result.size() == 1 && try_pointwise_composite(fname, info.inplace, args, result[0], out)) return true;
-    if (!info.inplace && result.size() == 1 && try_backward_pointwise(fname, args, result[0], out)) return true;
+    if (!info.inplace && result.size() == 1 && try_training_op(fname, args, result[0], out)) return true;
   }
   return info.is_mutable && try_elementwise_out(fname, args, meta.outs, meta.args, out);
 }

@@ -41,10 +41,11 @@ bool try_elementwise_out(const std::string& fname, const torch::jit::Stack& args
 // addcmul / addcdiv / lerp as elementwise nodes; `mo` is the result's meta tensor.
 bool try_pointwise_composite(const std::string& fname, bool inplace, const torch::jit::Stack& args,
                              const at::Tensor& mo, torch::jit::Stack* out);
-// gelu_backward and mse_loss_backward as elementwise nodes, mse_loss as a
-// reduction of them (backward_ops.cpp).
-bool try_backward_pointwise(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
-                            torch::jit::Stack* out);
+// gelu_backward and mse_loss_backward as elementwise nodes, mse_loss and the
+// backward of softmax and log_softmax over the last dim as row reductions
+// (backward_ops.cpp).
+bool try_training_op(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
+                     torch::jit::Stack* out);
 bool try_reduction(const std::string& fname, const torch::jit::Stack& args,
                    const std::vector<at::Tensor>& meta_outs, torch::jit::Stack* out);
 // Whether try_reduction handles `fname` at all (callers ask once per op).

@@ -1,5 +1,6 @@
-// Backward ops of activations and losses as elementwise nodes, so they fuse
-// with their neighbours instead of running as ATen library steps. Each follows
+// Ops of training steps as graph nodes, so they fuse with their neighbours
+// instead of running as ATen library steps: the backward of gelu, mse_loss
+// and softmax / log_softmax, and mse_loss itself. Each follows
 // the arithmetic of ATen's CPU kernel (aten/src/ATen/native/cpu/Activation.cpp,
 // Loss.cpp) operation by operation, in the same order, with the same constants
 // rounded to the compute dtype, so results match eager's to the last ulps the
@@ -8,6 +9,7 @@
 // of the same formula: a few ulps apart. oneDNN also refuses operands of
 // different sizes, so those stay ATen's step and raise as eager does.)
 #include <ATen/core/Tensor.h>
+#include <c10/core/WrapDimMinimal.h>
 
 #include <cmath>
 #include <functional>
@@ -90,9 +92,46 @@ bool try_mse_loss(const torch::jit::Stack& args, const at::Tensor& mo, torch::ji
   return true;
 }
 
-bool try_backward_pointwise(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
-                            torch::jit::Stack* out) {
+// _softmax_backward_data / _log_softmax_backward_data(grad, output, dim,
+// input_dtype) over the last dim, float32/float64: a row kernel, as ATen's
+// lastdim kernel computes it per row: softmax (grad - sum(grad * output)) *
+// output; log_softmax grad - exp(output) * sum(grad).
+bool try_softmax_backward(bool log, const torch::jit::Stack& args, const at::Tensor& mo, torch::jit::Stack* out) {
+  if (args.size() < 4 || !args[0].isTensor() || !args[1].isTensor() || !args[2].isInt()) return false;
+  const at::Tensor& dy = args[0].toTensor();
+  const at::Tensor& y = args[1].toTensor();
+  DType dt = bridge::from_aten(mo.scalar_type());
+  if ((dt != DType::Float32 && dt != DType::Float64) || !is_lazy(dy) || !is_lazy(y)) return false;
+  if (dy.scalar_type() != mo.scalar_type() || y.scalar_type() != mo.scalar_type()) return false;
+  if (!args[3].isInt() || args[3].toInt() != static_cast<int64_t>(mo.scalar_type())) return false;
+  int64_t rank = mo.dim();
+  if (rank == 0 || mo.numel() == 0 || dy.sizes() != mo.sizes() || y.sizes() != mo.sizes()) return false;
+  if (c10::maybe_wrap_dim(args[2].toInt(), rank) != rank - 1) return false;
+  TraceContext& ctx = TraceContext::get();
+  auto& g = ctx.graph();
+  std::vector<int64_t> full = mo.sizes().vec(), row = full;
+  row.back() = 1;
+  auto type = [&](const std::vector<int64_t>& sizes) { return ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)}; };
+  std::vector<ir::Attr> attrs{{static_cast<int64_t>(dt)}};
+  auto node = [&](OpKind k, std::vector<ValueId> ops, const std::vector<int64_t>& sizes) {
+    return g.add_node1(k, std::move(ops), attrs, type(sizes));
+  };
+  auto row_sum = [&](ValueId v) {
+    return g.add_node1(OpKind::ReduceSum, {v}, {{static_cast<int64_t>(dt)}, {std::vector<int64_t>{rank - 1}}},
+                       type(row));
+  };
+  ValueId d = ctx.read(dy), o = ctx.read(y), r;
+  if (log) r = node(OpKind::Sub, {d, node(OpKind::Mul, {node(OpKind::Exp, {o}, full), row_sum(d)}, full)}, full);
+  else r = node(OpKind::Mul, {node(OpKind::Sub, {d, row_sum(node(OpKind::Mul, {d, o}, full))}, full), o}, full);
+  out->push_back(ctx.new_tensor(r, mo));
+  return true;
+}
+
+bool try_training_op(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
+                     torch::jit::Stack* out) {
   if (fname == "aten::mse_loss") return try_mse_loss(args, mo, out);
+  if (fname == "aten::_softmax_backward_data") return try_softmax_backward(false, args, mo, out);
+  if (fname == "aten::_log_softmax_backward_data") return try_softmax_backward(true, args, mo, out);
   bool gelu = fname == "aten::gelu_backward", mse = fname == "aten::mse_loss_backward";
   if (!gelu && !mse) return false;
   DType dt = bridge::from_aten(mo.scalar_type());

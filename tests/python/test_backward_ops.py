@@ -128,3 +128,47 @@ def test_training_step_runs_no_gelu_or_mse_library_step(tmp_path):
     assert "fused_" in plans
     for op in ("aten::gelu_backward", "aten::mse_loss"):
         assert op not in plans, plans
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_backward_over_the_last_dim_matches_eager(log, dtype):
+    fwd = torch.log_softmax if log else torch.softmax
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, 77, dtype=dtype) * 3
+    x[0, 0, :3] = float("-inf")  # masked positions, as attention masks make them
+    dy = torch.randn(6, 5, 77, dtype=dtype)
+
+    def grad(x, dy):
+        x = x.detach().requires_grad_()
+        fwd(x, -1).backward(dy)
+        return x.grad
+
+    torch.testing.assert_close(grad(x.to(DEV), dy.to(DEV)).cpu(), grad(x, dy), equal_nan=True)
+    op = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data
+    y = fwd(x, -1)
+    check(lambda dy, y: op(dy, y, -1, dtype), dy, y)
+    check(lambda dy, y: op(dy, y, 2, dtype) * 2, dy.transpose(0, 1), y.transpose(0, 1))
+    check(lambda dy, y: op(dy, y, 1, dtype), dy, y)  # not the last dim: ATen's step
+
+
+ATTENTION = r"""
+import sys, torch, lazyjit
+torch.manual_seed(0)
+q, k = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+def grads(q, k):
+    q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
+    (torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1) ** 2).sum().backward()
+    return [q.grad.cpu(), k.grad.cpu()]
+want = grads(q, k)
+got = grads(q.to("lazyjit"), k.to("lazyjit"))
+torch.save([got, want], sys.argv[1])
+"""
+
+
+def test_attention_backward_runs_no_softmax_backward_library_step(tmp_path):
+    d, got, want = run_dumped(tmp_path, ATTENTION)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    plans = "".join(open(p).read() for p in glob.glob(str(d / "*.plan.txt")))
+    assert "fused_" in plans and "aten::_softmax_backward_data" not in plans, plans
