@@ -215,8 +215,12 @@ RunResult Executable::run(const Bindings& b, int threads) const { return run(b, 
 
 RunResult Executable::run(const Bindings& b, int threads, const StepObserver& after) const {
   auto t0 = std::chrono::steady_clock::now();
-  ProgramAllocations pooled;  // library steps' big results come from the pool too
   const lowering::Program& p = *program_;
+  // A compiled program's library steps take their big results from the pool
+  // too; an op-by-op run (while its program compiles) is transient, and what it
+  // made would only sit in the pool.
+  std::optional<ProgramAllocations> pooled;
+  if (!p.plan.op_by_op) pooled.emplace();
   const ir::Graph& g = p.graph;
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled())
