@@ -222,7 +222,13 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
   }
   executor::RunResult r;
   if (program_) r = program_->run(b, threads_);
-  if (!r.failures.empty()) std::rethrow_exception(r.failures.front().error);
+  if (!r.failures.empty()) {
+    // A kernel may have updated an argument before the failing step, as eager's
+    // in-place ops before the one that raises would have.
+    for (size_t w = 0; w < write_back_.size(); ++w)
+      if (stored[w]) b.inputs[arg_input_[write_back_[w].first]].unsafeGetTensorImpl()->bump_version();
+    std::rethrow_exception(r.failures.front().error);
+  }
   std::vector<at::Tensor> result;
   result.reserve(outputs_.size());
   for (const Output& o : outputs_) {

@@ -425,3 +425,23 @@ def test_compiled_adamw_updates_parameters_and_state_in_place():
         torch.testing.assert_close(p, q)
         for k, v in opts[1].state[q].items():
             torch.testing.assert_close(opts[0].state[p][k], v)
+
+
+def test_an_update_before_a_failing_op_is_kept_as_in_eager():
+    # Eager doubles x, then raises at the index; the compiled call does the
+    # same, with x's version counter bumped.
+    def f(x, idx):
+        x.mul_(2)
+        return x[idx] + 1
+
+    f_c = compiled(f)
+    x = torch.randn(4096)
+    f_c(x.clone(), torch.tensor([1]))  # captured with a valid index
+    x0 = x.clone()
+    with pytest.raises(IndexError):
+        f(x0, torch.tensor([5000]))
+    version = x._version
+    with pytest.raises(IndexError):
+        f_c(x, torch.tensor([5000]))
+    torch.testing.assert_close(x, x0)
+    assert x._version > version
