@@ -15,6 +15,7 @@
 #include "tracer/device_ops.h"
 #include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
+#include "tracer/row_builder.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -294,32 +295,6 @@ namespace {
 // from them, become row-reduction nodes: the planner fuses each into one kernel
 // that reads a row once. Intermediates stay in the accumulate dtype (f32 for
 // half types); only results are rounded to the output dtype.
-
-struct RowBuilder {
-  TraceContext& ctx;
-  ir::Graph& g;
-  DType acc;
-  std::vector<int64_t> full, row;  // sizes of the input and of one value per row
-  int64_t k;                       // reduced trailing dims
-
-  ir::TensorType type(const std::vector<int64_t>& sizes, DType dt) const {
-    return ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)};
-  }
-  ValueId ew(OpKind kind, std::vector<ValueId> ops, const std::vector<int64_t>& sizes, DType out) {
-    return g.add_node1(kind, std::move(ops), {{static_cast<int64_t>(acc)}}, type(sizes, out));
-  }
-  ValueId reduce(OpKind kind, ValueId x) {
-    std::vector<int64_t> dims;
-    for (int64_t d = static_cast<int64_t>(full.size()) - k; d < static_cast<int64_t>(full.size()); ++d) dims.push_back(d);
-    return g.add_node1(kind, {x}, {{static_cast<int64_t>(acc)}, {dims}}, type(row, acc));
-  }
-  ValueId number(double v) { return ctx.scalar(c10::Scalar(v)); }
-  int64_t row_numel() const {
-    int64_t n = 1;
-    for (size_t d = full.size() - k; d < full.size(); ++d) n *= full[d];
-    return n;
-  }
-};
 
 DType accumulate_dtype(DType t) {
   if (t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32) return DType::Float32;
@@ -678,7 +653,7 @@ bool record_ir_nodes(const OpInfo& info, const Stack& args, const MetaResult& me
     const std::vector<at::Tensor>& result = info.inplace ? self_out : meta.outs;
     if (try_elementwise(fname, info.inplace, args, result, meta.args, out)) return true;
     if (result.size() == 1 && try_pointwise_composite(fname, info.inplace, args, result[0], out)) return true;
-    if (!info.inplace && result.size() == 1 && try_training_op(fname, args, result[0], out)) return true;
+    if (info.training && result.size() == 1 && try_training_op(fname, args, result[0], out)) return true;
   }
   return info.is_mutable && try_elementwise_out(fname, args, meta.outs, meta.args, out);
 }

@@ -46,6 +46,8 @@ bool try_pointwise_composite(const std::string& fname, bool inplace, const torch
 // (backward_ops.cpp).
 bool try_training_op(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
                      torch::jit::Stack* out);
+// Whether try_training_op handles `fname` at all (callers ask once per op).
+bool is_training_op_name(const std::string& fname);
 bool try_reduction(const std::string& fname, const torch::jit::Stack& args,
                    const std::vector<at::Tensor>& meta_outs, torch::jit::Stack* out);
 // Whether try_reduction handles `fname` at all (callers ask once per op).

@@ -12,16 +12,17 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include <cmath>
-#include <functional>
+#include <string>
+#include <unordered_set>
 
 #include "bridge/aten_ir.h"
 #include "tracer/aten_to_ir.h"
 #include "tracer/lazy_storage.h"
+#include "tracer/row_builder.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
 
-using c10::IValue;
 using ir::DType;
 using ir::OpKind;
 using ir::ValueId;
@@ -29,38 +30,36 @@ using ir::ValueId;
 namespace {
 
 // gelu'(x) * dy, exact: dy * (cdf + x * pdf).
-ValueId gelu_backward_none(const std::function<ValueId(OpKind, std::vector<ValueId>)>& node,
-                           const std::function<ValueId(double)>& number, ValueId dy, ValueId x) {
+ValueId gelu_backward_none(RowBuilder& b, ValueId dy, ValueId x) {
   const double kAlpha = M_SQRT1_2, kBeta = M_2_SQRTPI * M_SQRT1_2 * 0.5;
-  ValueId erf = node(OpKind::Erf, {node(OpKind::Mul, {x, number(kAlpha)})});
-  ValueId cdf = node(OpKind::Mul, {number(0.5), node(OpKind::Add, {number(1.0), erf})});
-  ValueId sq = node(OpKind::Mul, {node(OpKind::Mul, {x, x}), number(-0.5)});
-  ValueId pdf = node(OpKind::Mul, {number(kBeta), node(OpKind::Exp, {sq})});
-  return node(OpKind::Mul, {dy, node(OpKind::Add, {cdf, node(OpKind::Mul, {x, pdf})})});
+  ValueId erf = b.ew(OpKind::Erf, {b.ew(OpKind::Mul, {x, b.number(kAlpha)})});
+  ValueId cdf = b.ew(OpKind::Mul, {b.number(0.5), b.ew(OpKind::Add, {b.number(1.0), erf})});
+  ValueId sq = b.ew(OpKind::Mul, {b.ew(OpKind::Mul, {x, x}), b.number(-0.5)});
+  ValueId pdf = b.ew(OpKind::Mul, {b.number(kBeta), b.ew(OpKind::Exp, {sq})});
+  return b.ew(OpKind::Mul, {dy, b.ew(OpKind::Add, {cdf, b.ew(OpKind::Mul, {x, pdf})})});
 }
 
 // The tanh approximation's derivative times dy.
-ValueId gelu_backward_tanh(const std::function<ValueId(OpKind, std::vector<ValueId>)>& node,
-                           const std::function<ValueId(double)>& number, DType ct, ValueId dy, ValueId x) {
+ValueId gelu_backward_tanh(RowBuilder& b, ValueId dy, ValueId x) {
   const double kBeta = M_SQRT2 * M_2_SQRTPI * 0.5, kKappa = 0.044715;
-  ValueId x_sq = node(OpKind::Mul, {x, x});
-  ValueId x_cube = node(OpKind::Mul, {x_sq, x});
-  ValueId inner = node(OpKind::Mul, {number(kBeta), node(OpKind::Add, {x, node(OpKind::Mul, {number(kKappa), x_cube})})});
-  ValueId t = node(OpKind::Tanh, {inner});
-  ValueId left = node(OpKind::Mul, {number(0.5), x});
-  ValueId right = node(OpKind::Add, {number(1.0), t});
-  ValueId left_derivative = node(OpKind::Mul, {number(0.5), right});
-  ValueId tanh_derivative = node(OpKind::Sub, {number(1.0), node(OpKind::Mul, {t, t})});
+  ValueId x_sq = b.ew(OpKind::Mul, {x, x});
+  ValueId x_cube = b.ew(OpKind::Mul, {x_sq, x});
+  ValueId inner =
+      b.ew(OpKind::Mul, {b.number(kBeta), b.ew(OpKind::Add, {x, b.ew(OpKind::Mul, {b.number(kKappa), x_cube})})});
+  ValueId t = b.ew(OpKind::Tanh, {inner});
+  ValueId left = b.ew(OpKind::Mul, {b.number(0.5), x});
+  ValueId right = b.ew(OpKind::Add, {b.number(1.0), t});
+  ValueId left_derivative = b.ew(OpKind::Mul, {b.number(0.5), right});
+  ValueId tanh_derivative = b.ew(OpKind::Sub, {b.number(1.0), b.ew(OpKind::Mul, {t, t})});
   // ATen multiplies its two constant vectors first: (3 * kappa), rounded to
   // the compute dtype, then x_sq.
-  ValueId three_kappa = number(ct == DType::Float64 ? 3.0 * kKappa : static_cast<double>(3.0f * static_cast<float>(kKappa)));
+  ValueId three_kappa =
+      b.number(b.acc == DType::Float64 ? 3.0 * kKappa : static_cast<double>(3.0f * static_cast<float>(kKappa)));
   ValueId inner_derivative =
-      node(OpKind::Mul, {number(kBeta), node(OpKind::Add, {number(1.0), node(OpKind::Mul, {three_kappa, x_sq})})});
-  ValueId right_derivative = node(OpKind::Mul, {node(OpKind::Mul, {left, tanh_derivative}), inner_derivative});
-  return node(OpKind::Mul, {dy, node(OpKind::Add, {left_derivative, right_derivative})});
+      b.ew(OpKind::Mul, {b.number(kBeta), b.ew(OpKind::Add, {b.number(1.0), b.ew(OpKind::Mul, {three_kappa, x_sq})})});
+  ValueId right_derivative = b.ew(OpKind::Mul, {b.ew(OpKind::Mul, {left, tanh_derivative}), inner_derivative});
+  return b.ew(OpKind::Mul, {dy, b.ew(OpKind::Add, {left_derivative, right_derivative})});
 }
-
-}  // namespace
 
 // mse_loss(self, target, reduction) of the mean (1) or sum (2): ATen squares
 // the difference into a temporary, then sums it (and divides by numel).
@@ -76,18 +75,12 @@ bool try_mse_loss(const torch::jit::Stack& args, const at::Tensor& mo, torch::ji
     return false;
   if (x.dim() == 0 || x.sizes() != t.sizes() || x.numel() == 0) return false;  // broadcasting warns in eager: its step
   TraceContext& ctx = TraceContext::get();
-  auto& g = ctx.graph();
-  std::vector<int64_t> full = x.sizes().vec(), row(full.size(), 1), dims;
-  for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
-  auto type = [](const std::vector<int64_t>& sizes, DType d) {
-    return ir::TensorType{d, sizes, ir::contiguous_strides(sizes)};
-  };
-  std::vector<ir::Attr> attrs{{static_cast<int64_t>(dt)}};
-  ValueId diff = g.add_node1(OpKind::Sub, {ctx.read(x), ctx.read(t)}, attrs, type(full, dt));
-  ValueId sq = g.add_node1(OpKind::Mul, {diff, diff}, attrs, type(full, dt));
-  ValueId s = g.add_node1(OpKind::ReduceSum, {sq}, {{static_cast<int64_t>(dt)}, {dims}}, type(row, dt));
+  std::vector<int64_t> full = x.sizes().vec();
+  RowBuilder b{ctx, ctx.graph(), dt, full, std::vector<int64_t>(full.size(), 1), x.dim()};
+  ValueId diff = b.ew(OpKind::Sub, {ctx.read(x), ctx.read(t)});
+  ValueId s = b.reduce(OpKind::ReduceSum, b.ew(OpKind::Mul, {diff, diff}));
   if (reduction == 1)  // ATen's mean: the sum, then div_(numel)
-    s = g.add_node1(OpKind::Div, {s, ctx.scalar(c10::Scalar(static_cast<double>(x.numel())))}, attrs, type(row, dt));
+    s = b.ew(OpKind::Div, {s, b.number(static_cast<double>(x.numel()))}, b.row, dt);
   out->push_back(ctx.new_tensor(s, mo));
   return true;
 }
@@ -108,36 +101,23 @@ bool try_softmax_backward(bool log, const torch::jit::Stack& args, const at::Ten
   if (rank == 0 || mo.numel() == 0 || dy.sizes() != mo.sizes() || y.sizes() != mo.sizes()) return false;
   if (c10::maybe_wrap_dim(args[2].toInt(), rank) != rank - 1) return false;
   TraceContext& ctx = TraceContext::get();
-  auto& g = ctx.graph();
   std::vector<int64_t> full = mo.sizes().vec(), row = full;
   row.back() = 1;
-  auto type = [&](const std::vector<int64_t>& sizes) { return ir::TensorType{dt, sizes, ir::contiguous_strides(sizes)}; };
-  std::vector<ir::Attr> attrs{{static_cast<int64_t>(dt)}};
-  auto node = [&](OpKind k, std::vector<ValueId> ops, const std::vector<int64_t>& sizes) {
-    return g.add_node1(k, std::move(ops), attrs, type(sizes));
-  };
-  auto row_sum = [&](ValueId v) {
-    return g.add_node1(OpKind::ReduceSum, {v}, {{static_cast<int64_t>(dt)}, {std::vector<int64_t>{rank - 1}}},
-                       type(row));
-  };
+  RowBuilder b{ctx, ctx.graph(), dt, full, row, 1};
   ValueId d = ctx.read(dy), o = ctx.read(y), r;
-  if (log) r = node(OpKind::Sub, {d, node(OpKind::Mul, {node(OpKind::Exp, {o}, full), row_sum(d)}, full)}, full);
-  else r = node(OpKind::Mul, {node(OpKind::Sub, {d, row_sum(node(OpKind::Mul, {d, o}, full))}, full), o}, full);
+  if (log) r = b.ew(OpKind::Sub, {d, b.ew(OpKind::Mul, {b.ew(OpKind::Exp, {o}), b.reduce(OpKind::ReduceSum, d)})});
+  else r = b.ew(OpKind::Mul, {b.ew(OpKind::Sub, {d, b.reduce(OpKind::ReduceSum, b.ew(OpKind::Mul, {d, o}))}), o});
   out->push_back(ctx.new_tensor(r, mo));
   return true;
 }
 
-bool try_training_op(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
-                     torch::jit::Stack* out) {
-  if (fname == "aten::mse_loss") return try_mse_loss(args, mo, out);
-  if (fname == "aten::_softmax_backward_data") return try_softmax_backward(false, args, mo, out);
-  if (fname == "aten::_log_softmax_backward_data") return try_softmax_backward(true, args, mo, out);
-  bool gelu = fname == "aten::gelu_backward", mse = fname == "aten::mse_loss_backward";
-  if (!gelu && !mse) return false;
+// gelu_backward(grad, self, approximate) and mse_loss_backward(grad, self,
+// target, reduction): elementwise, in the compute dtype, then cast.
+bool try_pointwise_backward(bool gelu, const torch::jit::Stack& args, const at::Tensor& mo, torch::jit::Stack* out) {
   DType dt = bridge::from_aten(mo.scalar_type());
   // mse_loss_backward's CPU kernel rounds every step to a half type: float32
   // and float64 only. gelu_backward computes half types in float32, as here.
-  if (!ir::is_floating(dt) || (mse && dt != DType::Float32 && dt != DType::Float64)) return false;
+  if (!ir::is_floating(dt) || (!gelu && dt != DType::Float32 && dt != DType::Float64)) return false;
   if (!mo.is_contiguous() || mo.numel() == 0) return false;
   size_t tensors = gelu ? 2 : 3;
   if (args.size() < tensors + 1) return false;
@@ -147,35 +127,47 @@ bool try_training_op(const std::string& fname, const torch::jit::Stack& args, co
     if (!is_lazy(t) || t.scalar_type() != mo.scalar_type()) return false;
     if (gelu && t.sizes() != mo.sizes()) return false;
   }
-  if (gelu && !args[2].isString()) return false;
-  if (mse && !args[3].isInt()) return false;
+  // ATen raises on other approximations.
+  if (gelu && !(args[2].isString() && (args[2].toStringRef() == "none" || args[2].toStringRef() == "tanh")))
+    return false;
+  if (!gelu && !args[3].isInt()) return false;
 
   TraceContext& ctx = TraceContext::get();
-  auto& g = ctx.graph();
-  DType ct = compute_dtype_for(dt);
-  ir::TensorType ft = contiguous_type(mo);
-  ft.dtype = ct;
-  std::vector<ir::Attr> attrs{{static_cast<int64_t>(ct)}};
-  auto node = [&](OpKind k, std::vector<ValueId> ops) { return g.add_node1(k, std::move(ops), attrs, ft); };
-  auto number = [&](double v) { return ctx.scalar(c10::Scalar(v)); };
-  ValueId r;
+  std::vector<int64_t> full = mo.sizes().vec();
+  RowBuilder b{ctx, ctx.graph(), compute_dtype_for(dt), full, full, 0};
+  ValueId dy = ctx.read(args[0].toTensor()), x = ctx.read(args[1].toTensor()), r;
   if (gelu) {
-    ValueId dy = ctx.read(args[0].toTensor()), x = ctx.read(args[1].toTensor());
-    const std::string& approximate = args[2].toStringRef();
-    if (approximate == "none") r = gelu_backward_none(node, number, dy, x);
-    else if (approximate == "tanh") r = gelu_backward_tanh(node, number, ct, dy, x);
-    else return false;  // ATen raises on others
+    r = args[2].toStringRef() == "none" ? gelu_backward_none(b, dy, x) : gelu_backward_tanh(b, dy, x);
   } else {
-    // mse_loss_backward(grad_output, self, target, reduction): alpha * (self - target) * grad_output,
-    // alpha = 2 / numel for the mean (reduction 1), 2 otherwise.
-    int64_t reduction = args[3].toInt();
-    double alpha = reduction == 1 ? 2.0 / static_cast<double>(args[1].toTensor().numel()) : 2.0;
-    ValueId dy = ctx.read(args[0].toTensor()), x = ctx.read(args[1].toTensor()), t = ctx.read(args[2].toTensor());
-    r = node(OpKind::Mul, {node(OpKind::Mul, {number(alpha), node(OpKind::Sub, {x, t})}), dy});
+    // alpha * (self - target) * grad, alpha = 2 / numel for the mean (reduction 1), 2 otherwise.
+    double alpha = args[3].toInt() == 1 ? 2.0 / static_cast<double>(args[1].toTensor().numel()) : 2.0;
+    ValueId t = ctx.read(args[2].toTensor());
+    r = b.ew(OpKind::Mul, {b.ew(OpKind::Mul, {b.number(alpha), b.ew(OpKind::Sub, {x, t})}), dy});
   }
-  if (ct != dt) r = g.add_node1(OpKind::Cast, {r}, attrs, contiguous_type(mo));
+  if (b.acc != dt) r = b.ew(OpKind::Cast, {r}, full, dt);
   out->push_back(ctx.new_tensor(r, mo));
   return true;
+}
+
+const std::unordered_set<std::string>& training_op_names() {
+  static const std::unordered_set<std::string> names = {
+      "aten::gelu_backward", "aten::mse_loss_backward", "aten::mse_loss", "aten::_softmax_backward_data",
+      "aten::_log_softmax_backward_data"};
+  return names;
+}
+
+}  // namespace
+
+bool is_training_op_name(const std::string& fname) { return training_op_names().count(fname) > 0; }
+
+bool try_training_op(const std::string& fname, const torch::jit::Stack& args, const at::Tensor& mo,
+                     torch::jit::Stack* out) {
+  if (fname == "aten::gelu_backward") return try_pointwise_backward(true, args, mo, out);
+  if (fname == "aten::mse_loss_backward") return try_pointwise_backward(false, args, mo, out);
+  if (fname == "aten::mse_loss") return try_mse_loss(args, mo, out);
+  if (fname == "aten::_softmax_backward_data") return try_softmax_backward(false, args, mo, out);
+  if (fname == "aten::_log_softmax_backward_data") return try_softmax_backward(true, args, mo, out);
+  return false;
 }
 
 }  // namespace lazyjit::tracer

@@ -75,6 +75,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     i.eager = eager_schema(op.schema());
     i.draws = may_draw_at_trace_time(i.name);
     i.reduction = is_reduction_name(i.fname);
+    i.training = !i.inplace && is_training_op_name(i.fname);
     i.cat = i.name == "aten::cat";
     i.view = is_view_op(op.schema());
     i.is_mutable = op.schema().is_mutable();

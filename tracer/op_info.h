@@ -20,6 +20,7 @@ struct OpInfo {
   bool eager = false;        // needs the data whatever its arguments (needs_eager's schema part)
   bool draws = false;        // draw_at_trace_time may handle it
   bool reduction = false;    // try_reduction may handle it
+  bool training = false;     // try_training_op may handle it (never in place)
   bool cat = false;          // aten::cat (try_cat)
   bool view = false;         // every result is a read-only alias of an argument
   bool is_mutable = false;   // schema.is_mutable()

@@ -14,10 +14,6 @@
 #include "test_graphs.h"
 
 using namespace lazyjit;
-using ir::Attr;
-using ir::DType;
-using ir::OpKind;
-using ir::ValueId;
 using namespace test_graphs;
 
 namespace {

@@ -1,5 +1,6 @@
-// What the executor tests share to build and compile graphs by hand: tensor
-// types, dtype attributes, and one runtime per test binary.
+// What the executor tests share to build and compile graphs by hand: the IR
+// names, tensor types, dtype attributes, and one runtime per test binary
+// (`using namespace lazyjit::test_graphs;`).
 #pragma once
 #include <vector>
 
@@ -7,6 +8,11 @@
 #include "runtime/runtime.h"
 
 namespace lazyjit::test_graphs {
+
+using ir::Attr;
+using ir::DType;
+using ir::OpKind;
+using ir::ValueId;
 
 inline ir::TensorType typed(ir::DType t, std::vector<int64_t> sizes) {
   return {t, sizes, ir::contiguous_strides(sizes)};
