@@ -297,9 +297,10 @@ class LlamaLayerBF16Matmul(LlamaLayer):
     """d with PyTorch's opt-in to bfloat16 inside float32 matmuls
     (torch.backends.mkldnn.matmul.fp32_precision = "bf16", what
     torch.set_float32_matmul_precision("medium") sets), set alike for every system.
-    Each system does what it does with it: on this bench machine (AVX512-BF16, no
-    AMX) eager's and Inductor's ATen mm stay float32, lazyjit's big GEMMs run on
-    bf16 operands (executor/gemm.h). Outputs compared at bf16 tolerances."""
+    Each system does what it does with it: with AMX, eager's, Inductor's and
+    lazyjit's big GEMMs all run on bf16 tiles; with AVX512-BF16 alone, eager's and
+    Inductor's ATen mm stay float32 and lazyjit's run on bf16 operands
+    (executor/gemm.h). Outputs compared at bf16 tolerances."""
     key = "d_llama_layer_bf16mm"
     title = "Llama decoder layer forward (no_grad), matmul fp32_precision=bf16"
     matmul_precision = "bf16"

@@ -14,8 +14,10 @@
 // bf16 (AVX512-BF16 or AMX): these GEMMs then run on bfloat16 operands with
 // float32 sums, ~1.7-2x faster at the bench's shapes, results within bf16
 // tolerance of float32 (relative error ~4e-3). Read at each call, as eager reads
-// it. Eager's ATen mm under the same switch stayed float32 on the bench machine
-// (AVX512-BF16, no AMX: oneDNN's float32 kernel, errors of ~1e-6).
+// it. With AMX the float32 operands go to oneDNN unconverted (its fpmath mode,
+// set by ATen from the same switch, rounds them on the tiles; float32 out), as
+// eager's mm does there. Without AMX, eager's ATen mm under the switch stayed
+// float32 (AVX512-BF16 EPYC: oneDNN's float32 kernel, errors of ~1e-6).
 #pragma once
 #include <ATen/core/stack.h>
 
