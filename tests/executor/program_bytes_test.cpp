@@ -74,6 +74,10 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   ASSERT_GE(aten, 1);
 
   const at::Tensor x0 = c.b.inputs[0].clone(), w0 = c.b.inputs[1].clone();
+  // Eager's reference before the run too: a rare failure (under ctest -j2) had
+  // eager's tanh, not the kernel's, one element off; this tells whether the run
+  // changed what eager computes afterwards.
+  const at::Tensor u_before = at::tanh(x0 * 2);
   executor::Executable e1(p);
   auto out1 = e1.run(c.b, 2).outputs;
   EXPECT_TRUE(bitwise_equal(c.b.inputs[0], x0) && bitwise_equal(c.b.inputs[1], w0)) << "the run wrote an input";
@@ -89,6 +93,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   at::Tensor z_ref = at::gelu(at::softmax(mm, 1) * 1.75), u_ref = at::tanh(x0 * 2);
   EXPECT_TRUE(at::allclose(out1[0], z_ref, 1e-5, 1e-6)) << diff(out1[0], z_ref);
   EXPECT_TRUE(at::allclose(out1[1], u_ref, 1e-5, 1e-6)) << diff(out1[1], u_ref);
+  EXPECT_TRUE(bitwise_equal(u_before, u_ref)) << "eager's tanh before and after the run: " << diff(u_before, u_ref);
   EXPECT_TRUE(bitwise_equal(out1[2], mm));
 
   std::string bytes = rt().to_bytes(*p);
