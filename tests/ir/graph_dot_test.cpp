@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "graph_ir/graph_dot.h"
 
 using namespace lazyjit::ir;
@@ -59,7 +61,8 @@ TEST(GraphDot, OneDotNodePerIrNodeEdgesLabelledWithDtypeAndShape) {
 
 TEST(GraphDot, GraphvizAcceptsIt) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_SKIP() << "graphviz's dot is not installed";
-  std::string path = testing::TempDir() + "graph_dot_test.dot";
+  // One file per process, so two test runs at once cannot race on it.
+  std::string path = testing::TempDir() + "graph_dot_test." + std::to_string(::getpid()) + ".dot";
   std::ofstream(path) << graph_dot(build(), "graph");
   EXPECT_EQ(std::system(("dot -Tsvg " + path + " -o /dev/null").c_str()), 0) << path;
   std::remove(path.c_str());

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "lowering/plan_dot.h"
 #include "test_support.h"
 
@@ -72,7 +74,9 @@ TEST(PlanDot, GraphvizAcceptsIt) {
   Plan p = plan_graph(g);
   Plan eager = plan_eager(g);
   for (const Plan* plan : {&p, &eager}) {
-    std::string path = testing::TempDir() + "plan_dot_test.dot";
+    // One file per process: ctest -j2 runs this test twice at once (as
+    // PlanDot.* and exact.PlanDot.*), and a shared name raced.
+    std::string path = testing::TempDir() + "plan_dot_test." + std::to_string(::getpid()) + ".dot";
     std::ofstream(path) << plan_dot(g, *plan, "plan");
     EXPECT_EQ(std::system(("dot -Tsvg " + path + " -o /dev/null").c_str()), 0) << path;
     std::remove(path.c_str());
