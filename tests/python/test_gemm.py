@@ -270,12 +270,9 @@ def test_bf16_switch_runs_big_gemms_on_bfloat16_operands(switch):
         # float32 output; otherwise (and for a weight with gaps between its rows)
         # the operands are converted first and the bf16 output is widened back.
         # ("mm" applies tanh after the GEMM, so its outputs say nothing of this.)
-        if name == "mm":
-            pass
-        elif cpu_has("amx_bf16") and name != "mat1 with row gaps":
-            assert g["bf16_valued"] < 0.1, (name, g)
-        else:
-            assert g["bf16_valued"] == 1.0, (name, g)
+        if name != "mm":
+            converted = not cpu_has("amx_bf16") or name == "mat1 with row gaps"
+            assert (g["bf16_valued"] == 1.0) if converted else (g["bf16_valued"] < 0.1), (name, g)
     # float32: as close as float32 gets to the float64 product (eager's result
     # under the switch is no reference here: on CPUs with AMX it is bf16 too)
     assert r["small"]["bf16_gemms"] == 0 and r["small"]["vs_exact"] < 1e-4, r["small"]
