@@ -12,6 +12,8 @@ const char* disk_error_name(DiskError e) {
     case DiskError::Full: return "full";
     case DiskError::Permission: return "permission";
     case DiskError::Io: return "io";
+    case DiskError::WrongKey: return "wrong_key";
+    case DiskError::NotAFile: return "not_a_file";
   }
   return "unknown";
 }

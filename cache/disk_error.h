@@ -14,6 +14,8 @@ enum class DiskError {
   Full,          // ENOSPC / EDQUOT, or an entry larger than the whole budget
   Permission,    // EACCES / EPERM on a single operation
   Io,            // any other system call failure
+  WrongKey,      // a valid entry, but stored for another key than the one looked up
+  NotAFile,      // a FIFO, device, directory or symlink where a regular file belongs
 };
 
 // Stable lower-case name ("corrupt", "bad_signature", ...) for logs and counters.

@@ -101,18 +101,18 @@ std::unique_ptr<DiskStore> DiskStore::open(const DiskStoreOptions& options, std:
   return store;
 }
 
-void DiskStore::report(DiskError kind, const std::string& message) const {
-  if (on_error) on_error(kind, message);
+void DiskStore::report(DiskError kind, DiskOp op, const std::string& message) const {
+  if (on_error) on_error(kind, op, message);
 }
 
 void DiskStore::reject(const std::string& key, DiskError kind, const std::string& message) {
   std::string path = root_ + "/entries/" + key + ".ljc";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = posix_io::open_regular(path, O_RDONLY);
   if (fd >= 0) {
     quarantine(key, fd, kind);
     ::close(fd);
   }
-  report(kind, key + ": " + message);
+  report(kind, DiskOp::Read, key + ": " + message);
 }
 
 void DiskStore::quarantine(const std::string& key, int fd, DiskError kind) {
@@ -129,53 +129,49 @@ void DiskStore::quarantine(const std::string& key, int fd, DiskError kind) {
   ::rename(path.c_str(), dest.c_str());  // best effort: a concurrent reader may have moved it first
 }
 
-std::optional<DiskRead> DiskStore::get(const std::string& key,
-                                       const std::function<bool(const std::string& manifest)>& expect) {
+std::optional<entry_file::VerifiedEntry> DiskStore::get(
+    const std::string& key, const std::function<bool(const std::string& manifest)>& expect) {
   check_key(key);
   std::string path = root_ + "/entries/" + key + ".ljc";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = posix_io::open_regular(path, O_RDONLY);
   if (fd < 0) {
-    if (errno != ENOENT) report(posix_io::error_kind(errno), posix_io::error_text("cannot open " + path, errno));
+    int err = errno;
+    if (err == posix_io::kNotRegular) {
+      report(DiskError::NotAFile, DiskOp::Read, path + " is " + posix_io::file_type_name(path) +
+                                                    ", not a regular file: refused without reading it");
+    } else if (err != ENOENT) {
+      report(posix_io::error_kind(err), DiskOp::Read, posix_io::error_text("cannot open " + path, err));
+    }
     return std::nullopt;
   }
   std::string bytes;
   if (!posix_io::read_all(fd, &bytes)) {
-    report(posix_io::error_kind(errno), posix_io::error_text("cannot read " + path, errno));
+    report(posix_io::error_kind(errno), DiskOp::Read, posix_io::error_text("cannot read " + path, errno));
     ::close(fd);
     return std::nullopt;
   }
-  auto decoded = entry_file::decode(bytes, options_.secret);
-  if (auto* err = std::get_if<entry_file::DecodeError>(&decoded)) {
+  auto verified = entry_file::verify(std::move(bytes), options_.secret, key, expect);
+  if (auto* err = std::get_if<entry_file::DecodeError>(&verified)) {
     quarantine(key, fd, err->kind);
     ::close(fd);
-    report(err->kind, path + ": " + err->message);
-    return std::nullopt;
-  }
-  const auto& d = std::get<entry_file::Decoded>(decoded);
-  std::string manifest(d.manifest);
-  if (expect && !expect(manifest)) {
-    quarantine(key, fd, DiskError::Foreign);
-    ::close(fd);
-    report(DiskError::Foreign, path + ": refused by the caller (foreign target or version)");
+    report(err->kind, DiskOp::Read, path + ": " + err->message);
     return std::nullopt;
   }
   ::close(fd);
-  // The payload is most of the file: cut it out in place rather than copy it.
-  size_t offset = d.payload.data() - bytes.data(), size = d.payload.size();
-  bytes.resize(offset + size);
-  bytes.erase(0, offset);
-  return DiskRead{std::move(manifest), std::move(bytes)};
+  return std::get<entry_file::VerifiedEntry>(std::move(verified));
 }
 
-std::string DiskStore::encode(const std::string& manifest_json, const std::string& payload) const {
-  return entry_file::encode(entry_file::complete_manifest(manifest_json, payload), payload, options_.secret);
+std::string DiskStore::encode(const std::string& key, const std::string& manifest_json,
+                              const std::string& payload) const {
+  check_key(key);
+  return entry_file::encode(entry_file::complete_manifest(manifest_json, key, payload), payload, options_.secret);
 }
 
 bool DiskStore::put(const std::string& key, const std::string& manifest_json, const std::string& payload) {
   check_key(key);
-  std::string manifest = entry_file::complete_manifest(manifest_json, payload);
+  std::string manifest = entry_file::complete_manifest(manifest_json, key, payload);
   if (read_only_) {
-    report(DiskError::ReadOnly, root_ + " is read-only: entry " + key + " not written");
+    report(DiskError::ReadOnly, DiskOp::Write, root_ + " is read-only: entry " + key + " not written");
     return false;
   }
   return publish(key, entry_file::encode(manifest, payload, options_.secret));
@@ -183,13 +179,13 @@ bool DiskStore::put(const std::string& key, const std::string& manifest_json, co
 
 bool DiskStore::put_file(const std::string& key, const std::string& file) {
   check_key(key);
-  auto decoded = entry_file::decode(file, options_.secret);
+  auto decoded = entry_file::decode(file, options_.secret, key);
   if (auto* err = std::get_if<entry_file::DecodeError>(&decoded)) {
-    report(err->kind, "entry " + key + " not written: " + err->message);
+    report(err->kind, DiskOp::Write, "entry " + key + " not written: " + err->message);
     return false;
   }
   if (read_only_) {
-    report(DiskError::ReadOnly, root_ + " is read-only: entry " + key + " not written");
+    report(DiskError::ReadOnly, DiskOp::Write, root_ + " is read-only: entry " + key + " not written");
     return false;
   }
   return publish(key, file);
@@ -197,7 +193,7 @@ bool DiskStore::put_file(const std::string& key, const std::string& file) {
 
 bool DiskStore::publish(const std::string& key, const std::string& file) {
   if (file.size() > options_.max_bytes) {
-    report(DiskError::Full, "entry " + key + " (" + std::to_string(file.size()) + " bytes) exceeds the cache budget of " +
+    report(DiskError::Full, DiskOp::Write, "entry " + key + " (" + std::to_string(file.size()) + " bytes) exceeds the cache budget of " +
                                 std::to_string(options_.max_bytes) + " bytes");
     return false;
   }
@@ -205,14 +201,14 @@ bool DiskStore::publish(const std::string& key, const std::string& file) {
   std::string dest = root_ + "/entries/" + key + ".ljc";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
-    report(posix_io::error_kind(errno), posix_io::error_text("cannot create " + tmp, errno));
+    report(posix_io::error_kind(errno), DiskOp::Write, posix_io::error_text("cannot create " + tmp, errno));
     return false;
   }
   auto fail = [&](const std::string& what) {
     int err = errno;
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    report(posix_io::error_kind(err), posix_io::error_text(what, err));
+    report(posix_io::error_kind(err), DiskOp::Write, posix_io::error_text(what, err));
     return false;
   };
   size_t half = file.size() / 2;

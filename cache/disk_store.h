@@ -39,6 +39,7 @@
 #include <string>
 
 #include "cache/disk_error.h"
+#include "cache/entry_file.h"
 #include "cache/file_lock.h"
 
 namespace lazyjit::cache {
@@ -49,10 +50,9 @@ struct DiskStoreOptions {
   std::string secret;                // empty: write unsigned entries, accept any
 };
 
-struct DiskRead {
-  std::string manifest_json;  // as stored: the caller's fields plus payload_bytes, payload_xxh64
-  std::string payload;
-};
+// Which side of the store a fault happened on: a read fault is a miss (the
+// caller compiles), a write fault a program not saved (it still runs).
+enum class DiskOp { Read, Write };
 
 class DiskStore {
  public:
@@ -67,29 +67,33 @@ class DiskStore {
   // reported as ReadOnly, lock() returns an unheld lock.
   static std::unique_ptr<DiskStore> open(const DiskStoreOptions& options, std::string* warning);
 
-  // A hit: the entry after checking header, version, lengths, checksum, the
-  // manifest's payload fields and, when a secret is set, the signature (an
-  // unsigned or wrongly signed entry is refused). `expect`, if set, sees the
-  // manifest text and returns false to refuse a foreign target or version.
-  // Any refusal or damage moves the file to quarantine/ (never deletes it),
-  // calls on_error and returns nullopt. A missing file is a plain nullopt.
-  std::optional<DiskRead> get(const std::string& key, const std::function<bool(const std::string& manifest)>& expect);
+  // A hit: the entry after entry_file::verify (header, version, lengths,
+  // checksum, the manifest's payload fields, its key against `key` and, when a
+  // secret is set, the signature: an unsigned or wrongly signed entry is
+  // refused). `expect`, if set, sees the manifest text and returns false to
+  // refuse a foreign target or version. What is not a regular file (a FIFO, a
+  // device, a symlink) is refused without blocking. Any refusal or damage
+  // moves the file to quarantine/ (never deletes it), calls on_error and
+  // returns nullopt. A missing file is a plain nullopt.
+  std::optional<entry_file::VerifiedEntry> get(const std::string& key,
+                                               const std::function<bool(const std::string& manifest)>& expect);
 
   // Publishes atomically (tmp file, fsync, rename, fsync of entries/), then
-  // evicts. `manifest_json` must be a JSON object; payload_bytes and
-  // payload_xxh64 are added to it. Returns false after on_error on failure:
+  // evicts. `manifest_json` must be a JSON object; key, payload_bytes and
+  // payload_xxh64 are set in it. Returns false after on_error on failure:
   // ENOSPC/EDQUOT or an entry larger than max_bytes -> Full; EROFS or a
   // read-only store -> ReadOnly; EACCES/EPERM -> Permission; else Io. A failed
   // put leaves no tmp file behind.
   bool put(const std::string& key, const std::string& manifest_json, const std::string& payload);
 
-  // The entry file put() would write for this manifest and payload (signed
-  // with the store's secret, if any): what another tier or machine receives.
-  std::string encode(const std::string& manifest_json, const std::string& payload) const;
+  // The entry file put() would write under `key` for this manifest and
+  // payload (signed with the store's secret, if any): what another tier or
+  // machine receives.
+  std::string encode(const std::string& key, const std::string& manifest_json, const std::string& payload) const;
   // Publishes an entry file as it is (its bytes, signature included), as put()
-  // does, after the checks get() makes (with the store's secret): one that
-  // fails them is reported and not written. For entries that come from
-  // elsewhere (a remote tier, `lazyjit-cache remote pull`).
+  // does, after the checks get() makes (with the store's secret, and its key
+  // against `key`): one that fails them is reported and not written. For
+  // entries that come from elsewhere (a remote tier, `lazyjit-cache remote pull`).
   bool put_file(const std::string& key, const std::string& file);
 
   // Best-effort hits/last_used update of <key>.stats (tmp + rename; updates
@@ -120,12 +124,12 @@ class DiskStore {
   bool read_only() const { return read_only_; }
   const std::string& root() const { return root_; }  // dir/v1
 
-  std::function<void(DiskError, const std::string&)> on_error;  // set by the caller
+  std::function<void(DiskError, DiskOp, const std::string&)> on_error;  // set by the caller
 
  private:
   DiskStore(DiskStoreOptions options, std::string root, bool read_only);
   static void check_key(const std::string& key);  // throws std::invalid_argument
-  void report(DiskError kind, const std::string& message) const;
+  void report(DiskError kind, DiskOp op, const std::string& message) const;
   void quarantine(const std::string& key, int fd, DiskError kind);
   bool publish(const std::string& key, const std::string& file);
 

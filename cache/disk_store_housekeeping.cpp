@@ -1,5 +1,6 @@
 // DiskStore's bookkeeping beside get/put: hit statistics, LRU eviction, and
 // removal of what crashed writers and quarantine leave behind.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,12 +26,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // The .stats JSON, or an empty object if missing or unreadable: stats are hints.
+// A FIFO or device in its place is skipped without blocking.
 nlohmann::json read_stats(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  int fd = posix_io::open_regular(path, O_RDONLY);
+  if (fd < 0) return nlohmann::json::object();
+  std::string text;
+  bool ok = posix_io::read_all(fd, &text);
+  ::close(fd);
+  if (!ok) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   return j.is_object() ? j : nlohmann::json::object();
 }
 

@@ -63,9 +63,10 @@ std::string hmac_sha256_hex(std::string_view secret, std::string_view data) {
   return hex;
 }
 
-std::string complete_manifest(std::string_view manifest_json, std::string_view payload) {
+std::string complete_manifest(std::string_view manifest_json, std::string_view key, std::string_view payload) {
   nlohmann::json m = nlohmann::json::parse(manifest_json, nullptr, /*allow_exceptions=*/false);
   if (!m.is_object()) throw std::invalid_argument("disk cache manifest is not a JSON object");
+  m["key"] = std::string(key);
   m["payload_bytes"] = payload.size();
   m["payload_xxh64"] = hex16(xxh64(payload));
   return m.dump();
@@ -92,7 +93,7 @@ std::string encode(std::string_view manifest, std::string_view payload, std::str
   return out;
 }
 
-std::variant<Decoded, DecodeError> decode(std::string_view f, std::string_view secret) {
+std::variant<Decoded, DecodeError> decode(std::string_view f, std::string_view secret, std::string_view key) {
   if (f.empty()) return corrupt("zero-byte entry");
   if (f.size() < kHeaderBytes) return corrupt("truncated header (" + std::to_string(f.size()) + " bytes)");
   if (std::memcmp(f.data(), kMagic, sizeof kMagic) != 0) return corrupt("not a lazyjit cache entry (bad magic)");
@@ -129,7 +130,30 @@ std::variant<Decoded, DecodeError> decode(std::string_view f, std::string_view s
     return corrupt("manifest payload_bytes does not match the payload");
   if (hash == j.end() || !hash->is_string() || hash->get<std::string>() != hex16(xxh64(d.payload)))
     return corrupt("manifest payload_xxh64 does not match the payload");
+  auto stored = j.find("key");
+  if (stored == j.end() || !stored->is_string())
+    return DecodeError{DiskError::WrongKey, "manifest names no key; looked up as " + std::string(key)};
+  if (stored->get<std::string>() != key)
+    return DecodeError{DiskError::WrongKey,
+                       "stored for key " + stored->get<std::string>() + ", looked up as " + std::string(key)};
   return d;
+}
+
+std::variant<VerifiedEntry, DecodeError> verify(std::string file, std::string_view secret, std::string_view key,
+                                                const std::function<bool(const std::string&)>& expect) {
+  auto decoded = decode(file, secret, key);
+  if (auto* err = std::get_if<DecodeError>(&decoded)) return std::move(*err);
+  const Decoded& d = std::get<Decoded>(decoded);
+  if (expect && !expect(std::string(d.manifest)))
+    return DecodeError{DiskError::Foreign, "built for another target or version"};
+  VerifiedEntry e;
+  e.manifest_at_ = static_cast<size_t>(d.manifest.data() - file.data());
+  e.manifest_size_ = d.manifest.size();
+  e.payload_at_ = static_cast<size_t>(d.payload.data() - file.data());
+  e.payload_size_ = d.payload.size();
+  e.key_ = std::string(key);
+  e.file_ = std::move(file);  // moving a std::string keeps offsets into it valid
+  return e;
 }
 
 }  // namespace entry_file

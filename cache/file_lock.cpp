@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,9 +12,16 @@
 namespace lazyjit::cache {
 
 FileLock FileLock::acquire(const std::string& path, std::chrono::milliseconds timeout, std::string* error) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // O_NONBLOCK: a FIFO or device planted at the path must not block the open.
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) {
     if (error) *error = "cannot open lock file " + path + ": " + std::strerror(errno);
+    return {};
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (error) *error = "lock file " + path + " is not a regular file";
+    ::close(fd);
     return {};
   }
   // Poll rather than block: a blocking flock cannot time out without signals.

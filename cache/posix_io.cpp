@@ -12,6 +12,35 @@
 
 namespace lazyjit::cache::posix_io {
 
+int open_regular(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) errno = kNotRegular;  // O_NOFOLLOW met a symlink
+    return -1;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = S_ISREG(st.st_mode) ? errno : kNotRegular;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string file_type_name(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "missing";
+  if (S_ISLNK(st.st_mode)) return "a symlink";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
+  return S_ISREG(st.st_mode) ? "a regular file" : "not a regular file";
+}
+
 bool write_all(int fd, const char* data, size_t len) {
   while (len > 0) {
     ssize_t n = ::write(fd, data, len);
@@ -53,6 +82,7 @@ bool fsync_dir(const std::string& dir) {
 
 DiskError error_kind(int err) {
   switch (err) {
+    case kNotRegular: return DiskError::NotAFile;
     case ENOSPC:
     case EDQUOT: return DiskError::Full;
     case EROFS: return DiskError::ReadOnly;
@@ -62,7 +92,9 @@ DiskError error_kind(int err) {
   }
 }
 
-std::string error_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+std::string error_text(const std::string& what, int err) {
+  return what + ": " + (err == kNotRegular ? std::string("not a regular file") : std::strerror(err));
+}
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;

@@ -1,7 +1,9 @@
 // The few POSIX file operations the disk store builds on, with errno kept for
-// the caller to classify. Internal to cache/.
+// the caller to classify. Used by cache/ and by the tool that inspects it.
 #pragma once
 #include <sys/stat.h>
+
+#include <cerrno>
 
 #include <string>
 #include <vector>
@@ -9,6 +11,16 @@
 #include "cache/disk_error.h"
 
 namespace lazyjit::cache::posix_io {
+
+// Opens an existing regular file with `flags` (O_RDONLY, O_RDWR) plus
+// O_CLOEXEC, never following a symlink nor blocking on a FIFO or device
+// (O_NOFOLLOW|O_NONBLOCK, then fstat; O_NONBLOCK is cleared again on success).
+// Returns the descriptor, or -1 with errno set: ENOENT and the like as open()
+// says, kNotRegular for a FIFO, device, socket, directory or symlink.
+inline constexpr int kNotRegular = ENOTSUP;
+int open_regular(const std::string& path, int flags);
+// "a FIFO", "a directory", ... for a refusal message; "a symlink" for ELOOP.
+std::string file_type_name(const std::string& path);
 
 // Loops over short writes and EINTR. False with errno set on failure.
 bool write_all(int fd, const char* data, size_t len);

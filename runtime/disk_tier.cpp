@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "lowering/program_bytes.h"
+#include "runtime/program_entry.h"
 #include "runtime/sync_log.h"
 
 namespace lazyjit::runtime {
@@ -63,16 +65,14 @@ std::unique_ptr<DiskTier> DiskTier::open(const Config& config, std::string code_
 DiskTier::DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint,
                    lowering::Target& target)
     : store_(std::move(store)), code_fingerprint_(std::move(code_fingerprint)), target_(target) {
-  store_->on_error = [](cache::DiskError e, const std::string& what) {
+  store_->on_error = [](cache::DiskError e, cache::DiskOp op, const std::string& what) {
     Metrics::get().disk_error(cache::disk_error_name(e));
-    // Each kind is reported once per process; the metrics count every one.
+    // Each kind is reported once per process and side; the metrics count every one.
     static std::mutex mu;
-    static bool said[8] = {};
+    static std::set<std::pair<cache::DiskError, cache::DiskOp>> said;
     std::lock_guard<std::mutex> lock(mu);
-    if (!said[static_cast<int>(e)]) {
-      said[static_cast<int>(e)] = true;
-      bool reading = e == cache::DiskError::Corrupt || e == cache::DiskError::Foreign ||
-                     e == cache::DiskError::Unsigned || e == cache::DiskError::BadSignature;
+    if (said.insert({e, op}).second) {
+      bool reading = op == cache::DiskOp::Read;
       std::fprintf(stderr, "lazyjit: on-disk compile cache: %s: %s (%s)\n", cache::disk_error_name(e), what.c_str(),
                    reading ? "not loaded; compiling instead" : "not saved; the program still runs");
     }
@@ -90,12 +90,12 @@ std::shared_ptr<const lowering::Program> DiskTier::load(const std::string& name)
   auto t0 = std::chrono::steady_clock::now();
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("cache", "disk load", debug::TraceArgs{{"key", name}});
-  auto read = store_->get(name, [&](const std::string& m) { return expected(m); });
-  if (span) span->arg("result", read ? "hit" : "miss");
-  if (!read) return nullptr;
+  auto entry = store_->get(name, [&](const std::string& m) { return expected(m); });
+  if (span) span->arg("result", entry ? "hit" : "miss");
+  if (!entry) return nullptr;
   std::shared_ptr<const lowering::Program> program;
   try {
-    program = lowering::program_from_bytes(read->payload, target_);
+    program = link_entry(*entry, target_);
   } catch (const std::exception& e) {
     // Checksummed bytes that still do not read back (a format this build does
     // not know): never run; set aside like any damaged entry.
@@ -137,14 +137,13 @@ std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::Cach
   if (!entry) return nullptr;
   std::shared_ptr<const lowering::Program> program;
   try {
-    program = lowering::program_from_bytes(
-        std::string_view(entry->file).substr(entry->payload_offset, entry->payload_size), target_);
+    program = link_entry(*entry, target_);
   } catch (const std::exception& e) {
     remote_->refuse(key.str(), cache::DiskError::Corrupt, e.what());
     return nullptr;
   }
   // The same bytes on disk: the next process on this machine finds it there.
-  if (store_->put_file(key.str(), entry->file)) Metrics::get().add(Counter::DiskWrites);
+  if (store_->put_file(key.str(), entry->file())) Metrics::get().add(Counter::DiskWrites);
   Metrics::get().add(Counter::RemoteHits);
   Metrics::get().time("remote_load", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   sync_note().how = SyncNote::How::Remote;
@@ -181,7 +180,6 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
   json m = {
       {"format", kManifestFormat},
       {"kind", "program"},
-      {"key", key.str()},
       {"key_parts", parts},
       {"code_fingerprint", code_fingerprint_},
       {"target", target},
@@ -200,7 +198,7 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
       {"plan", p.plan.str(g)},
   };
   // One encoding for both tiers: the remote gets the bytes the disk holds.
-  std::string file = store_->encode(m.dump(), payload);
+  std::string file = store_->encode(key.str(), m.dump(), payload);
   if (store_->put_file(key.str(), file)) Metrics::get().add(Counter::DiskWrites);
   if (remote_) remote_->put(key.str(), file);
 }

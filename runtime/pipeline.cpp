@@ -459,10 +459,6 @@ std::string Runtime::to_bytes(const lowering::Program& program) const {
   return lowering::program_to_bytes(program);
 }
 
-std::shared_ptr<const lowering::Program> Runtime::from_bytes(const std::string& bytes) const {
-  return lowering::program_from_bytes(bytes, *target_);
-}
-
 void Runtime::explain_compile(const ir::Graph& graph, const std::string& site, Miss miss,
                               const NodeSites& node_sites) {
   Recompile r = explainer_.explain(graph, site, node_sites);

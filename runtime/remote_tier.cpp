@@ -94,7 +94,7 @@ void RemoteTier::refuse_as(const std::string& key, const std::string& kind, cons
   say_once(kind, key + ": " + message + " (refused, never run; compiling locally instead)");
 }
 
-std::optional<RemoteTier::Entry> RemoteTier::get(const std::string& key,
+std::optional<cache::entry_file::VerifiedEntry> RemoteTier::get(const std::string& key,
                                                  const std::function<bool(const std::string&)>& expect) {
   if (backing_off()) return std::nullopt;
   std::optional<debug::TraceSpan> span;
@@ -119,24 +119,14 @@ std::optional<RemoteTier::Entry> RemoteTier::get(const std::string& key,
     if (span) span->arg("result", "miss");
     return std::nullopt;
   }
-  auto decoded = cache::entry_file::decode(*file, secret_);
-  if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
+  auto verified = cache::entry_file::verify(std::move(*file), secret_, key, expect);
+  if (auto* err = std::get_if<cache::entry_file::DecodeError>(&verified)) {
     if (span) span->arg("result", cache::disk_error_name(err->kind));
     refuse(key, err->kind, err->message);
     return std::nullopt;
   }
-  const auto& d = std::get<cache::entry_file::Decoded>(decoded);
-  if (expect && !expect(std::string(d.manifest))) {
-    if (span) span->arg("result", "foreign");
-    refuse(key, cache::DiskError::Foreign, "built for another target or version");
-    return std::nullopt;
-  }
   if (span) span->arg("result", "hit");
-  Entry e;
-  e.payload_offset = static_cast<size_t>(d.payload.data() - file->data());
-  e.payload_size = d.payload.size();
-  e.file = std::move(*file);
-  return e;
+  return std::get<cache::entry_file::VerifiedEntry>(std::move(verified));
 }
 
 void RemoteTier::put(const std::string& key, const std::string& file) {

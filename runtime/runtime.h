@@ -100,9 +100,9 @@ class Runtime {
   // The oneTBB workers a run's kernels split over.
   int threads() const;
 
-  // A compiled program as bytes, and back (links its object code: no codegen).
+  // A compiled program as bytes (what a cache entry's payload holds). The way
+  // back is only through a verified entry (runtime/program_entry.h).
   std::string to_bytes(const lowering::Program& program) const;
-  std::shared_ptr<const lowering::Program> from_bytes(const std::string& bytes) const;
   // Lowers without running or caching (tests, tools). `check_stores`: kernels
   // test what they store for NaN/Inf (lowering::Plan::check_stores).
   std::shared_ptr<const lowering::Program> compile(ir::Graph graph, const std::string& dump_name,

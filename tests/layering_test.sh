@@ -28,5 +28,12 @@ if grep -rnE "static_cast<(const )?(lowering::)?Program" --include='*.cpp' --inc
      graph_ir cache lowering executor runtime tracer; then
   echo "layering: a cast to a Program (programs are values, not cache entries)"; fail=1
 fi
+# Bytes become a linkable program in one place only, after a cache entry was
+# verified for the key it was looked up under (runtime/program_entry.h).
+if grep -rn "program_from_bytes" --include='*.cpp' --include='*.h' \
+     graph_ir cache lowering executor runtime tracer bridge debug python tools |
+     grep -vE "^(lowering/program_bytes|runtime/program_entry)\.(h|cpp):"; then
+  echo "layering: program_from_bytes called outside runtime/program_entry.cpp (use link_entry on a VerifiedEntry)"; fail=1
+fi
 [ $fail -eq 0 ] && echo "layering: ok"
 exit $fail

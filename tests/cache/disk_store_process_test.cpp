@@ -31,9 +31,9 @@ std::string manifest_of(int writer, int round) {
 }
 
 // Checks that an entry is exactly what its manifest says its writer wrote.
-bool consistent(const DiskRead& r) {
-  auto m = nlohmann::json::parse(r.manifest_json);
-  return r.payload == payload_of(m["writer"].get<int>(), m["round"].get<int>());
+bool consistent(const entry_file::VerifiedEntry& r) {
+  auto m = nlohmann::json::parse(r.manifest());
+  return r.payload() == payload_of(m["writer"].get<int>(), m["round"].get<int>());
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ TEST(DiskStoreProcesses, EightWritersAndReadersNeverSeeTornEntries) {
       int errors = 0;
       auto store = DiskStore::open({t.cache()}, nullptr);
       if (!store) return 10;
-      store->on_error = [&](DiskError, const std::string&) { ++errors; };
+      store->on_error = [&](DiskError, DiskOp, const std::string&) { ++errors; };
       std::string own = "own-" + std::to_string(w);
       for (int round = 0; round < 20; ++round) {
         if (!store->put("shared", manifest_of(w, round), payload_of(w, round))) return 11;
@@ -55,7 +55,7 @@ TEST(DiskStoreProcesses, EightWritersAndReadersNeverSeeTornEntries) {
         if (!shared || !consistent(*shared)) return 13;  // someone's complete entry, never a mix
         store->record_hit("shared");
         auto mine = store->get(own, nullptr);
-        if (!mine || mine->payload != payload_of(w, round)) return 14;
+        if (!mine || mine->payload() != payload_of(w, round)) return 14;
       }
       return errors == 0 ? 0 : 15;
     }));

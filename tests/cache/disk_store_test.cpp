@@ -62,8 +62,8 @@ TEST(DiskStore, RoundTripReturnsManifestAndPayload) {
   ASSERT_TRUE(s->put("k1", kManifest, payload));
   auto got = s->get("k1", nullptr);
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->payload, payload);
-  auto m = nlohmann::json::parse(got->manifest_json);
+  EXPECT_EQ(got->payload(), payload);
+  auto m = nlohmann::json::parse(got->manifest());
   EXPECT_EQ(m["target"], "x86_64-avx2");
   EXPECT_EQ(m["payload_bytes"], 10000);
   EXPECT_TRUE(s.errors.empty());
@@ -82,7 +82,7 @@ TEST(DiskStore, ASecondStoreReadsWhatTheFirstWrote) {
   RecordingStore b(opts(t.cache()));
   auto got = b->get("shared", nullptr);
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->payload, "bytes");
+  EXPECT_EQ(got->payload(), "bytes");
 }
 
 TEST(DiskStore, MissingKeyIsAPlainMiss) {
@@ -97,7 +97,7 @@ TEST(DiskStore, PutReplacesAnEntry) {
   RecordingStore s(opts(t.cache()));
   ASSERT_TRUE(s->put("k", kManifest, "old"));
   ASSERT_TRUE(s->put("k", kManifest, "new"));
-  EXPECT_EQ(s->get("k", nullptr)->payload, "new");
+  EXPECT_EQ(s->get("k", nullptr)->payload(), "new");
 }
 
 TEST(DiskStore, TruncatedAndZeroByteEntriesAreQuarantinedAsCorrupt) {
@@ -177,7 +177,7 @@ TEST(DiskStore, WithASecretOnlyEntriesSignedByItAreAccepted) {
   RecordingStore s(opts(t.cache(), "our secret"));
   auto got = s->get("ours", nullptr);
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->payload, "p");
+  EXPECT_EQ(got->payload(), "p");
   EXPECT_TRUE(s.errors.empty());
   expect_refused(s, "plain", DiskError::Unsigned, "unsigned entry");
   expect_refused(s, "other", DiskError::BadSignature, "wrong secret");
@@ -190,25 +190,73 @@ TEST(DiskStore, WithASecretOnlyEntriesSignedByItAreAccepted) {
   expect_refused(s, "flip", DiskError::BadSignature, "flipped signature");
 }
 
+TEST(DiskStore, AnEntryIsValidOnlyUnderItsOwnKey) {
+  for (const char* secret : {"", "our secret"}) {
+    TempDir t;
+    RecordingStore s(opts(t.cache(), secret));
+    ASSERT_TRUE(s.store) << s.warning;
+    ASSERT_TRUE(s->put("a-1", kManifest, "program a"));
+    ASSERT_TRUE(s->put("b-2", kManifest, "program b"));
+    std::string a = read_file(s.entry("a-1")), b = read_file(s.entry("b-2"));
+    write_file(s.entry("a-1"), b);  // swapped: each file intact and signed, under the other's name
+    write_file(s.entry("b-2"), a);
+    expect_refused(s, "a-1", DiskError::WrongKey, std::string("swapped, secret '") + secret + "'");
+    expect_refused(s, "b-2", DiskError::WrongKey, std::string("swapped, secret '") + secret + "'");
+    EXPECT_NE(s.errors[0].second.find("stored for key a-1"), std::string::npos) << s.errors[0].second;
+  }
+}
+
+TEST(DiskStore, WhatIsNotARegularFileIsRefusedWithoutBlocking) {
+  TempDir t;
+  RecordingStore s(opts(t.cache()));
+  ASSERT_TRUE(s.store) << s.warning;
+  ASSERT_TRUE(s->put("k", kManifest, "payload"));
+  // A FIFO nobody writes to, where an entry, its stats and its lock belong:
+  // opening any of them for reading would block forever.
+  ASSERT_EQ(::unlink(s.entry("k").c_str()), 0);
+  ASSERT_EQ(::mkfifo(s.entry("k").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((s->root() + "/entries/k.stats").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((s->root() + "/locks/k.lock").c_str(), 0600), 0);
+  s.errors.clear();
+  EXPECT_FALSE(s->get("k", nullptr).has_value());
+  ASSERT_EQ(s.errors.size(), 1u);
+  EXPECT_EQ(s.errors[0].first, DiskError::NotAFile) << s.errors[0].second;
+  EXPECT_NE(s.errors[0].second.find("a FIFO"), std::string::npos) << s.errors[0].second;
+  s->record_hit("k");
+  s->evict();
+  EXPECT_FALSE(s->lock("k", std::chrono::milliseconds(50)).held());
+  // A symlink to a good entry is refused too (never followed), then replaced by a put.
+  ASSERT_TRUE(s->put("real", kManifest, "payload"));
+  ASSERT_EQ(::unlink(s.entry("k").c_str()), 0);
+  ASSERT_EQ(::symlink(s.entry("real").c_str(), s.entry("k").c_str()), 0);
+  s.errors.clear();
+  EXPECT_FALSE(s->get("k", nullptr).has_value());
+  ASSERT_EQ(s.errors.size(), 1u);
+  EXPECT_EQ(s.errors[0].first, DiskError::NotAFile) << s.errors[0].second;
+  ASSERT_TRUE(s->put("k", kManifest, "payload"));
+  EXPECT_TRUE(s->get("k", nullptr).has_value());
+}
+
 TEST(DiskStore, PutFileWritesAnEntryFileAsItIsOnlyWhenItChecksOut) {
   TempDir t;
   RecordingStore s(opts(t.cache(), "our secret"));
   ASSERT_TRUE(s.store) << s.warning;
-  std::string file = s->encode(kManifest, "payload");
+  std::string file = s->encode("k", kManifest, "payload");
   ASSERT_TRUE(s->put_file("k", file));
   EXPECT_EQ(read_file(s.entry("k")), file);  // byte for byte: the signature carried over
   auto got = s->get("k", nullptr);
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->payload, "payload");
+  EXPECT_EQ(got->payload(), "payload");
   EXPECT_TRUE(s.errors.empty());
   // Signed by another secret, unsigned, damaged: reported, never written.
   RecordingStore other(opts(t.path() + "/other", "another secret"));
   RecordingStore plain(opts(t.path() + "/plain"));
   std::string damaged = file;
   damaged[damaged.size() / 2] ^= 4;
-  const std::pair<std::string, DiskError> bad[] = {{other->encode(kManifest, "payload"), DiskError::BadSignature},
-                                                   {plain->encode(kManifest, "payload"), DiskError::Unsigned},
-                                                   {damaged, DiskError::Corrupt}};
+  const std::pair<std::string, DiskError> bad[] = {{other->encode("bad", kManifest, "payload"), DiskError::BadSignature},
+                                                   {plain->encode("bad", kManifest, "payload"), DiskError::Unsigned},
+                                                   {damaged, DiskError::Corrupt},
+                                                   {file, DiskError::WrongKey}};  // k's entry, offered as "bad"
   for (const auto& [bytes, kind] : bad) {
     s.errors.clear();
     EXPECT_FALSE(s->put_file("bad", bytes));
@@ -270,7 +318,7 @@ TEST(DiskStore, ReadOnlyDirectoryReadsButReportsPutsAsReadOnly) {
     if (!s.store) return 11;
     if (!s->read_only()) return 12;
     auto got = s->get("k", nullptr);
-    if (!got || got->payload != "payload") return 13;
+    if (!got || got->payload() != "payload") return 13;
     if (s->put("k2", kManifest, "x")) return 14;
     if (s.errors.size() != 1 || s.errors[0].first != DiskError::ReadOnly) return 15;
     if (s->lock("k", std::chrono::milliseconds(10))) return 16;

@@ -95,7 +95,7 @@ struct RecordingStore {
 
   explicit RecordingStore(DiskStoreOptions options) {
     store = DiskStore::open(options, &warning);
-    if (store) store->on_error = [this](DiskError k, const std::string& m) { errors.emplace_back(k, m); };
+    if (store) store->on_error = [this](DiskError k, DiskOp, const std::string& m) { errors.emplace_back(k, m); };
   }
   RecordingStore(RecordingStore&&) = delete;  // on_error points at `errors`
   DiskStore* operator->() { return store.get(); }

@@ -16,7 +16,7 @@ uint64_t le(const std::string& s, size_t at, int bytes) {
 }  // namespace
 
 TEST(DiskEntryFile, LayoutIsTheDocumentedOne) {
-  std::string manifest = entry_file::complete_manifest(R"({"target":"x86"})", "payload!");
+  std::string manifest = entry_file::complete_manifest(R"({"target":"x86"})", "k", "payload!");
   std::string f = entry_file::encode(manifest, "payload!", "");
   EXPECT_EQ(f.substr(0, 8), "LAZYJITC");
   EXPECT_EQ(le(f, 8, 4), 1u);
@@ -34,15 +34,16 @@ TEST(DiskEntryFile, LayoutIsTheDocumentedOne) {
   EXPECT_EQ(s.substr(41 + manifest.size()), entry_file::hmac_sha256("secret", s.substr(0, 32 + manifest.size())));
 }
 
-TEST(DiskEntryFile, ManifestGainsOnlyThePayloadFields) {
-  auto m = nlohmann::json::parse(entry_file::complete_manifest(R"({"a":1,"created":12.5})", "abc"));
-  EXPECT_EQ(m.size(), 4u);
+TEST(DiskEntryFile, ManifestGainsOnlyTheKeyAndPayloadFields) {
+  auto m = nlohmann::json::parse(entry_file::complete_manifest(R"({"a":1,"created":12.5})", "k-1", "abc"));
+  EXPECT_EQ(m.size(), 5u);
+  EXPECT_EQ(m["key"], "k-1");
   EXPECT_EQ(m["a"], 1);
   EXPECT_EQ(m["created"], 12.5);
   EXPECT_EQ(m["payload_bytes"], 3);
   EXPECT_EQ(m["payload_xxh64"].get<std::string>().size(), 16u);
-  EXPECT_THROW(entry_file::complete_manifest("[1,2]", "abc"), std::invalid_argument);
-  EXPECT_THROW(entry_file::complete_manifest("{not json", "abc"), std::invalid_argument);
+  EXPECT_THROW(entry_file::complete_manifest("[1,2]", "k", "abc"), std::invalid_argument);
+  EXPECT_THROW(entry_file::complete_manifest("{not json", "k", "abc"), std::invalid_argument);
 }
 
 TEST(DiskEntryFile, ChecksumIsXxh64AndMacIsHmacSha256) {
@@ -55,21 +56,59 @@ TEST(DiskEntryFile, ChecksumIsXxh64AndMacIsHmacSha256) {
 }
 
 TEST(DiskEntryFile, DecodeReturnsTheManifestAndPayload) {
-  std::string manifest = entry_file::complete_manifest("{}", std::string("\0\1\2", 3));
+  std::string manifest = entry_file::complete_manifest("{}", "key", std::string("\0\1\2", 3));
   std::string f = entry_file::encode(manifest, std::string("\0\1\2", 3), "k");
-  auto d = entry_file::decode(f, "k");
+  auto d = entry_file::decode(f, "k", "key");
   ASSERT_TRUE(std::holds_alternative<entry_file::Decoded>(d));
   EXPECT_EQ(std::get<entry_file::Decoded>(d).manifest, manifest);
   EXPECT_EQ(std::get<entry_file::Decoded>(d).payload, std::string("\0\1\2", 3));
   EXPECT_TRUE(std::get<entry_file::Decoded>(d).is_signed);
   // Without a secret a signature is not checked, but the checksum still is.
-  EXPECT_TRUE(std::holds_alternative<entry_file::Decoded>(entry_file::decode(f, "")));
+  EXPECT_TRUE(std::holds_alternative<entry_file::Decoded>(entry_file::decode(f, "", "key")));
+}
+
+TEST(DiskEntryFile, AValidEntryIsRefusedUnderAnotherKey) {
+  // Signed, intact, and looked up under a name it was not stored for: a file
+  // renamed on disk or a value renamed in Redis (which needs no secret).
+  for (const char* secret : {"", "s"}) {
+    std::string manifest = entry_file::complete_manifest(R"({"kind":"program"})", "a-1", "payload");
+    std::string f = entry_file::encode(manifest, "payload", secret);
+    EXPECT_TRUE(std::holds_alternative<entry_file::Decoded>(entry_file::decode(f, secret, "a-1")));
+    auto d = entry_file::decode(f, secret, "b-2");
+    ASSERT_TRUE(std::holds_alternative<entry_file::DecodeError>(d)) << secret;
+    EXPECT_EQ(std::get<entry_file::DecodeError>(d).kind, DiskError::WrongKey);
+    EXPECT_NE(std::get<entry_file::DecodeError>(d).message.find("a-1"), std::string::npos);
+    // A manifest that names no key is bound to none.
+    std::string keyless = R"({"payload_bytes":7,"payload_xxh64":")" +
+                          nlohmann::json::parse(manifest)["payload_xxh64"].get<std::string>() + R"("})";
+    auto k = entry_file::decode(entry_file::encode(keyless, "payload", secret), secret, "a-1");
+    ASSERT_TRUE(std::holds_alternative<entry_file::DecodeError>(k));
+    EXPECT_EQ(std::get<entry_file::DecodeError>(k).kind, DiskError::WrongKey);
+  }
+}
+
+TEST(DiskEntryFile, VerifyHandsOnOnlyWhatTheCallerExpects) {
+  std::string manifest = entry_file::complete_manifest(R"({"target":"x86"})", "a-1", "payload");
+  std::string f = entry_file::encode(manifest, "payload", "s");
+  auto ok = entry_file::verify(f, "s", "a-1", [](const std::string& m) { return m.find("x86") != std::string::npos; });
+  ASSERT_TRUE(std::holds_alternative<entry_file::VerifiedEntry>(ok));
+  const auto& e = std::get<entry_file::VerifiedEntry>(ok);
+  EXPECT_EQ(e.key(), "a-1");
+  EXPECT_EQ(e.payload(), "payload");
+  EXPECT_EQ(e.manifest(), manifest);
+  EXPECT_EQ(e.file(), f);
+  auto foreign = entry_file::verify(f, "s", "a-1", [](const std::string&) { return false; });
+  ASSERT_TRUE(std::holds_alternative<entry_file::DecodeError>(foreign));
+  EXPECT_EQ(std::get<entry_file::DecodeError>(foreign).kind, DiskError::Foreign);
+  auto renamed = entry_file::verify(f, "s", "b-2", nullptr);
+  ASSERT_TRUE(std::holds_alternative<entry_file::DecodeError>(renamed));
+  EXPECT_EQ(std::get<entry_file::DecodeError>(renamed).kind, DiskError::WrongKey);
 }
 
 TEST(DiskEntryFile, ManifestThatDisagreesWithThePayloadIsCorrupt) {
   // A consistent checksum over a lying manifest: only the JSON check catches it.
   std::string manifest = R"({"payload_bytes":4,"payload_xxh64":"0000000000000000"})";
-  auto d = entry_file::decode(entry_file::encode(manifest, "abc", ""), "");
+  auto d = entry_file::decode(entry_file::encode(manifest, "abc", ""), "", "k");
   ASSERT_TRUE(std::holds_alternative<entry_file::DecodeError>(d));
   EXPECT_EQ(std::get<entry_file::DecodeError>(d).kind, DiskError::Corrupt);
   EXPECT_NE(std::get<entry_file::DecodeError>(d).message.find("payload_bytes"), std::string::npos);
@@ -78,4 +117,6 @@ TEST(DiskEntryFile, ManifestThatDisagreesWithThePayloadIsCorrupt) {
 TEST(DiskEntryFile, ErrorKindsHaveStableNames) {
   EXPECT_STREQ(disk_error_name(DiskError::BadSignature), "bad_signature");
   EXPECT_STREQ(disk_error_name(DiskError::Full), "full");
+  EXPECT_STREQ(disk_error_name(DiskError::WrongKey), "wrong_key");
+  EXPECT_STREQ(disk_error_name(DiskError::NotAFile), "not_a_file");
 }

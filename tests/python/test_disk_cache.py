@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -164,6 +165,24 @@ def test_damaged_entries_are_misses_never_run(tmp_path, damage, kind):
     assert "on-disk compile cache" in err
 
 
+def relabel(entry, key, secret=None):
+    """An entry file with `entry`'s manifest and payload, its manifest's key set
+    to `key`: unsigned, or signed with `secret`."""
+    import hashlib
+    import hmac
+    from test_cache_binding import xxh64
+    m_len, p_len = struct.unpack_from("<IQ", entry, 12)
+    manifest = json.loads(entry[24:24 + m_len])
+    payload = entry[24 + m_len:24 + m_len + p_len]
+    manifest["key"] = key
+    m = json.dumps(manifest).encode()
+    body = b"LAZYJITC" + struct.pack("<IIQ", 1, len(m), len(payload)) + m + payload
+    checksum = struct.pack("<Q", xxh64(m + payload))
+    if secret is None:
+        return body + checksum + b"\0"
+    return body + checksum + b"\1" + hmac.new(secret.encode(), body, hashlib.sha256).digest()
+
+
 def test_foreign_target_entry_is_refused(tmp_path):
     # Entries compiled for 256-bit vectors, under the names this process looks up.
     run(tmp_path / "theirs", LAZYJIT_VECTOR_BITS=256)
@@ -181,6 +200,15 @@ def test_foreign_target_entry_is_refused(tmp_path):
         src = by_prefix[name.rsplit("-", 1)[0]]
         with open(src, "rb") as a, open(shared / "v1" / "entries" / name, "wb") as b:
             b.write(a.read())
+    # Copied under our names, each entry still names the key it was stored for.
+    r, _ = run(shared)
+    assert r["disk_hits"] == 0 and r["errors"].get("wrong_key", 0) == len(ours), r
+    # Relabelled with our keys (as a build whose keys left the target out would
+    # have stored them), their manifests' target is what refuses them.
+    for f in ours:
+        name = os.path.basename(f)
+        data = open(by_prefix[name.rsplit("-", 1)[0]], "rb").read()
+        open(shared / "v1" / "entries" / name, "wb").write(relabel(data, name[:-4]))
     r, _ = run(shared)
     assert r["disk_hits"] == 0 and r["errors"].get("foreign", 0) == len(ours), r
 

@@ -9,10 +9,11 @@
 //   u64 XXH64 (seed 0) of every byte before it
 // .stats files are not carried: hits on one machine say nothing of another.
 //
-// Import checks the archive's checksum, then every entry with
-// cache::entry_file::decode (and the secret, if given), and publishes it with
-// cache::DiskStore::put (tmp file, fsync, rename), re-signing it with the
-// importer's secret. Which entries count as foreign: see foreign.h.
+// Import checks the archive's checksum and structure, then every entry with
+// cache::entry_file::decode (its key, and the secret if given), all before it
+// writes any; then publishes each with cache::DiskStore::put (tmp file, fsync,
+// rename), re-signing it with the importer's secret. Which entries count as
+// foreign: see foreign.h.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 #include <variant>
 
 #include "cache/disk_store.h"
@@ -77,7 +79,7 @@ int cmd_export(const Common& c, const std::string& file) {
     } catch (const ToolError&) {
       continue;  // removed since the scan
     }
-    auto decoded = cache::entry_file::decode(bytes, "");
+    auto decoded = cache::entry_file::decode(bytes, "", all[i].key);
     if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
       std::fprintf(stderr, "lazyjit-cache: skipping damaged %s: %s\n", all[i].key.c_str(), err->message.c_str());
       ++skipped;
@@ -110,48 +112,90 @@ int cmd_import(const Common& c, const ImportOptions& o) {
     throw ToolError("lazyjit-cache: " + o.file + " is not a lazyjit-cache archive");
   Reader sum{std::string_view(bytes).substr(bytes.size() - 8)};
   if (sum.le(8) != cache::entry_file::xxh64(std::string_view(bytes).substr(0, bytes.size() - 8)))
-    throw ToolError("lazyjit-cache: " + o.file + " is damaged (archive checksum mismatch)", 1);
+    throw ToolError("lazyjit-cache: " + o.file + " is damaged (archive checksum mismatch); nothing imported", 1);
+
+  // All or nothing: every record is read and every entry checked before the
+  // first one is written. A damaged archive (bad count, truncated record,
+  // trailing bytes) or an entry that fails its checks (damaged, unsigned,
+  // wrongly signed, stored under another key) writes nothing. Foreign entries
+  // are not damage: they are listed as refused and the others imported
+  // (--allow-foreign takes them too).
+  struct Record {
+    std::string key;
+    std::string_view file;
+    cache::entry_file::Decoded decoded;
+  };
+  std::vector<Record> records;
   Reader r{std::string_view(bytes).substr(0, bytes.size() - 8), 8};
   uint64_t n = r.le(4);
-
-  CacheDir cache = open_cache_dir(c.dir, /*may_be_missing=*/true);
-  std::string put_error;
-  auto store = open_writable_store(cache, o.secret, &put_error);
+  try {
+    for (uint64_t i = 0; i < n; ++i) {
+      std::string key(r.take(r.le(4)));
+      records.push_back({std::move(key), r.take(r.le(8)), {}});
+    }
+  } catch (const ToolError&) {
+    throw ToolError("lazyjit-cache: " + o.file + " is damaged: it announces " + std::to_string(n) +
+                        " entries but ends after " + std::to_string(records.size()) + "; nothing imported",
+                    1);
+  }
+  if (r.pos != r.bytes.size())
+    throw ToolError("lazyjit-cache: " + o.file + " is damaged: " + std::to_string(r.bytes.size() - r.pos) +
+                        " bytes after its last entry; nothing imported",
+                    1);
 
   std::set<std::string> host = host_cpu_flags();
   json imported = json::array(), refused = json::array();
-  Progress progress("import", n);
-  for (uint64_t i = 0; i < n; ++i) {
-    std::string key(r.take(r.le(4)));
-    std::string_view file = r.take(r.le(8));
-    progress.update(i + 1);
-    auto refuse = [&](const std::string& why) { refused.push_back({{"key", key}, {"reason", why}}); };
-    cache::entry_file::Decoded d;
-    if (std::string why = admission_refusal(file, o.secret, o.allow_foreign, o.expect_fingerprint, host, &d);
-        !why.empty()) {
-      refuse(why);
+  std::vector<const Record*> take;
+  bool damaged = false;
+  Progress check("check", records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    check.update(i + 1);
+    Record& rec = records[i];
+    std::string why = admission_refusal(rec.file, rec.key, o.secret, o.allow_foreign, o.expect_fingerprint, host,
+                                        &rec.decoded);
+    if (why.empty()) {
+      take.push_back(&rec);
       continue;
     }
-    try {
-      put_error.clear();
-      if (!store->put(key, std::string(d.manifest), std::string(d.payload))) {
-        refuse("not written: " + put_error);
+    damaged = damaged || why.rfind("foreign:", 0) != 0;
+    refused.push_back({{"key", rec.key}, {"reason", why}});
+  }
+  check.done();
+
+  CacheDir cache = open_cache_dir(c.dir, /*may_be_missing=*/true);
+  if (!damaged) {
+    std::string put_error;
+    auto store = open_writable_store(cache, o.secret, &put_error);
+    Progress progress("import", take.size());
+    for (size_t i = 0; i < take.size(); ++i) {
+      progress.update(i + 1);
+      const Record& rec = *take[i];
+      try {
+        put_error.clear();
+        if (!store->put(rec.key, std::string(rec.decoded.manifest), std::string(rec.decoded.payload))) {
+          refused.push_back({{"key", rec.key}, {"reason", "not written: " + put_error}});
+          continue;
+        }
+      } catch (const std::invalid_argument& e) {  // a bad key name
+        refused.push_back({{"key", rec.key}, {"reason", e.what()}});
         continue;
       }
-    } catch (const std::invalid_argument& e) {  // a bad key name
-      refuse(e.what());
-      continue;
+      imported.push_back(rec.key);
     }
-    imported.push_back(key);
+    progress.done();
   }
-  progress.done();
   if (c.json) {
-    json out = {{"schema", "lazyjit-cache/import/1"}, {"dir", cache.dir}, {"imported", imported}, {"refused", refused}};
+    json out = {{"schema", "lazyjit-cache/import/1"}, {"dir", cache.dir}, {"imported", imported},
+                {"refused", refused}, {"complete", !damaged}};
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     for (const auto& x : refused)
       std::printf("refused %s: %s\n", x["key"].get<std::string>().c_str(), x["reason"].get<std::string>().c_str());
-    std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), cache.dir.c_str(), refused.size());
+    if (damaged)
+      std::printf("nothing imported into %s: %zu of %zu entries failed their checks\n", cache.dir.c_str(),
+                  refused.size(), records.size());
+    else
+      std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), cache.dir.c_str(), refused.size());
   }
   return refused.empty() ? 0 : 1;
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cache/entry_file.h"
+#include "cache/posix_io.h"
 
 namespace lazyjit::cache_tool {
 namespace entry_file = lazyjit::cache::entry_file;
@@ -32,9 +33,11 @@ uint64_t le(const unsigned char* p, int n) {
 
 // Header and manifest only; the payload is left unread.
 void read_manifest(Entry& e) {
-  int fd = ::open(e.path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = cache::posix_io::open_regular(e.path, O_RDONLY);
   if (fd < 0) {
-    e.problem = std::string("cannot open: ") + std::strerror(errno);
+    e.problem = errno == cache::posix_io::kNotRegular
+                    ? cache::posix_io::file_type_name(e.path) + ", not a regular file"
+                    : std::string("cannot open: ") + std::strerror(errno);
     return;
   }
   struct stat st;
@@ -69,7 +72,7 @@ void read_manifest(Entry& e) {
 }
 
 void read_stats(Entry& e, const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = cache::posix_io::open_regular(path, O_RDONLY);
   if (fd < 0) return;
   char buf[512];
   ssize_t n = ::read(fd, buf, sizeof buf);
@@ -242,7 +245,10 @@ const Entry& find_entry(const std::vector<Entry>& entries, const std::string& pr
 }
 
 std::string read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = cache::posix_io::open_regular(path, O_RDONLY);
+  if (fd < 0 && errno == cache::posix_io::kNotRegular)
+    throw ToolError("lazyjit-cache: " + path + " is " + cache::posix_io::file_type_name(path) +
+                    ", not a regular file: refused without reading it");
   if (fd < 0) throw ToolError("lazyjit-cache: cannot open " + path + ": " + std::strerror(errno));
   std::string out;
   char buf[1 << 16];
@@ -267,7 +273,7 @@ std::unique_ptr<cache::DiskStore> open_writable_store(const CacheDir& cache, con
   auto store = cache::DiskStore::open(cache::DiskStoreOptions{cache.dir, 2ull << 30, secret}, &warning);
   if (!store) throw ToolError("lazyjit-cache: cannot open " + cache.dir + ": " + warning);
   if (store->read_only()) throw ToolError("lazyjit-cache: " + cache.dir + " is read-only");
-  store->on_error = [put_error](cache::DiskError, const std::string& m) { *put_error = m; };
+  store->on_error = [put_error](cache::DiskError, cache::DiskOp, const std::string& m) { *put_error = m; };
   return store;
 }
 

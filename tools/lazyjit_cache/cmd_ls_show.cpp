@@ -93,7 +93,7 @@ int cmd_show(const Common& c, const ShowOptions& o) {
                      "--dump-dir <dir> (looked for " + (dir.empty() ? std::string("$LAZYJIT_DUMP unset") : path) + ")";
   }
   if (o.asm_) {
-    ObjectCode obj = object_code(read_whole_file(e.path), m);
+    ObjectCode obj = object_code(read_whole_file(e.path), e.key, m);
     if (!obj.error.empty()) asm_note = obj.error;
     else if (obj.bytes.empty()) asm_note = "no object code: every step of this program is a library (ATen) call";
     else

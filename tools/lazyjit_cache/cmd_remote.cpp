@@ -176,7 +176,7 @@ int cmd_remote_push(const Common& c, const RemoteOptions& o) {
       refuse("too_large: " + std::to_string(file.size()) + " bytes, over the limit of " + std::to_string(limit));
       continue;
     }
-    auto decoded = entry_file::decode(file, o.secret);
+    auto decoded = entry_file::decode(file, o.secret, e.key);
     if (auto* err = std::get_if<entry_file::DecodeError>(&decoded)) {
       refuse(std::string(cache::disk_error_name(err->kind)) + ": " + err->message);
       continue;
@@ -230,7 +230,7 @@ int cmd_remote_pull(const Common& c, const RemoteOptions& o) {
     check(s);
     if (!file) continue;  // removed since the listing
     entry_file::Decoded d;
-    if (std::string why = admission_refusal(*file, o.secret, o.allow_foreign, o.expect_fingerprint, host, &d);
+    if (std::string why = admission_refusal(*file, key, o.secret, o.allow_foreign, o.expect_fingerprint, host, &d);
         !why.empty()) {
       refuse(why);
       continue;

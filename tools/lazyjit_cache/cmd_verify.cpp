@@ -8,6 +8,7 @@
 
 #include "cache/disk_store.h"
 #include "cache/entry_file.h"
+#include "cache/posix_io.h"
 #include "graph_ir/hash.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
@@ -32,17 +33,17 @@ std::optional<Bad> check(const Entry& e, const std::string& secret) {
     file = read_whole_file(e.path);
   } catch (const ToolError& err) {
     if (::access(e.path.c_str(), F_OK) != 0) return std::nullopt;  // removed since the scan: not damage
+    if (cache::posix_io::file_type_name(e.path) != "a regular file")
+      return Bad{e.key, "not_a_file", err.what(), cache::DiskError::NotAFile};
     return Bad{e.key, "io", err.what(), cache::DiskError::Io};
   }
-  auto decoded = cache::entry_file::decode(file, secret);
+  auto decoded = cache::entry_file::decode(file, secret, e.key);
   if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded))
     return Bad{e.key, cache::disk_error_name(err->kind), err->message, err->kind};
   const auto& d = std::get<cache::entry_file::Decoded>(decoded);
   json m = json::parse(d.manifest, nullptr, false);
   if (m.value("kind", "") != "program")
     return Bad{e.key, "foreign", "manifest kind is not \"program\"", cache::DiskError::Foreign};
-  if (m.contains("key") && m["key"] != e.key)
-    return Bad{e.key, "corrupt", "manifest key " + m["key"].dump() + " is not the file name", cache::DiskError::Corrupt};
   std::string_view p = d.payload;
   uint64_t sum = 0;
   for (int i = 7; p.size() >= 8 && i >= 0; --i) sum = (sum << 8) | static_cast<unsigned char>(p[p.size() - 8 + i]);

@@ -65,10 +65,11 @@ std::string foreign_reason(const json& m, const std::string& expect_fingerprint,
   return missing.empty() ? "" : "needs CPU features this machine lacks: " + missing;
 }
 
-std::string admission_refusal(std::string_view file, const std::string& secret, bool allow_foreign,
+std::string admission_refusal(std::string_view file, const std::string& key, const std::string& secret,
+                              bool allow_foreign,
                               const std::string& expect_fingerprint, const std::set<std::string>& host,
                               cache::entry_file::Decoded* out) {
-  auto decoded = cache::entry_file::decode(file, secret);
+  auto decoded = cache::entry_file::decode(file, secret, key);
   if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded))
     return std::string(cache::disk_error_name(err->kind)) + ": " + err->message;
   *out = std::get<cache::entry_file::Decoded>(decoded);

@@ -25,10 +25,11 @@ std::string foreign_reason(const nlohmann::json& manifest, const std::string& ex
 
 // Why an entry file may not be taken into this machine's cache (import,
 // `remote pull`): "<disk error kind>: ..." when it does not decode with
-// `secret`, "foreign: ..." when foreign_reason says so (unless
-// `allow_foreign`); empty when it may, with *out its decoded parts (views into
-// `file`).
-std::string admission_refusal(std::string_view file, const std::string& secret, bool allow_foreign,
+// `secret` for `key` (a file stored under another key is "wrong_key: ..."),
+// "foreign: ..." when foreign_reason says so (unless `allow_foreign`); empty
+// when it may, with *out its decoded parts (views into `file`).
+std::string admission_refusal(std::string_view file, const std::string& key, const std::string& secret,
+                              bool allow_foreign,
                               const std::string& expect_fingerprint, const std::set<std::string>& host,
                               cache::entry_file::Decoded* out);
 

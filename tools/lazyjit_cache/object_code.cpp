@@ -30,9 +30,9 @@ std::string run_capture(const std::string& command, int* status) {
 
 }  // namespace
 
-ObjectCode object_code(const std::string& file, const nlohmann::json& manifest) {
+ObjectCode object_code(const std::string& file, const std::string& key, const nlohmann::json& manifest) {
   ObjectCode out;
-  auto decoded = cache::entry_file::decode(file, "");
+  auto decoded = cache::entry_file::decode(file, "", key);
   if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
     out.error = "entry is damaged: " + err->message;
     return out;

@@ -28,7 +28,7 @@ struct ObjectCode {
 };
 
 // `file` is the whole .ljc file; `manifest` its parsed manifest.
-ObjectCode object_code(const std::string& file, const nlohmann::json& manifest);
+ObjectCode object_code(const std::string& file, const std::string& key, const nlohmann::json& manifest);
 
 // `llvm-objdump-19 -d` (or llvm-objdump, objdump) of the object; empty with
 // *note set when no disassembler is installed or it fails.
