@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,11 +74,28 @@ class SigpipeBlock {
   bool was_pending_ = false;
 };
 
-timeval to_timeval(std::chrono::milliseconds ms) {
-  timeval tv;
-  tv.tv_sec = static_cast<long>(ms.count() / 1000);
-  tv.tv_usec = static_cast<long>((ms.count() % 1000) * 1000);
+using Clock = std::chrono::steady_clock;
+
+// What is left until `deadline`, rounded up to a microsecond (a zero timeval
+// means "no timeout" to setsockopt); zero once it has passed.
+timeval left_until(Clock::time_point deadline) {
+  auto us = std::chrono::ceil<std::chrono::microseconds>(deadline - Clock::now()).count();
+  timeval tv{0, 0};
+  if (us <= 0) return tv;
+  tv.tv_sec = static_cast<long>(us / 1000000);
+  tv.tv_usec = static_cast<long>(us % 1000000);
   return tv;
+}
+
+bool passed(const timeval& tv) { return tv.tv_sec == 0 && tv.tv_usec == 0; }
+
+// The socket's next blocking read (SO_RCVTIMEO) or write (SO_SNDTIMEO) gives
+// up at `deadline`: set before each one, so a reply that keeps arriving a
+// byte at a time cannot stretch the call. False once the deadline has passed.
+bool arm(int fd, int option, Clock::time_point deadline) {
+  timeval tv = left_until(deadline);
+  if (passed(tv)) return false;
+  return ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv) == 0;
 }
 
 // `*` `?` `[` `]` `\` are glob characters in SCAN's MATCH.
@@ -175,7 +193,7 @@ struct RedisStore::Reply {
 RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
 
 RedisStore::~RedisStore() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::timed_mutex> lock(mu_);
   drop_locked();
 }
 
@@ -194,10 +212,14 @@ RemoteStatus status_of(redisContext* c, const std::string& what) {
   RemoteStatus s;
   int err = errno;
   std::string text = c ? c->errstr : "out of memory";
-  bool timed_out = c && c->err == REDIS_ERR_IO &&
-                   (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT ||
-                    text.find("temporarily unavailable") != std::string::npos ||
-                    text.find("timed out") != std::string::npos);
+  bool timed_out = c && ((c->err == REDIS_ERR_IO &&
+                          (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT ||
+                           text.find("temporarily unavailable") != std::string::npos ||
+                           text.find("timed out") != std::string::npos))
+#ifdef REDIS_ERR_TIMEOUT
+                         || c->err == REDIS_ERR_TIMEOUT  // hiredis 1.x
+#endif
+                        );
   s.error = timed_out ? RemoteError::Timeout
             : c && c->err == REDIS_ERR_PROTOCOL ? RemoteError::Protocol
                                                 : RemoteError::Connect;
@@ -248,7 +270,7 @@ struct RedisStore::Lookup {
   std::string address, error;
 };
 
-RemoteStatus RedisStore::resolve_locked(std::string* address) {
+RemoteStatus RedisStore::resolve_locked(Deadline deadline, std::string* address) {
   const std::string& host = options_.url.host;
   if (is_numeric_address(host)) {
     *address = host;
@@ -271,9 +293,11 @@ RemoteStatus RedisStore::resolve_locked(std::string* address) {
     lookup_ = std::move(lookup);
   }
   std::unique_lock<std::mutex> lock(lookup_->mu);
-  if (!lookup_->cv.wait_for(lock, options_.timeout, [&] { return lookup_->done; }))
-    return {RemoteError::Timeout, "cannot connect to " + options_.url.str() + ": resolving the host name " + host +
-                                      " took longer than " + std::to_string(options_.timeout.count()) + " ms"};
+  if (!lookup_->cv.wait_until(lock, deadline, [&] { return lookup_->done; }))
+    return {RemoteError::Timeout, "cannot connect to " + options_.url.str() +
+                                      ": no answer in time (resolving the host name " + host +
+                                      " took longer than the " + std::to_string(options_.timeout.count()) +
+                                      " ms timeout)"};
   std::string found = lookup_->address, error = lookup_->error;
   lock.unlock();
   lookup_.reset();  // the next connect looks the name up again
@@ -284,23 +308,36 @@ RemoteStatus RedisStore::resolve_locked(std::string* address) {
   return {};
 }
 
-RemoteStatus RedisStore::connect_locked() {
+RemoteStatus RedisStore::timed_out(const std::string& what, const std::string& why) const {
+  return {RemoteError::Timeout, what + " on " + options_.url.str() + ": no answer in time (" + why + ")"};
+}
+
+RemoteStatus RedisStore::lock_until(std::unique_lock<std::timed_mutex>* lock, Deadline deadline,
+                                    const std::string& what) {
+  *lock = std::unique_lock<std::timed_mutex>(mu_, std::defer_lock);
+  if (lock->try_lock_until(deadline)) return {};
+  return timed_out(what, "another call held the connection for the whole " + std::to_string(options_.timeout.count()) +
+                             " ms timeout");
+}
+
+RemoteStatus RedisStore::connect_locked(Deadline deadline) {
   if (ctx_ && pid_ == static_cast<long>(::getpid())) return {};
   drop_locked();
   const std::string where = options_.url.str();
   std::string address;
-  if (RemoteStatus s = resolve_locked(&address); !s.ok()) return s;
-  timeval tv = to_timeval(options_.timeout);
+  if (RemoteStatus s = resolve_locked(deadline, &address); !s.ok()) return s;
+  timeval tv = left_until(deadline);
+  if (passed(tv))
+    return {RemoteError::Timeout, "cannot connect to " + where + ": no answer in time (the " +
+                                      std::to_string(options_.timeout.count()) +
+                                      " ms timeout passed before connecting)"};
+  // hiredis waits for the TCP handshake at most `tv`; each read and write after
+  // it is bounded by run_locked.
   redisContext* c = redisConnectWithTimeout(address.c_str(), options_.url.port, tv);
   if (!c || c->err) {
     RemoteStatus s = status_of(c, "cannot connect to " + where);
     s.error = RemoteError::Connect;
     if (c) redisFree(c);
-    return s;
-  }
-  if (redisSetTimeout(c, tv) != REDIS_OK) {
-    RemoteStatus s = status_of(c, "cannot set a timeout on the connection to " + where);
-    redisFree(c);
     return s;
   }
   ctx_ = c;
@@ -313,7 +350,7 @@ RemoteStatus RedisStore::connect_locked() {
   if (options_.url.db != 0) setup.push_back({"SELECT", std::to_string(options_.url.db)});
   if (setup.empty()) return {};
   std::vector<Reply> replies;
-  RemoteStatus s = run_locked(setup, &replies);
+  RemoteStatus s = run_locked(setup, &replies, deadline);
   if (!s.ok()) {
     drop_locked();
     if (s.error == RemoteError::Server) s.error = RemoteError::Connect;  // auth or SELECT refused
@@ -322,10 +359,12 @@ RemoteStatus RedisStore::connect_locked() {
   return s;
 }
 
-RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies) {
+RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies,
+                                    Deadline deadline) {
   replies->clear();
   SigpipeBlock no_sigpipe;
   if (!ctx_) return {RemoteError::Connect, "not connected"};
+  const std::string& first = commands.at(0)[0];
   for (const auto& cmd : commands) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
@@ -339,14 +378,40 @@ RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>&
       return s;
     }
   }
+  const std::string took_too_long =
+      "the whole exchange took over the " + std::to_string(options_.timeout.count()) + " ms timeout";
+  // A failed read or write: the connection is out of step, never used again.
+  auto fail = [&](const std::string& what) {
+    RemoteStatus s = status_of(ctx_, what + " on " + options_.url.str());
+    if (s.error == RemoteError::Timeout) s = timed_out(what, took_too_long);
+    drop_locked();
+    return s;
+  };
+  // Send: each write waits at most until the deadline, so a server that takes
+  // the value in a little at a time cannot stretch the call.
+  for (int done = 0; !done;) {
+    if (!arm(ctx_->fd, SO_SNDTIMEO, deadline)) {
+      drop_locked();
+      return timed_out(first, took_too_long);
+    }
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return fail(first);
+  }
+  // Read: the reader parses what has arrived; each read waits at most until
+  // the deadline, so a reply that dribbles in cannot stretch the call.
   RemoteStatus server_error;
   for (const auto& cmd : commands) {
     void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) {
-      RemoteStatus s = status_of(ctx_, cmd[0] + " on " + options_.url.str());
-      if (raw) freeReplyObject(raw);
-      drop_locked();
-      return s;
+    for (;;) {
+      if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
+        if (raw) freeReplyObject(raw);
+        return fail(cmd[0]);
+      }
+      if (raw) break;
+      if (!arm(ctx_->fd, SO_RCVTIMEO, deadline)) {
+        drop_locked();
+        return timed_out(cmd[0], took_too_long);
+      }
+      if (redisBufferRead(ctx_) != REDIS_OK) return fail(cmd[0]);
     }
     auto* r = static_cast<redisReply*>(raw);
     replies->push_back(Reply::from(r));
@@ -359,11 +424,13 @@ RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>&
 }
 
 std::optional<std::string> RedisStore::get(const std::string& key, uint64_t max_bytes, RemoteStatus* status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  *status = connect_locked();
+  const Deadline deadline = Clock::now() + options_.timeout;
+  std::unique_lock<std::timed_mutex> lock;
+  if (*status = lock_until(&lock, deadline, "GETRANGE"); !status->ok()) return std::nullopt;
+  *status = connect_locked(deadline);
   if (!status->ok()) return std::nullopt;
   std::vector<Reply> r;
-  *status = run_locked({{"GETRANGE", options_.prefix + key, "0", std::to_string(max_bytes)}}, &r);
+  *status = run_locked({{"GETRANGE", options_.prefix + key, "0", std::to_string(max_bytes)}}, &r, deadline);
   if (!status->ok()) return std::nullopt;
   if (r[0].type != REDIS_REPLY_STRING) {
     *status = {RemoteError::Protocol, "GETRANGE on " + options_.url.str() + " gave no string"};
@@ -378,32 +445,39 @@ std::optional<std::string> RedisStore::get(const std::string& key, uint64_t max_
 }
 
 RemoteStatus RedisStore::put(const std::string& key, const std::string& bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RemoteStatus s = connect_locked();
-  if (!s.ok()) return s;
+  const Deadline deadline = Clock::now() + options_.timeout;
+  std::unique_lock<std::timed_mutex> lock;
+  if (RemoteStatus s = lock_until(&lock, deadline, "SET"); !s.ok()) return s;
+  if (RemoteStatus s = connect_locked(deadline); !s.ok()) return s;
   std::vector<Reply> r;
-  return run_locked({{"SET", options_.prefix + key, bytes}}, &r);
+  return run_locked({{"SET", options_.prefix + key, bytes}}, &r, deadline);
 }
 
 RemoteStatus RedisStore::remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RemoteStatus s = connect_locked();
-  if (!s.ok()) return s;
+  const Deadline deadline = Clock::now() + options_.timeout;
+  std::unique_lock<std::timed_mutex> lock;
+  if (RemoteStatus s = lock_until(&lock, deadline, "DEL"); !s.ok()) return s;
+  if (RemoteStatus s = connect_locked(deadline); !s.ok()) return s;
   std::vector<Reply> r;
-  return run_locked({{"DEL", options_.prefix + key}}, &r);
+  return run_locked({{"DEL", options_.prefix + key}}, &r, deadline);
 }
 
 RemoteStatus RedisStore::keys(std::vector<std::string>* out) {
   out->clear();
-  std::lock_guard<std::mutex> lock(mu_);
-  RemoteStatus s = connect_locked();
+  // The first page's deadline covers the wait for the connection and
+  // connecting; each later page has a timeout of its own.
+  Deadline deadline = Clock::now() + options_.timeout;
+  std::unique_lock<std::timed_mutex> lock;
+  RemoteStatus s = lock_until(&lock, deadline, "SCAN");
   if (!s.ok()) return s;
+  if (s = connect_locked(deadline); !s.ok()) return s;
   const std::string match = glob_escape(options_.prefix) + "*";
   std::string cursor = "0";
   do {
     std::vector<Reply> r;
-    s = run_locked({{"SCAN", cursor, "MATCH", match, "COUNT", "1000"}}, &r);
+    s = run_locked({{"SCAN", cursor, "MATCH", match, "COUNT", "1000"}}, &r, deadline);
     if (!s.ok()) return s;
+    deadline = Clock::now() + options_.timeout;
     if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements.size() != 2 || r[0].elements[1].type != REDIS_REPLY_ARRAY)
       return {RemoteError::Protocol, "SCAN on " + options_.url.str() + " gave an unexpected answer"};
     cursor = r[0].elements[0].str;
@@ -418,15 +492,18 @@ RemoteStatus RedisStore::keys(std::vector<std::string>* out) {
 
 RemoteStatus RedisStore::exists(const std::vector<std::string>& keys, std::vector<bool>* out) {
   out->assign(keys.size(), false);
-  std::lock_guard<std::mutex> lock(mu_);
-  RemoteStatus s = connect_locked();
+  Deadline deadline = Clock::now() + options_.timeout;  // the first batch's, then each batch's
+  std::unique_lock<std::timed_mutex> lock;
+  RemoteStatus s = lock_until(&lock, deadline, "EXISTS");
   if (!s.ok()) return s;
+  if (s = connect_locked(deadline); !s.ok()) return s;
   constexpr size_t kBatch = 1000;
   for (size_t at = 0; at < keys.size(); at += kBatch) {
     std::vector<std::vector<std::string>> cmds;
     for (size_t i = at; i < std::min(keys.size(), at + kBatch); ++i) cmds.push_back({"EXISTS", options_.prefix + keys[i]});
     std::vector<Reply> r;
-    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    if (s = run_locked(cmds, &r, deadline); !s.ok()) return s;
+    deadline = Clock::now() + options_.timeout;
     for (size_t i = 0; i < r.size(); ++i) (*out)[at + i] = r[i].type == REDIS_REPLY_INTEGER && r[i].integer > 0;
   }
   return {};
@@ -434,9 +511,11 @@ RemoteStatus RedisStore::exists(const std::vector<std::string>& keys, std::vecto
 
 RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t max_manifest, std::vector<Head>* out) {
   out->assign(keys.size(), Head{});
-  std::lock_guard<std::mutex> lock(mu_);
-  RemoteStatus s = connect_locked();
+  Deadline deadline = Clock::now() + options_.timeout;  // the first round trip's, then each round trip's
+  std::unique_lock<std::timed_mutex> lock;
+  RemoteStatus s = lock_until(&lock, deadline, "STRLEN");
   if (!s.ok()) return s;
+  if (s = connect_locked(deadline); !s.ok()) return s;
   const size_t header = entry_file::kHeaderBytes;
   constexpr size_t kBatch = 500;
   for (size_t at = 0; at < keys.size(); at += kBatch) {
@@ -448,7 +527,8 @@ RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t ma
       cmds.push_back({"GETRANGE", options_.prefix + keys[i], "0", std::to_string(header - 1)});
     }
     std::vector<Reply> r;
-    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    if (s = run_locked(cmds, &r, deadline); !s.ok()) return s;
+    deadline = Clock::now() + options_.timeout;
     // Round 2: each manifest, whose length the header gives.
     cmds.clear();
     std::vector<size_t> of;
@@ -463,7 +543,8 @@ RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t ma
       of.push_back(i);
     }
     if (cmds.empty()) continue;
-    if (s = run_locked(cmds, &r); !s.ok()) return s;
+    if (s = run_locked(cmds, &r, deadline); !s.ok()) return s;
+    deadline = Clock::now() + options_.timeout;
     for (size_t j = 0; j < of.size(); ++j) (*out)[of[j]].bytes += r[j].str;
   }
   return {};

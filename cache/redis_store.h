@@ -4,13 +4,23 @@
 // stored as is under "<prefix><key>" as a plain Redis string, so checksums and
 // signatures travel with it. Checking them is the caller's business.
 //
-// Every call is bounded: resolving the host name, connecting and each reply
-// wait at most `timeout`
-// (SO_RCVTIMEO / SO_SNDTIMEO: per read or write, so a large value that keeps
-// arriving is not cut off). A failed call returns its error and drops the
-// connection; the next call connects again. Nothing throws on a server that is
-// down, slow, full or speaks something else. SIGPIPE from a closed socket is
-// kept from the process (blocked on the calling thread for the call).
+// Every call is bounded by `timeout`, a deadline for the whole operation, not
+// for each read: get, put and remove return within `timeout` of being called
+// (plus the scheduler's slack), whatever the server does (answers a byte at a
+// time, announces a huge reply and stalls, takes a value in slowly, never
+// closes). That time covers waiting for another thread's call on the
+// connection, looking up the host name, connecting (AUTH and SELECT included)
+// and sending the command and reading its whole reply. keys(), exists() and
+// heads() are listings (for lazyjit-cache) made of round trips (a SCAN page, a
+// batch of EXISTS or of heads): their first round trip, with all of the above,
+// is bounded the same way, and so is each later one on its own. Past the
+// deadline the call fails with RemoteError::Timeout ("no answer in time"). A
+// value that takes longer than `timeout` to transfer fails too: the timeout
+// must cover the largest entry at the link's speed. A failed call returns its
+// error and drops the connection (never read again mid-reply); the next call
+// connects again. Nothing throws on a server that is down, slow, full or
+// speaks something else. SIGPIPE from a closed socket is kept from the process
+// (blocked on the calling thread for the call).
 //
 // A RedisStore is one connection behind a mutex: its methods may be called from
 // several threads, one at a time. A forked child never reuses its parent's
@@ -58,12 +68,12 @@ struct RemoteStatus {
 
 struct RedisStoreOptions {
   RedisUrl url;
-  std::chrono::milliseconds timeout{100};  // connect, and each read or write of a reply
+  std::chrono::milliseconds timeout{100};  // each call: connect, send and whole reply (see above)
   std::string prefix = "lazyjit:v1:";      // the Redis key of entry K is prefix + K
   // Turns a host name into a numeric address, or "" with *error set. Empty:
-  // getaddrinfo. It runs on a thread of its own: a resolver that hangs costs a
-  // connect `timeout` (a Timeout error), and a later connect waits for the same
-  // lookup rather than starting another.
+  // getaddrinfo. It runs on a thread of its own: a resolver that hangs costs the
+  // call what is left of its `timeout` (a Timeout error), and a later connect
+  // waits for the same lookup rather than starting another.
   std::function<std::string(const std::string& host, std::string* error)> resolve;
 };
 
@@ -81,13 +91,14 @@ class RedisStore {
   RemoteStatus put(const std::string& key, const std::string& bytes);
   RemoteStatus remove(const std::string& key);
 
-  // For listing: every key under the prefix (SCAN, never KEYS), without it, sorted.
+  // For listing: every key under the prefix (SCAN, never KEYS), without it,
+  // sorted. Each SCAN page is a round trip of its own (see above).
   RemoteStatus keys(std::vector<std::string>* out);
-  // Which of `keys` exist (one pipelined round trip).
+  // Which of `keys` exist (one pipelined round trip per 1000 keys).
   RemoteStatus exists(const std::vector<std::string>& keys, std::vector<bool>* out);
   // Per key, its size and its first bytes up to the end of the entry's
-  // manifest (at most 24 + max_manifest bytes): two pipelined round trips, no
-  // payload read. A key gone meanwhile has size 0 and empty bytes.
+  // manifest (at most 24 + max_manifest bytes): two pipelined round trips per
+  // 500 keys, no payload read. A key gone meanwhile has size 0 and empty bytes.
   struct Head {
     uint64_t size = 0;
     std::string bytes;  // header + manifest, as far as they go
@@ -99,15 +110,21 @@ class RedisStore {
  private:
   struct Reply;
   struct Lookup;
-  RemoteStatus connect_locked();
+  using Deadline = std::chrono::steady_clock::time_point;
+  // The call's turn on the connection, waited for until `deadline`.
+  RemoteStatus lock_until(std::unique_lock<std::timed_mutex>* lock, Deadline deadline, const std::string& what);
+  RemoteStatus connect_locked(Deadline deadline);
   // The numeric address to connect to (the host itself when numeric).
-  RemoteStatus resolve_locked(std::string* address);
+  RemoteStatus resolve_locked(Deadline deadline, std::string* address);
   void drop_locked();
-  // Sends every command (argv lists) in one write, then reads one reply each.
-  RemoteStatus run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies);
+  // Sends every command (argv lists) in one write, then reads one reply each,
+  // all by `deadline` (past it: Timeout, and the connection is dropped).
+  RemoteStatus run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies,
+                          Deadline deadline);
+  RemoteStatus timed_out(const std::string& what, const std::string& why) const;
 
   RedisStoreOptions options_;
-  std::mutex mu_;
+  std::timed_mutex mu_;  // a call waits for its turn only until its deadline
   redisContext* ctx_ = nullptr;
   long pid_ = 0;  // the process that connected ctx_
   std::shared_ptr<Lookup> lookup_;  // a host-name lookup not yet collected

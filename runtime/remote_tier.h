@@ -6,13 +6,20 @@
 //
 // Trust: a shared server lets anyone who can write to it plant code, so the
 // tier is on only with LAZYJIT_CACHE_SECRET, and an entry is handed back only
-// when its HMAC is the secret's, its checksum is good and the caller's
-// `expect` accepts its manifest (this target and version). Anything else is
+// when its HMAC is the secret's, its checksum is good, its signed manifest
+// names the key it was read under (a value renamed on the server is refused:
+// renaming needs no secret) and the caller's `expect` accepts its manifest
+// (this target and version). Anything else is
 // refused: counted (remote_refused, remote_errors), never run; the caller
 // compiles and its write-back replaces the bad entry.
 //
-// Liveness: every call waits at most LAZYJIT_REMOTE_TIMEOUT_MS per connect or
-// reply; a fault is counted and is a miss. After kFailuresBeforeBackoff
+// Liveness: each lookup and each write-back finishes or fails within
+// LAZYJIT_REMOTE_TIMEOUT_MS: one deadline for the whole call (waiting for
+// another thread's call, resolving, connecting, AUTH/SELECT, sending and the
+// whole reply), not one per read, so a server that dribbles its reply, stalls
+// mid-reply or takes a value in slowly costs one timeout. That holds at exit
+// too (write-backs of compiles finished at exit). A fault is counted and is a
+// miss. After kFailuresBeforeBackoff
 // connection faults in a row the tier is skipped (remote_skipped) for 1 s,
 // doubling with each further fault up to 60 s; one success resets it.
 #pragma once
@@ -24,6 +31,7 @@
 #include <string>
 
 #include "cache/disk_error.h"
+#include "cache/entry_file.h"
 #include "cache/redis_store.h"
 #include "runtime/config.h"
 
@@ -37,13 +45,11 @@ class RemoteTier {
   // line on stderr says so). Connects on first use, not here.
   static std::unique_ptr<RemoteTier> open(const Config& config);
 
-  struct Entry {
-    std::string file;                // the entry file, verified
-    size_t payload_offset = 0, payload_size = 0;
-  };
-  // The verified entry for `key`, or nullopt: missing (remote_misses), a
-  // fault (remote_errors), refused (remote_refused), or skipped while backing off.
-  std::optional<Entry> get(const std::string& key, const std::function<bool(const std::string& manifest)>& expect);
+  // The entry for `key`, verified for that key (cache::entry_file::verify), or
+  // nullopt: missing (remote_misses), a fault (remote_errors), refused
+  // (remote_refused: damaged, unsigned, wrongly signed, stored under another
+  // key, foreign), or skipped while backing off.
+  std::optional<cache::entry_file::VerifiedEntry> get(const std::string& key, const std::function<bool(const std::string& manifest)>& expect);
   // Writes an entry file (remote_writes); over the size limit it is not sent.
   void put(const std::string& key, const std::string& file);
   // An entry get() returned that the caller could not use after all.

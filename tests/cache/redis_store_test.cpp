@@ -1,7 +1,8 @@
 // cache::RedisStore: URLs, and bytes by key on a real redis-server this test
 // starts on a free loopback port (skipped, saying so, where redis-server is
-// not installed; scripts/setup.sh installs it). A server that is down or
-// never answers costs one bounded error, never a hang or a SIGPIPE.
+// not installed; scripts/setup.sh installs it). A server that is down, never
+// answers, or answers a byte at a time costs one bounded error (each call
+// within its timeout), never a hang or a SIGPIPE.
 #include "cache/redis_store.h"
 
 #include <arpa/inet.h>
@@ -12,21 +13,44 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cache/entry_file.h"
-#include "tests/cache/disk_test_util.h"
 
 namespace lazyjit::cache {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::TempDir;
+
+// A fresh directory, removed at the end (the server's --dir).
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lazyjit_redis_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // A loopback socket bound to a free port; listen() makes connects succeed
 // (the kernel's backlog) with nobody ever answering.
@@ -62,8 +86,11 @@ std::string redis_server() {
 // redis-server on 127.0.0.1:<free port>, no persistence, stopped at the end.
 class Server {
  public:
-  Server() : port_(free_port()) {
+  Server() : port_(free_port()) { start(); }
+  // (Again after stop(): the same port, an empty server.)
+  void start() {
     std::string exe = redis_server();
+    up_ = false;
     if (exe.empty()) return;
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -112,6 +139,103 @@ class Server {
 #define NEED_SERVER(server)                                                                       \
   if (redis_server().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup.sh)"; \
   ASSERT_TRUE(server.up()) << "redis-server did not start"
+
+// A fake Redis server on a free loopback port, for servers that misbehave
+// slowly. Each connection it accepts gets `reply` once the first bytes of a
+// command arrive, then one byte of `dribble` every `every` (a reply that keeps
+// coming and never ends), and is closed after `close_after` (so that a client
+// that waits for the whole reply gives up one day; a test fails on the time it
+// took). With `read_per_tick` it reads at most that many bytes every `every`
+// and never answers (a server that takes a large value in slowly).
+class FakeServer {
+ public:
+  struct Script {
+    std::string reply;
+    char dribble = 0;  // 0: nothing after `reply`
+    std::chrono::milliseconds every{50};
+    size_t read_per_tick = 0;  // 0: read everything that comes
+    std::chrono::milliseconds close_after{5000};
+  };
+  explicit FakeServer(Script script) : script_(std::move(script)), socket_(/*listen_too=*/false) {
+    if (script_.read_per_tick) {
+      int small = 4096;  // inherited by accepted sockets: the sender blocks soon
+      ::setsockopt(socket_.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    }
+    ::listen(socket_.fd, 16);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    acceptor_.join();
+    for (std::thread& t : connections_) t.join();
+  }
+  int port() const { return socket_.port; }
+  int accepted() const { return accepted_; }
+  RedisStoreOptions options(std::chrono::milliseconds timeout) const {
+    RedisStoreOptions o;
+    o.url.host = "127.0.0.1";
+    o.url.port = port();
+    o.timeout = timeout;
+    return o;
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{socket_.fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int fd = ::accept4(socket_.fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++accepted_;
+      connections_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+  void serve(int fd) {
+    using clock = std::chrono::steady_clock;
+    const auto close_at = clock::now() + script_.close_after;
+    char buf[65536];
+    bool replied = false;
+    auto next = clock::now();
+    while (!stop_ && clock::now() < close_at) {
+      if (script_.read_per_tick) {
+        ssize_t n = ::recv(fd, buf, std::min(sizeof buf, script_.read_per_tick), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+        std::this_thread::sleep_for(script_.every);
+        continue;
+      }
+      int wait = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - clock::now()).count());
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, replied && script_.dribble ? std::max(wait, 0) : 20) > 0) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;  // the client hung up
+        if (n > 0 && !replied) {
+          replied = true;
+          if (!script_.reply.empty() && ::send(fd, script_.reply.data(), script_.reply.size(), MSG_NOSIGNAL) < 0) break;
+          next = clock::now() + script_.every;
+        }
+      }
+      if (replied && script_.dribble && clock::now() >= next) {
+        if (::send(fd, &script_.dribble, 1, MSG_NOSIGNAL) < 0) break;
+        next += script_.every;
+      }
+    }
+    ::close(fd);
+  }
+
+  Script script_;
+  Socket socket_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;  // only the acceptor adds to it, joined before
+};
+
+// How long `op` took.
+std::chrono::milliseconds timed(const std::function<void()>& op) {
+  auto t0 = std::chrono::steady_clock::now();
+  op();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+}
 
 TEST(RedisUrl, Parses) {
   RedisUrl u;
@@ -165,6 +289,115 @@ TEST(RedisStore, AServerThatNeverAnswersTimesOut) {
   EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
   EXPECT_GE(took, 100ms);
   EXPECT_LT(took, 2s);
+}
+
+// Issue 40: the timeout bounded each read, so a reply that kept coming a byte
+// at a time held the caller for as long as the server kept sending. Now each
+// call, connecting included, is over within its timeout, whatever arrives.
+TEST(RedisStore, AReplyThatDribblesTimesOutWithinTheTimeout) {
+  FakeServer server({.reply = "$1000000\r\n", .dribble = 'x'});
+  RedisStore store(server.options(200ms));
+  RemoteStatus s;
+  auto took = timed([&] { EXPECT_FALSE(store.get("k", 1 << 20, &s)); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 1500ms) << "get waited for the whole dribbled reply";
+  EXPECT_NE(s.message.find("no answer in time"), std::string::npos) << s.message;
+  took = timed([&] { s = store.put("k", "v"); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms) << "put waited for the whole dribbled reply";
+  took = timed([&] { s = store.remove("k"); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms) << "remove waited for the whole dribbled reply";
+  std::vector<std::string> keys;
+  took = timed([&] { s = store.keys(&keys); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms) << "keys waited for the whole dribbled reply";
+  std::vector<bool> there;
+  took = timed([&] { s = store.exists({"a", "b"}, &there); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms) << "exists waited for the whole dribbled reply";
+  std::vector<RedisStore::Head> heads;
+  took = timed([&] { s = store.heads({"a", "b"}, 1 << 20, &heads); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms) << "heads waited for the whole dribbled reply";
+  // A connection that timed out mid-reply is dropped, never read on again:
+  // every call above connected anew.
+  EXPECT_EQ(server.accepted(), 6);
+}
+
+TEST(RedisStore, AStatusLineThatDribblesTimesOut) {
+  // "+OKOKOK..." without its end: put waits for a line that never ends.
+  FakeServer server({.reply = "+OK", .dribble = 'K'});
+  RedisStore store(server.options(200ms));
+  RemoteStatus s;
+  auto took = timed([&] { s = store.put("k", "v"); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms);
+}
+
+TEST(RedisStore, ConnectingIsWithinTheSameTimeout) {
+  // AUTH's reply dribbles: connecting is part of the call and of its bound.
+  FakeServer server({.reply = "$1000000\r\n", .dribble = 'x'});
+  RedisStoreOptions o = server.options(200ms);
+  o.url.password = "pw";
+  RedisStore store(o);
+  RemoteStatus s;
+  auto took = timed([&] { EXPECT_FALSE(store.get("k", 1 << 20, &s)); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms);
+}
+
+TEST(RedisStore, AServerThatTakesAValueInSlowlyTimesOut) {
+  // 4 KB every 20 ms (200 KB/s): an 8 MB value would take 40 s to send,
+  // though each write makes progress well within the timeout.
+  FakeServer server({.every = 20ms, .read_per_tick = 4096});
+  RedisStore store(server.options(200ms));
+  RemoteStatus s;
+  auto took = timed([&] { s = store.put("k", std::string(8 << 20, 'v')); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 1500ms) << "put waited for the slow reader";
+}
+
+TEST(RedisStore, AServerThatAcceptsAndNeverAnswersTimesOut) {
+  FakeServer server({});  // reads every command, answers none
+  RedisStore store(server.options(200ms));
+  RemoteStatus s;
+  auto took = timed([&] { EXPECT_FALSE(store.get("k", 1 << 20, &s)); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms);
+  took = timed([&] { s = store.put("k", std::string(1 << 20, 'v')); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms);
+  std::vector<std::string> keys;
+  took = timed([&] { s = store.keys(&keys); });
+  EXPECT_EQ(s.error, RemoteError::Timeout) << s.message;
+  EXPECT_LT(took, 1500ms);
+}
+
+TEST(RedisStore, CallsFromSeveralThreadsEachKeepTheBound) {
+  // Calls take turns on the one connection: the wait for another thread's call
+  // counts against a call's own timeout, so none waits for two timeouts.
+  FakeServer server({.reply = "$1000000\r\n", .dribble = 'x'});
+  RedisStore store(server.options(300ms));
+  std::vector<std::thread> threads;
+  std::vector<std::chrono::milliseconds> took(4);
+  std::vector<RemoteError> errors(4);
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      took[i] = timed([&] {
+        RemoteStatus s;
+        if (i % 2) s = store.put("k" + std::to_string(i), "v");
+        else store.get("k" + std::to_string(i), 1 << 20, &s);
+        errors[i] = s.error;
+      });
+    });
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(errors[i], RemoteError::Timeout) << i;
+    EXPECT_LT(took[i], 1000ms) << "call " << i << " waited for the calls before it";
+  }
 }
 
 TEST(RedisStore, AHostNameLookupThatHangsTimesOut) {
@@ -245,7 +478,7 @@ TEST(RedisStore, KeysExistsAndHeadsStayUnderThePrefix) {
   NEED_SERVER(server);
   RedisStore store(server.options("lazyjit:test:"));
   RedisStore other(server.options("other*[x]:"));  // glob characters in a prefix match themselves
-  std::string manifest = entry_file::complete_manifest(R"({"kind":"program","site":"t.py:1"})", "payload");
+  std::string manifest = entry_file::complete_manifest(R"({"kind":"program","site":"t.py:1"})", "k1", "payload");
   std::string entry = entry_file::encode(manifest, "payload", "secret");
   ASSERT_TRUE(store.put("k1", entry).ok());
   ASSERT_TRUE(store.put("k2", "not an entry").ok());
@@ -269,17 +502,24 @@ TEST(RedisStore, KeysExistsAndHeadsStayUnderThePrefix) {
 }
 
 TEST(RedisStore, AServerKilledMidUseIsAnErrorThenReconnects) {
-  auto server = std::make_unique<Server>();
-  NEED_SERVER((*server));
-  RedisStoreOptions o = server->options();
-  RedisStore store(o);
+  Server server;
+  NEED_SERVER(server);
+  RedisStore store(server.options());
   ASSERT_TRUE(store.put("k", "v").ok());
-  server->stop();
+  server.stop();
   // Writing a large value to the dead connection: an error, not SIGPIPE.
   RemoteStatus s = store.put("k", std::string(4 << 20, 'y'));
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(store.get("k", 100, &s));
   EXPECT_EQ(s.error, RemoteError::Connect) << s.message;
+  // The server back on its port (empty: no persistence): the same store
+  // connects again on its next call.
+  server.start();
+  ASSERT_TRUE(server.up()) << "redis-server did not restart";
+  EXPECT_FALSE(store.get("k", 100, &s));
+  EXPECT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(store.put("k", "again").ok());
+  EXPECT_EQ(store.get("k", 100, &s).value_or(""), "again") << s.message;
 }
 
 TEST(RedisStore, DbAndBadPassword) {

@@ -2,8 +2,9 @@
 "machines" (processes with their own LAZYJIT_CACHE_DIR) share one redis-server
 that each test starts on a free loopback port. The second machine compiles
 nothing; an entry tampered with on the server is refused, counted and compiled
-locally; a server killed or frozen mid-run costs bounded time, never a failed
-step; `lazyjit-cache remote ls/push/pull` round-trip. Every process checks its
+locally; a server killed or frozen mid-run, or one that answers a byte at a
+time, costs bounded time, never a failed step or a stalled exit;
+`lazyjit-cache remote ls/push/pull` round-trip. Every process checks its
 results against eager PyTorch.
 
 Skipped, saying so, only where redis-server is not installed (scripts/setup.sh
@@ -20,6 +21,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -270,9 +272,18 @@ def test_foreign_target_entry_is_refused(tmp_path, redis):
     by_structure = {k.rsplit("-", 1)[0]: v for k, v in their_entries.items()}
     for key in ours:
         redis.client("SET", PREFIX + key.encode(), by_structure[key.rsplit("-", 1)[0]])
+    # Each names the key it was stored for: refused as stored under another key.
     b, err = run(tmp_path / "b", redis.url)
-    assert b["remote_hits"] == 0 and b["remote_by_kind"].get("foreign") == len(ours), (b, err)
+    assert b["remote_hits"] == 0 and b["remote_by_kind"].get("wrong_key") == len(ours), (b, err)
     assert b["compiles"] == alone["compiles"] and b["sums"] == alone["sums"]
+    # Relabelled with our keys and signed with the team's secret (a build whose
+    # keys left the target out would have stored them so): their target refuses them.
+    from test_disk_cache import relabel
+    for key in ours:
+        redis.client("SET", PREFIX + key.encode(), relabel(by_structure[key.rsplit("-", 1)[0]], key, SECRET))
+    c, err = run(tmp_path / "c", redis.url)
+    assert c["remote_hits"] == 0 and c["remote_by_kind"].get("foreign") == len(ours), (c, err)
+    assert c["compiles"] == alone["compiles"] and c["sums"] == alone["sums"]
 
 
 def test_no_secret_no_remote_tier(tmp_path, redis):
@@ -336,6 +347,139 @@ def test_server_frozen_mid_run_times_out(tmp_path, redis):
     r, err = killed_or_frozen_mid_run(tmp_path, redis, lambda proc: proc.send_signal(signal.SIGSTOP))
     assert r["remote_by_kind"].get("timeout", 0) >= 1, r
     assert "no answer in time" in err, err
+
+
+class DribblingServer:
+    """A fake Redis server (issue 40): every command in `slow` ("*": every
+    command) is answered `$1000000` and then one byte every 50 ms, for as long
+    as the client stays; a GETRANGE not in `slow` is a miss. The limit of
+    LAZYJIT_REMOTE_TIMEOUT_MS used to apply to each read, not to each reply, so
+    a client waited for the whole dribble (14 hours)."""
+
+    def __init__(self, slow):
+        self.slow = slow
+        self.stop = threading.Event()
+        self.commands = []
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.settimeout(0.05)
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _serve(self, conn):
+        conn.settimeout(0.05)
+        buf = b""
+
+        def fill():  # more bytes into buf; False once stopped or hung up
+            nonlocal buf
+            while not self.stop.is_set():
+                try:
+                    more = conn.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return False
+                buf += more
+                return bool(more)
+            return False
+
+        def take(n):  # n bytes, or None
+            nonlocal buf
+            while len(buf) < n:
+                if not fill():
+                    return None
+            out, buf = buf[:n], buf[n:]
+            return out
+
+        def line():  # up to CRLF, or None
+            nonlocal buf
+            while b"\r\n" not in buf:
+                if not fill():
+                    return None
+            out, buf = buf.split(b"\r\n", 1)
+            return out
+
+        try:
+            while not self.stop.is_set():
+                head = line()
+                if head is None or not head.startswith(b"*"):
+                    return
+                args = []
+                for _ in range(int(head[1:])):
+                    n = line()
+                    data = take(int(n[1:]) + 2) if n is not None else None
+                    if data is None:
+                        return
+                    args.append(data[:-2])
+                name = args[0].decode().upper()
+                self.commands.append(name)
+                if self.slow == "*" or name in self.slow:
+                    conn.sendall(b"$1000000\r\n")
+                    while not self.stop.wait(0.05):
+                        conn.sendall(b"x")
+                    return
+                conn.sendall(b"$0\r\n\r\n" if name == "GETRANGE" else b"+OK\r\n")
+        except OSError:
+            pass  # the client hung up
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.listener.close()
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+@pytest.mark.parametrize("background", ["off", "on"])
+@pytest.mark.parametrize("slow", ["*", "SET"], ids=["every_reply", "set_reply"])
+def test_server_that_dribbles_its_replies_costs_bounded_time(tmp_path, slow, background):
+    """Three new programs against a server that sends each reply (or only
+    SET's: the write-back, which with background compiles on may still be in
+    flight at exit) a byte every 50 ms. Every lookup and write-back gives up
+    within LAZYJIT_REMOTE_TIMEOUT_MS; the whole process, exit included,
+    finishes in seconds and computes what eager does."""
+    server = DribblingServer({slow} if slow != "*" else "*")
+    try:
+        t0 = time.time()
+        p = start(tmp_path / "a", server.url, widths=(16, 24, 32), LAZYJIT_REMOTE_TIMEOUT_MS=200,
+                  LAZYJIT_BACKGROUND_COMPILE=background)
+        try:
+            r, err = finish(p, timeout=40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            pytest.fail(f"still running after 40 s: stuck on the dribbling server "
+                        f"({len(server.commands)} commands: {server.commands}); stdout:\n{out}\nstderr:\n{err}")
+        took = time.time() - t0
+    finally:
+        server.close()
+    assert took < 20, f"{took:.1f} s, against the dribbling server (commands: {server.commands})"
+    assert r["remote_hits"] == 0 and r["remote_writes"] == 0, r
+    assert "no answer in time" in err, err  # said when it happened, at exit too
+    if slow == "SET":  # a write-back was tried, and given up in time
+        assert "SET" in server.commands, server.commands
+    if background == "off":  # (else some calls come after the counters are printed)
+        assert r["remote_by_kind"].get("timeout", 0) >= 1, (r, err)
+        if slow == "SET":
+            assert r["remote_misses"] == r["disk_misses"], r  # the lookups answered: misses
+    # No step waited for the dribble either.
+    assert max(r["steps"]) < 10, r["steps"]
 
 
 def tool(*args, env_extra=None, check=True):

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   auto* remote_pull = remote_cmd->add_subcommand("pull", "fetch, verify and add the remote's entries to the local cache");
   for (auto* sub : {remote_ls, remote_push, remote_pull}) {
     sub->add_option("--remote", remote.remote, "redis://host:port/db (default: $LAZYJIT_REMOTE_CACHE)");
-    sub->add_option("--timeout-ms", remote.timeout_ms, "connect and reply timeout (default 2000)");
+    sub->add_option("--timeout-ms", remote.timeout_ms, "the most each remote call or listing page may take (default 2000); raise it for large entries on a slow link");
     add_dir(sub, c);
     add_json(sub, c);
   }
