@@ -1,6 +1,8 @@
 #include "runtime/background_compiles.h"
 
 #include <cstdlib>
+#include <new>
+#include <pthread.h>
 #ifdef __linux__
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -45,9 +47,74 @@ void guard_main_thread_exit() {
 }
 }  // namespace
 
+// fork(): see "fork()" in the header. Registered once, with the first instance.
+// The registry's lock is held from before the fork to after it (no instance
+// comes or goes meanwhile), and each instance's own lock likewise.
+struct ForkHandlers {
+  static void prepare() {
+    registry_mu().lock();
+    for (BackgroundCompiles* b : registry()) b->before_fork();
+  }
+  static void parent() {
+    for (BackgroundCompiles* b : registry()) b->after_fork_in_parent();
+    registry_mu().unlock();
+  }
+  static void child() {
+    for (BackgroundCompiles* b : registry()) b->after_fork_in_child();
+    // Held by this thread (prepare): a new one, like every lock of the child's.
+    new (&registry_mu()) std::mutex;
+  }
+};
+
 BackgroundCompiles::BackgroundCompiles() {
+  static const bool at_fork =
+      (pthread_atfork(ForkHandlers::prepare, ForkHandlers::parent, ForkHandlers::child), true);
+  (void)at_fork;
   std::lock_guard<std::mutex> lock(registry_mu());
   registry().insert(this);
+}
+
+void BackgroundCompiles::before_fork() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The worker finishes the job it runs (or its warm-up) and starts no other:
+  // while it compiles it may hold locks (LLVM's, the runtime's) that the child
+  // could never take. It needs nothing the forking thread holds (no interpreter
+  // lock: NoPollScope). Queued jobs wait; other threads may queue more.
+  fork_paused_ = true;
+  finished_.wait(lock, [&] { return running_ == 0 && !warming_; });
+  lock.release();  // held across the fork: no state of this changes mid-copy
+}
+
+void BackgroundCompiles::after_fork_in_parent() {
+  fork_paused_ = false;
+  mu_.unlock();
+  wake_.notify_all();
+}
+
+void BackgroundCompiles::after_fork_in_child() {
+  // The child is this thread alone: the worker (and any thread waiting in
+  // take() or wait_all()) is not in it. Its mutex and condition variables are
+  // replaced, not destroyed (a condition variable's destructor waits for
+  // waiters that will never leave), and so is the thread object: joining the
+  // parent's worker would wait forever, destroying it joinable terminates, and
+  // glibc reuses its stack for the child's next thread.
+  new (&mu_) std::mutex;
+  new (&wake_) std::condition_variable;
+  new (&finished_) std::condition_variable;
+  new (&worker_) std::thread;
+  worker_started_ = false;  // the next job (or warm-up) starts a worker of the child's
+  fork_paused_ = false;
+  warming_ = false;
+  running_ = 0;
+  // Queued jobs are the parent's to run: dropped here, so that a sync of theirs
+  // finds none (and queues it again) instead of waiting for it forever.
+  queue_.clear();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->finished)
+      ++it;
+    else
+      it = jobs_.erase(it);
+  }
 }
 
 BackgroundCompiles::~BackgroundCompiles() {
@@ -138,9 +205,12 @@ void BackgroundCompiles::work() {
   setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
 #endif
   std::unique_lock<std::mutex> lock(mu_);
+  // Not while a fork is under way (before_fork): a warm-up or a job.
+  wake_.wait(lock, [&] { return !fork_paused_; });
   if (std::function<void()> fn = std::move(warm_up_)) {
     // Not a job: wait_all() does not wait for it (jobs queued meanwhile, it does).
     warm_up_ = nullptr;
+    warming_ = true;
     lock.unlock();
     try {
       fn();
@@ -150,9 +220,11 @@ void BackgroundCompiles::work() {
     // Before the destructors of the statics libLLVM built on first use in it.
     std::atexit(stop_all);
     lock.lock();
+    warming_ = false;
+    finished_.notify_all();  // a fork may wait for it
   }
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    wake_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !fork_paused_); });
     if (stopping_) return;
     std::shared_ptr<Job> job = queue_.front();
     queue_.pop_front();

@@ -30,9 +30,18 @@
 // from another thread, from a C exit handler registered when the worker starts
 // and again after its first job (see start() and work()); lazyjit's statics
 // that a compile makes on first use are immortal.
-// A child forked while a job runs has no worker: what a fork of a process that
-// ran kernels can do is limited anyway (oneTBB's and OpenMP's threads are not
-// in the child either).
+// fork(): the child has no worker thread, only the parent's copy of its state,
+// and used to hang at exit joining a thread it did not have (or waiting for a
+// job nobody would finish). A pthread_atfork handler (registered with the first
+// instance) makes it safe, as PyTorch does for its own pools: before the fork
+// it pauses every worker between jobs (waiting for the job or warm-up that
+// runs: a worker mid-compile may hold LLVM's or the allocator's locks, which
+// the child could never take) and holds its lock across the fork; the parent
+// then goes on as before; the child gets "no worker, nothing running": its
+// jobs still queued are dropped (the parent compiles them; a sync of theirs in
+// the child queues them again), the finished ones stay for take(), and the
+// child's first job starts a worker of its own. So a fork waits for at most one
+// compile, as exit does.
 //
 // Needs no libtorch or LLVM; thread-safe.
 #pragma once
@@ -110,6 +119,13 @@ class BackgroundCompiles {
   void start_worker_locked();
   // Under mu_: no job queued or running (or stopping: none will be).
   bool idle_locked() const { return stopping_ || (queue_.empty() && running_ == 0); }
+  // fork() (the pthread_atfork handlers in the .cpp): before it, pauses the
+  // worker between jobs and returns holding mu_; after it, the parent's resumes
+  // it and the child's resets this to "no worker, nothing running".
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
+  friend struct ForkHandlers;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;      // the worker: a job was queued, or stop
@@ -121,6 +137,8 @@ class BackgroundCompiles {
   bool finish_queued_ = false;
   std::thread worker_;
   bool worker_started_ = false;
+  bool warming_ = false;      // the worker runs warm_up_'s function (outside mu_)
+  bool fork_paused_ = false;  // a fork is under way: the worker starts no job
   std::function<void()> warm_up_;  // the worker's first work (warm_up), then cleared
 };
 

@@ -14,6 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace lazyjit::runtime {
 namespace {
 
@@ -226,6 +230,123 @@ TEST(BackgroundCompilesDeathTest, ExitWaitsForTheWorkerBeforeAnyStaticItMadeDies
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "worker done\nmarker destroyed");
+}
+
+// fork(): the child has no worker of the parent's; it must neither hang at
+// exit (it joined a thread it did not have) nor wait for a job nobody runs.
+// Runs `child` in a forked child that leaves through std::exit (exit handlers
+// and all: where the hang was) with child()'s status; the exit status, or -1
+// for a child still running after `deadline` (then killed).
+int exit_status_of_child(const std::function<int()>& child,
+                         std::chrono::milliseconds deadline = std::chrono::milliseconds(10000)) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) std::exit(child());
+  if (pid < 0) return -2;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+TEST(BackgroundCompilesFork, AForkWaitsForTheRunningJobAndTheChildStartsAWorkerOfItsOwn) {
+  BackgroundCompiles bg;
+  std::promise<void> started;
+  ASSERT_TRUE(bg.start(key_of(20, 1), [&] {
+    started.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return program_with_ms(1);
+  }));
+  ASSERT_TRUE(bg.start(key_of(21, 1), [] { return program_with_ms(2); }));  // queued behind it
+  started.get_future().wait();
+  const int status = exit_status_of_child([&] {
+    State state;
+    // The running job finished before the fork: the child has its program.
+    auto first = bg.take(key_of(20, 1), &state);
+    if (!first || !first->program || first->program->compile_ms != 1) return 10;
+    // The queued one is the parent's: none here (a sync of it queues it again),
+    // even for a take that would wait for an overdue job.
+    if (bg.take(key_of(21, 1), &state, nullptr, std::chrono::milliseconds(0)) || state != State::None) return 11;
+    // A job of the child's own runs on a worker of the child's.
+    const pid_t me = ::getpid();
+    std::atomic<pid_t> ran_in{0};
+    if (!bg.start(key_of(21, 1), [&] {
+          ran_in = ::getpid();
+          return program_with_ms(3);
+        }))
+      return 12;
+    if (bg.wait_all() != 1) return 13;
+    auto mine = bg.take(key_of(21, 1), &state);
+    if (!mine || mine->program->compile_ms != 3 || ran_in != me) return 14;
+    // A job still running at exit: exit waits for it (stop_all).
+    bg.start(key_of(22, 1), [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return program_with_ms(4);
+    });
+    return 0;
+  });
+  EXPECT_EQ(status, 0) << "-1: the child hung; 10-14: a check in it failed";
+  // The parent goes on: its queued job runs on its worker, and new ones too.
+  bg.wait_all();
+  State state;
+  auto queued = bg.take(key_of(21, 1), &state);
+  ASSERT_TRUE(queued.has_value());
+  EXPECT_EQ(queued->program->compile_ms, 2);
+  EXPECT_TRUE(bg.take(key_of(20, 1), &state).has_value());  // the parent's copy of the first
+  ASSERT_TRUE(bg.start(key_of(23, 1), [] { return program_with_ms(5); }));
+  bg.wait_all();
+  EXPECT_EQ(bg.take(key_of(23, 1), &state)->program->compile_ms, 5);
+}
+
+TEST(BackgroundCompilesFork, AChildDoesNotWaitAtExitForTheParentsJobs) {
+  // With the disk cache on, exit finishes the queued jobs (finish_queued_at_stop):
+  // a child waited for jobs that only the parent's worker would run (the hang
+  // of a Python child at sys.exit).
+  BackgroundCompiles bg;
+  bg.finish_queued_at_stop(true);
+  std::promise<void> started;
+  ASSERT_TRUE(bg.start(key_of(40, 1), [&] {
+    started.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return program_with_ms(1);
+  }));
+  ASSERT_TRUE(bg.start(key_of(41, 1), [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return program_with_ms(2);
+  }));
+  started.get_future().wait();
+  EXPECT_EQ(exit_status_of_child([] { return 0; }), 0) << "-1: the child hung at exit";
+  bg.wait_all();
+  State state;
+  EXPECT_EQ(bg.take(key_of(41, 1), &state)->program->compile_ms, 2);  // the parent's worker ran it
+}
+
+TEST(BackgroundCompilesFork, AChildForkedWhileTheWorkerIdlesExitsAtOnce) {
+  BackgroundCompiles bg;
+  ASSERT_TRUE(bg.start(key_of(30, 1), [] { return program_with_ms(1); }));
+  bg.wait_all();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(exit_status_of_child([] { return 0; }), 0) << "-1: the child hung at exit";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // A warm-up under way at the fork is waited for too; the parent goes on.
+  std::atomic<bool> warming{false}, warmed{false};
+  BackgroundCompiles other;
+  other.warm_up([&] {
+    warming = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    warmed = true;
+  });
+  while (!warming) std::this_thread::yield();
+  EXPECT_EQ(exit_status_of_child([&] { return warmed ? 0 : 20; }), 0);
+  ASSERT_TRUE(other.start(key_of(31, 1), [] { return program_with_ms(6); }));
+  other.wait_all();
+  State state;
+  EXPECT_EQ(other.take(key_of(31, 1), &state)->program->compile_ms, 6);
 }
 
 }  // namespace
