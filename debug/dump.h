@@ -9,7 +9,9 @@
 
 namespace lazyjit::debug {
 
-// Writes <dir>/<name>, creating dir; does nothing when dir is empty. Never throws.
+// Writes <dir>/<name>, creating dir; does nothing when dir is empty. Never
+// throws; the first dump that cannot be written is said on stderr, with its path
+// and the OS error (once per process).
 void write_dump(const std::string& dir, const std::string& name, const std::string& content);
 
 }  // namespace lazyjit::debug

@@ -4,6 +4,7 @@
 #include "graph_ir/op_kind.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,11 +15,6 @@ extern char** environ;
 namespace lazyjit::runtime {
 
 namespace {
-
-std::string env(const char* name) {
-  const char* e = std::getenv(name);
-  return e ? e : "";
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -43,20 +39,28 @@ bool parse_int(const std::string& s, long long lo, long long hi, long long* out)
   return true;
 }
 
-// Bytes with an optional K/M/G suffix (powers of 1024).
-bool parse_bytes(const std::string& s, uint64_t* out) {
-  if (s.empty()) return false;
+enum class Bytes { Ok, Malformed, TooBig };
+
+// Bytes with an optional K/M/G suffix (powers of 1024), from 1 to 2^63 - 1 (a
+// count that fits an int64: the caches and Redis's GETRANGE take it as one).
+// A count past that is TooBig, never a wrapped number.
+Bytes parse_bytes(const std::string& s, uint64_t* out) {
   std::string digits = s;
   uint64_t unit = 1;
-  char last = s.back();
+  char last = s.empty() ? '\0' : s.back();
   if (last == 'K' || last == 'k') unit = 1ull << 10;
   if (last == 'M' || last == 'm') unit = 1ull << 20;
   if (last == 'G' || last == 'g') unit = 1ull << 30;
   if (unit != 1) digits.pop_back();
-  long long v;
-  if (!parse_int(digits, 1, (1ll << 50), &v)) return false;
-  *out = static_cast<uint64_t>(v) * unit;
-  return true;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return Bytes::Malformed;
+  errno = 0;
+  unsigned long long v = std::strtoull(digits.c_str(), nullptr, 10);
+  if (errno == ERANGE) return Bytes::TooBig;
+  if (v == 0) return Bytes::Malformed;
+  constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
+  if (v > kMax / unit) return Bytes::TooBig;
+  *out = v * unit;
+  return Bytes::Ok;
 }
 
 const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
@@ -83,10 +87,19 @@ const char* const kPasses[] = {"dce", "fold", "cse", "fuse", "buffers"};
 
 }  // namespace
 
-Config Config::from_env() {
+Config Config::from(const std::function<std::string(const char*)>& env) {
   Config c;
   auto bad = [&](const char* name, const std::string& value, const std::string& want, const std::string& dflt) {
     c.warnings.push_back(std::string(name) + "=" + value + " is not " + want + "; using " + dflt);
+  };
+  auto bytes = [&](const char* name, uint64_t* field, const char* example, const char* dflt) {
+    std::string s = env(name);
+    if (s.empty()) return;
+    switch (parse_bytes(s, field)) {
+      case Bytes::Ok: break;
+      case Bytes::Malformed: bad(name, s, std::string("a byte count (e.g. ") + example + ")", dflt); break;
+      case Bytes::TooBig: bad(name, s, "a byte count below 2^63 (at most 8589934591G)", dflt); break;
+    }
   };
   if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
   else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
@@ -167,8 +180,7 @@ Config Config::from_env() {
     std::string xdg = env("XDG_CACHE_HOME"), home = env("HOME");
     c.cache_dir = !xdg.empty() ? xdg + "/lazyjit" : !home.empty() ? home + "/.cache/lazyjit" : "";
   }
-  if (std::string s = env("LAZYJIT_CACHE_MAX_BYTES"); !s.empty() && !parse_bytes(s, &c.cache_max_bytes))
-    bad("LAZYJIT_CACHE_MAX_BYTES", s, "a byte count (e.g. 500M, 2G)", "2G");
+  bytes("LAZYJIT_CACHE_MAX_BYTES", &c.cache_max_bytes, "500M, 2G", "2G");
   c.cache_secret = env("LAZYJIT_CACHE_SECRET");
   if (std::string s = env("LAZYJIT_REMOTE_CACHE"); !s.empty()) {
     cache::RedisUrl url;
@@ -180,15 +192,36 @@ Config Config::from_env() {
     if (parse_int(s, 1, 60000, &v)) c.remote_timeout_ms = static_cast<int>(v);
     else bad("LAZYJIT_REMOTE_TIMEOUT_MS", s, "milliseconds from 1 to 60000", "100");
   }
-  if (std::string s = env("LAZYJIT_REMOTE_MAX_ENTRY_BYTES"); !s.empty() && !parse_bytes(s, &c.remote_max_entry_bytes))
-    bad("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", s, "a byte count (e.g. 16M, 1G)", "64M");
+  bytes("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", &c.remote_max_entry_bytes, "16M, 1G", "64M");
+  return c;
+}
+
+bool Config::is_switch(const std::string& name) {
+  for (const char* k : kKnown)
+    if (name == k) return true;
+  return false;
+}
+
+std::string Config::check_switch(const std::string& name, const std::string& value) {
+  if (!is_switch(name)) return name + " is not a lazyjit switch";
+  Config c = from([&](const char* n) { return name == n ? value : std::string(); });
+  if (c.warnings.empty()) return "";
+  // The warning says what from_env would fall back to; here nothing falls back.
+  std::string w = c.warnings.front();
+  return w.substr(0, w.rfind("; using "));
+}
+
+Config Config::from_env() {
+  Config c = from([](const char* name) {
+    const char* e = std::getenv(name);
+    return std::string(e ? e : "");
+  });
   // A misspelt switch would otherwise be silently ignored.
   for (char** e = environ; e && *e; ++e) {
     std::string name(*e);
     name = name.substr(0, name.find('='));
     if (name.rfind("LAZYJIT_", 0) != 0) continue;
-    bool known = false;
-    for (const char* k : kKnown) known |= name == k;
+    bool known = is_switch(name);
     for (const char* p : kOtherPrefixes) known |= name.rfind(p, 0) == 0;
     if (!known) c.warnings.push_back("unknown setting " + name + " (ignored; the switches are listed in the README)");
   }

@@ -5,6 +5,7 @@
 // The README's "Switches" table documents each field.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ struct Config {
   std::string cache_secret;                  // LAZYJIT_CACHE_SECRET: sign entries (HMAC-SHA256), load only signed ones
   // The remote tier on Redis (runtime/remote_tier.h), behind the disk tier.
   std::string remote_cache;                  // LAZYJIT_REMOTE_CACHE=redis://host:port/db; empty: off
-  int remote_timeout_ms = 100;               // LAZYJIT_REMOTE_TIMEOUT_MS: connect, and each reply
+  int remote_timeout_ms = 100;               // LAZYJIT_REMOTE_TIMEOUT_MS: each remote call, whole reply included
   uint64_t remote_max_entry_bytes = 64ull << 20;  // LAZYJIT_REMOTE_MAX_ENTRY_BYTES: larger entries neither sent nor read
 
   // Problems found reading the environment: a malformed or unknown value gets
@@ -60,6 +61,15 @@ struct Config {
   std::vector<std::string> warnings;
 
   static Config from_env();
+  // The same, with each switch's value from `env` ("" when unset); no check for
+  // unknown LAZYJIT_* names (from_env adds that).
+  static Config from(const std::function<std::string(const char*)>& env);
+  // Whether `name` is a switch this config reads (the README's "Switches" table).
+  static bool is_switch(const std::string& name);
+  // "" when `value` is a value switch `name` takes, else why not: the warning
+  // from_env would give, less its fallback (e.g. "LAZYJIT_VECTOR_BITS=7 is not
+  // 128, 256 or 512"). The repro runners validate env.txt with it (runtime/repro.h).
+  static std::string check_switch(const std::string& name, const std::string& value);
   // The settings that change generated code, as text (a part of every cache key).
   std::string codegen_text() const;
 };

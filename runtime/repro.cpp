@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +15,7 @@
 #include "bridge/aten_ir.h"
 #include "graph_ir/graph_io.h"
 #include "graph_ir/hash.h"
+#include "runtime/config.h"
 
 namespace lazyjit::runtime {
 
@@ -20,6 +25,7 @@ namespace {
 
 // The switches that change the code a graph compiles to; the repro runs with
 // these and with no on-disk cache, so it compiles afresh.
+// (python/lazyjit/repro.py keeps the same list, with LAZYJIT_CACHE.)
 const char* const kCodegenSwitches[] = {"LAZYJIT_FAULT", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",
                                         "LAZYJIT_OPT_LEVEL", "LAZYJIT_DYNAMIC"};
 
@@ -44,7 +50,97 @@ sys.argv = ["lazyjit.repro", os.path.dirname(os.path.abspath(__file__))]
 runpy.run_module("lazyjit.repro", run_name="__main__")
 )";
 
+// Printable: a name or value from a file, as a message may show it.
+std::string shown(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += static_cast<char>(ch);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> read_env(const fs::path& p, std::vector<std::string>* warnings) {
+  std::istringstream in(read_file(p));
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<int> line_of;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    auto malformed = [&](const std::string& why) {
+      return MalformedRepro("lazyjit.repro: " + p.string() + ":" + std::to_string(n) + ": " + why);
+    };
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find('\0') != std::string::npos) throw malformed("\"" + shown(line) + "\" holds a NUL byte");
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      throw malformed("\"" + shown(line) + "\" is not NAME=VALUE");
+    std::string name = line.substr(0, eq), value = line.substr(eq + 1);
+    if (name.rfind("LAZYJIT_", 0) != 0) {
+      warnings->push_back("lazyjit.repro: warning: " + p.string() + ":" + std::to_string(n) + ": " + shown(name) +
+                          " is not a lazyjit switch; ignored (a repro sets only its LAZYJIT_* switches)");
+      continue;
+    }
+    const auto& known = repro_switches();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw malformed(shown(name) + " is not a switch a repro carries (" + list + ")" +
+                      (Config::is_switch(name) ? "; to run with it, set it in your own environment" : ""));
+    }
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i].first == name)
+        throw malformed(name + " is set twice (line " + std::to_string(line_of[i]) + " and this one)");
+    if (std::string why = Config::check_switch(name, value); !why.empty()) throw malformed(shown(why));
+    out.emplace_back(name, value);
+    line_of.push_back(n);
+  }
+  return out;
+}
+
+std::vector<int64_t> read_scalars(const fs::path& p, size_t want) {
+  std::istringstream in(read_file(p));
+  std::vector<int64_t> out;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.empty()) continue;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(line.c_str(), &end, 10);
+    // Whole decimal lines only: strtoll would also take " 5", "+5" and "12abc"'s 12.
+    if (errno || end != line.c_str() + line.size() || std::isspace(static_cast<unsigned char>(line[0])) ||
+        line[0] == '+')
+      throw MalformedRepro("lazyjit.repro: " + p.string() + ":" + std::to_string(n) + ": \"" + shown(line) +
+                           "\" is not an integer (a scalar slot: an int64, or a double's bits)");
+    out.push_back(v);
+  }
+  if (out.size() != want)
+    throw MalformedRepro("lazyjit.repro: " + p.string() + " holds " + std::to_string(out.size()) +
+                         " scalars; the graph takes " + std::to_string(want));
+  return out;
+}
+
 }  // namespace
+
+const std::vector<std::string>& repro_switches() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v = {"LAZYJIT_CACHE"};
+    for (const char* k : kCodegenSwitches) v.push_back(k);
+    return v;
+  }();
+  return names;
+}
+
+const char kReproExitStatus[] =
+    "Exit status: 0 compiled and eager agree now; 1 the mismatch reproduced; 2 not a repro directory (a file\n"
+    "missing or unreadable, graph.bin not a graph, an input of the wrong size); 3 a malformed line in env.txt\n"
+    "or scalars.txt (the message names the file and line).";
 
 std::string write_repro(const std::string& root, const ir::Graph& graph, const executor::Bindings& bindings,
                         const std::string& report, std::string* dir) {
@@ -102,14 +198,8 @@ Repro read_repro(const std::string& dir) {
     std::memcpy(x.data_ptr(), data.data(), data.size());
     out.bindings.inputs.push_back(at::empty_strided(t.sizes, t.strides, x.options()).copy_(x));
   }
-  std::istringstream scalars(read_file(d / "scalars.txt"));
-  for (std::string line; std::getline(scalars, line);)
-    if (!line.empty()) out.bindings.scalars.push_back(std::stoll(line));
-  std::istringstream env(read_file(d / "env.txt"));
-  for (std::string line; std::getline(env, line);) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) out.env.emplace_back(line.substr(0, eq), line.substr(eq + 1));
-  }
+  out.bindings.scalars = read_scalars(d / "scalars.txt", g.scalars().size());
+  out.env = read_env(d / "env.txt", &out.env_warnings);
   if (fs::exists(d / "report.txt")) out.report = read_file(d / "report.txt");
   return out;
 }

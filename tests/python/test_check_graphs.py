@@ -175,3 +175,8 @@ def test_a_broken_repro_directory_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "lazyjit.repro", str(tmp_path / "missing")], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "not a repro directory" in r.stderr, (r.stdout, r.stderr)
+    # The C++ runner: the same exit status, no re-execution for a directory it cannot read.
+    assert os.path.exists(REPRO_TOOL), REPRO_TOOL
+    for bad in (d, tmp_path / "missing"):
+        r = subprocess.run([REPRO_TOOL, str(bad)], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and ("graph" in r.stderr or "cannot read" in r.stderr), (r.stdout, r.stderr)

@@ -60,3 +60,41 @@ def test_good_settings_say_nothing():
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "ok step"
     assert "warning" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name,value", [
+    ("LAZYJIT_CACHE_MAX_BYTES", "17179869184G"),      # 2^64: wrapped to 0
+    ("LAZYJIT_CACHE_MAX_BYTES", "17592186044416M"),    # 2^64 too
+    ("LAZYJIT_CACHE_MAX_BYTES", "8589934592G"),        # 2^63: no longer fits an int64
+    ("LAZYJIT_CACHE_MAX_BYTES", "99999999999999999999"),
+    ("LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "17179869185G"),
+])
+def test_a_byte_count_past_63_bits_is_a_warning_not_a_wrapped_number(name, value):
+    p = run(**{name: value})
+    assert p.returncode == 0 and p.stdout.strip() == "ok lazy", (p.stdout, p.stderr)
+    warnings = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: warning:")]
+    assert len(warnings) == 1, p.stderr
+    assert f"{name}={value}" in warnings[0] and "2^63" in warnings[0], warnings[0]
+
+
+def test_the_largest_byte_counts_that_fit_say_nothing():
+    p = run(LAZYJIT_CACHE_MAX_BYTES="8589934591G", LAZYJIT_REMOTE_MAX_ENTRY_BYTES="8796093022207M")
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+
+
+def test_an_unwritable_dump_directory_is_said_once(tmp_path):
+    # A directory under a regular file: no one, root included, can create it.
+    (tmp_path / "file").write_text("")
+    dump = tmp_path / "file" / "dumps"
+    probe = ("import torch, lazyjit\n"
+             "for n in (3, 5, 7):\n"
+             "    x = torch.randn(n, 8)\n"
+             "    torch.testing.assert_close((x.to('lazyjit').exp() * 2).cpu(), x.exp() * 2)\n"
+             "print('ok')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+           "LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_DYNAMIC": "off", "LAZYJIT_DUMP": str(dump)}
+    p = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.stdout, p.stderr)
+    said = [l for l in p.stderr.splitlines() if str(dump) in l]
+    assert len(said) == 1, p.stderr
+    assert "Not a directory" in said[0] and "LAZYJIT_DUMP" in said[0], said[0]

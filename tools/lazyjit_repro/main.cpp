@@ -1,61 +1,83 @@
 // lazyjit-repro DIR: reruns the compiled-vs-eager check of a repro directory
 // (written by LAZYJIT_CHECK=1 / lazyjit::check_graphs; runtime/repro.h) and
-// says whether the mismatch reproduces. Exit status: 1 when it does, 0 when
-// compiled and eager now agree, 2 on a bad directory.
+// says whether the mismatch reproduces. The exit statuses are
+// runtime::kReproExitStatus (the same as python -m lazyjit.repro's).
 //
-// The switches in DIR/env.txt are read by lazyjit once, at load time, so the
-// runner re-executes itself with them set before it runs anything.
+// The directory is data: env.txt may set only the switches a repro carries
+// (runtime::repro_switches), each validated; any other name is never applied.
+// lazyjit reads its switches once, when it loads (before main), so when
+// env.txt's differ from this process's the runner sets them and re-executes
+// itself, once: the re-executed process is marked and never re-executes.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
-#include <vector>
 
+#include "runtime/repro.h"
 #include "tracer/lazyjit.h"
 
 namespace {
 
-// Sets env.txt's switches; true when one changed (then the process re-executes).
-bool apply_env(const std::string& dir) {
-  std::ifstream f(dir + "/env.txt");
-  bool changed = false;
-  for (std::string line; std::getline(f, line);) {
-    size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string name = line.substr(0, eq), value = line.substr(eq + 1);
-    const char* now = std::getenv(name.c_str());
-    if (now && value == now) continue;
-    setenv(name.c_str(), value.c_str(), 1);
-    changed = true;
-  }
-  return changed;
+namespace rt = lazyjit::runtime;
+
+// Set in the re-executed process only (not a LAZYJIT_* name: lazyjit's config
+// would call it an unknown switch).
+const char kReexecuted[] = "_LAZYJIT_REPRO_REEXECUTED";
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: lazyjit-repro DIR\n"
+               "  reruns the compiled-vs-eager check a repro directory holds, with the switches of DIR/env.txt.\n"
+               "  env.txt may set only the switches a repro carries (");
+  const auto& names = rt::repro_switches();
+  for (size_t i = 0; i < names.size(); ++i) std::fprintf(stderr, "%s%s", i ? ", " : "", names[i].c_str());
+  std::fprintf(stderr,
+               "),\n"
+               "  each to a value lazyjit takes; a line setting a name that is not LAZYJIT_* (PYTHONPATH,\n"
+               "  LD_PRELOAD, ...) is ignored, with a warning. Other switches come from your own environment.\n"
+               "%s\n",
+               rt::kReproExitStatus);
+  return rt::kReproBadDirectory;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr, "usage: lazyjit-repro DIR\n  reruns the compiled-vs-eager check a repro directory holds\n");
-    return 2;
-  }
+  if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") return usage();
   std::string dir = argv[1];
-  if (apply_env(dir)) {
-    execv("/proc/self/exe", argv);
-    std::perror("lazyjit-repro: re-executing with env.txt's switches");
-    return 2;
-  }
+  const bool reexecuted = std::getenv(kReexecuted) != nullptr;
+  unsetenv(kReexecuted);
   try {
+    rt::Repro repro = rt::read_repro(dir);  // the whole directory, checked before anything runs
+    if (!reexecuted)
+      for (const std::string& w : repro.env_warnings) std::fprintf(stderr, "%s\n", w.c_str());
+    bool differ = false;
+    for (const auto& [name, value] : repro.env) {
+      const char* now = std::getenv(name.c_str());
+      differ |= !now || value != now;
+    }
+    if (differ && !reexecuted) {
+      for (const auto& [name, value] : repro.env) setenv(name.c_str(), value.c_str(), 1);
+      setenv(kReexecuted, "1", 1);
+      std::fflush(nullptr);
+      execv("/proc/self/exe", argv);
+      std::perror("lazyjit-repro: re-executing with env.txt's switches");
+      return rt::kReproBadDirectory;
+    }
+    // Re-executed and still different: lazyjit::run_repro says which switch.
     std::string report = lazyjit::run_repro(dir);
     if (report.empty()) {
       std::printf("lazyjit-repro: no mismatch: compiled and eager agree on every op of %s\n", dir.c_str());
-      return 0;
+      return rt::kReproAgree;
     }
     std::printf("lazyjit-repro: reproduced: %s\n", report.c_str());
-    return 1;
+    return rt::kReproReproduced;
+  } catch (const rt::MalformedRepro& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return rt::kReproMalformed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 2;
+    return rt::kReproBadDirectory;
   }
 }
