@@ -9,7 +9,7 @@ using ir::ValueId;
 namespace {
 
 // The graph's nodes from `i` on, as the tracer's RowBuilder adds a layer norm
-// (tracer/aten_to_ir.cpp, try_reduction):
+// (tracer/aten_to_ir_reductions.cpp, try_reduction):
 //   s1 = ReduceSum(x); mean = Mul(s1, inv_n); d = Sub(x, mean); dd = Mul(d, d);
 //   s2 = ReduceSum(dd); var = Mul(s2, inv_n); ve = Add(var, eps); rstd = Rsqrt(ve);
 //   y = Mul(d, rstd); [y = Mul(y, weight);] [y = Add(y, bias);]

@@ -1,8 +1,8 @@
 // Op by op (plan_eager), ops the tracer decomposed into row nodes
-// (tracer/aten_to_ir.cpp) run again as the one ATen op the user called: a
-// layer norm as native_layer_norm, not as ~14 elementwise and reduction ops,
-// each a dispatch, an allocation and a pass over memory (~4x eager's time for
-// that op at 20x256). Graph-level only: no ATen here.
+// (tracer/aten_to_ir_reductions.cpp) run again as the one ATen op the user
+// called: a layer norm as native_layer_norm, not as ~14 elementwise and
+// reduction ops, each a dispatch, an allocation and a pass over memory (~4x
+// eager's time for that op at 20x256). Graph-level only: no ATen here.
 #pragma once
 #include <cstdint>
 #include <vector>

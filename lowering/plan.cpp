@@ -1,19 +1,24 @@
 // Plan = greedy fusion of the live elementwise nodes into loop nests, then dim
-// coalescing of each nest, then the row schedule of each row kernel
-// (row_schedule.h), then the buffer plan. Each phase is a function below.
+// coalescing of each nest (plan_coalesce.cpp), then the row schedule of each
+// row kernel (row_schedule.h), then the buffer plan (plan_buffers.cpp). This
+// file holds plan_graph and its fusion phase: which kernel each node joins, and
+// the loads and stores of each kernel.
 #include "lowering/plan.h"
 
-#include "lowering/plan_bind.h"
-
-#include <algorithm>
-#include <sstream>
 #include <stdexcept>
+
+#include "lowering/plan_internal.h"
 
 namespace lazyjit::lowering {
 
 using ir::Graph;
 using ir::Node;
 using ir::OpKind;
+using plan_internal::CatLayout;
+using plan_internal::cat_layout;
+using plan_internal::make_load;
+using plan_internal::reduce_rank_of;
+using plan_internal::row_sizes;
 
 int32_t FusedKernel::load_of(ValueId operand, int32_t piece) const {
   for (size_t i = 0; i < loads.size(); ++i)
@@ -72,14 +77,6 @@ std::vector<int64_t> broadcast_strides(const ir::TensorType& t, const std::vecto
   return st;
 }
 
-// How a kernel's Cat nodes join, in its uncoalesced iteration space: the dim
-// (-1: no Cat) and where each piece ends along it.
-struct CatLayout {
-  int64_t dim = -1;
-  std::vector<int64_t> ends;
-  bool operator==(const CatLayout&) const = default;
-};
-
 CatLayout cat_layout_of(const Graph& g, const Node& n) {
   CatLayout c;
   c.dim = std::get<int64_t>(n.attrs.at(1).value);
@@ -88,23 +85,65 @@ CatLayout cat_layout_of(const Graph& g, const Node& n) {
   return c;
 }
 
+// A view kernels read through their loads, from its source's buffer: an
+// AsStrided of a value that is not itself one.
+bool is_folded_view(const Graph& g, ValueId v) {
+  const Node& p = g.producer(v);
+  return p.kind == OpKind::AsStrided && g.producer(p.operands[0]).kind != OpKind::AsStrided;
+}
+
+// How a kernel of iteration space `sizes` reads `v` (make_load without Cats).
+Access make_access(const Graph& g, ValueId v, const std::vector<int64_t>& sizes) {
+  const ir::TensorType& t = g.value(v).type;
+  const Node& p = g.producer(v);
+  Access a{v, v, t.dtype, {}, 0, -1};
+  if (p.kind == OpKind::Scalar) {
+    a.scalar_index = static_cast<int32_t>(std::get<int64_t>(p.attrs[0].value));
+    a.strides.assign(sizes.size(), 0);
+  } else if (is_folded_view(g, v)) {
+    ir::TensorType view{t.dtype, std::get<std::vector<int64_t>>(p.attrs[0].value),
+                        std::get<std::vector<int64_t>>(p.attrs[1].value)};
+    a.value = p.operands[0];
+    a.offset = std::get<int64_t>(p.attrs[2].value);
+    a.strides = broadcast_strides(view, sizes);
+  } else {
+    a.strides = broadcast_strides(t, sizes);
+  }
+  return a;
+}
+
+}  // namespace
+
+namespace plan_internal {
+
 CatLayout cat_layout(const Graph& g, const FusedKernel& k) {
   for (uint32_t ni : k.nodes)
     if (g.nodes()[ni].kind == OpKind::Cat) return cat_layout_of(g, g.nodes()[ni]);
   return {};
 }
 
-// Number of trailing dims a reduction node reduces.
 int32_t reduce_rank_of(const Node& n) {
   return static_cast<int32_t>(std::get<std::vector<int64_t>>(n.attrs[1].value).size());
 }
 
-// The row space of a row kernel's (uncoalesced) iteration space.
 std::vector<int64_t> row_sizes(const FusedKernel& k) {
   std::vector<int64_t> r = k.sizes;
   for (size_t d = r.size() - k.reduce_rank; d < r.size(); ++d) r[d] = 1;
   return r;
 }
+
+Access make_load(const Graph& g, ValueId v, int32_t piece, const FusedKernel& k) {
+  Access a = make_access(g, v, k.sizes);
+  if (piece < 0) return a;
+  CatLayout c = cat_layout(g, k);
+  a.piece = piece;
+  if (piece > 0) a.offset -= c.ends.at(piece - 1) * a.strides.at(c.dim);
+  return a;
+}
+
+}  // namespace plan_internal
+
+namespace {
 
 struct Builder {
   const Graph& g;
@@ -117,13 +156,9 @@ struct Builder {
       : g(graph), opts(o), step_of_value(graph.values().size(), -1),
         kernel_of_node(graph.nodes().size(), -1) {}
 
-  bool is_folded_view(ValueId v) const {
-    const Node& p = g.producer(v);
-    return p.kind == OpKind::AsStrided && g.producer(p.operands[0]).kind != OpKind::AsStrided;
-  }
   // The step a kernel must follow to read `v`.
   int32_t dependency(ValueId v) const {
-    if (is_folded_view(v)) return step_of_value[g.producer(v).operands[0]];
+    if (is_folded_view(g, v)) return step_of_value[g.producer(v).operands[0]];
     return step_of_value[v];
   }
 
@@ -213,7 +248,7 @@ struct Builder {
         auto fits = [&](int32_t at) {
           for (ValueId v : n.operands) {
             int32_t d = dependency(v);
-            if (d > at || (d == at && is_folded_view(v))) return false;
+            if (d > at || (d == at && is_folded_view(g, v))) return false;
           }
           return true;
         };
@@ -261,7 +296,7 @@ struct Builder {
       if (!live[i]) continue;
       bool kernel_user = node_lowerable(g, n);
       for (ValueId v : n.operands)
-        if (!kernel_user || !is_folded_view(v)) needs_view_step[v] = true;
+        if (!kernel_user || !is_folded_view(g, v)) needs_view_step[v] = true;
     }
     for (ValueId v : g.outputs()) needs_view_step[v] = true;
 
@@ -273,7 +308,7 @@ struct Builder {
         case OpKind::Scalar:
           break;
         case OpKind::AsStrided:
-          if (needs_view_step[n.outputs[0]] || !is_folded_view(n.outputs[0]))
+          if (needs_view_step[n.outputs[0]] || !is_folded_view(g, n.outputs[0]))
             add_step(Step{Step::Kind::AsStrided, i, -1}, n);
           break;
         case OpKind::AsStridedScatter:
@@ -312,96 +347,12 @@ struct Builder {
           // A Cat's operands are never made in its kernel: they are smaller.
           int32_t piece = n.kind == OpKind::Cat ? static_cast<int32_t>(j) : -1;
           if ((piece < 0 && inside[v]) || k.load_of(v, piece) >= 0) continue;
-          k.loads.push_back(make_load(v, piece, k));
+          k.loads.push_back(make_load(g, v, piece, k));
         }
         ValueId out = n.outputs[0];
         if (is_output[out] || used_outside[out]) k.stores.push_back(out);
       }
     }
-  }
-
-  // make_access for kernel `k` (uncoalesced); a Cat operand's load (piece >= 0)
-  // is shifted back by its piece's start along the cat dim.
-  Access make_load(ValueId v, int32_t piece, const FusedKernel& k) const {
-    Access a = make_access(v, k.sizes);
-    if (piece < 0) return a;
-    CatLayout c = cat_layout(g, k);
-    a.piece = piece;
-    if (piece > 0) a.offset -= c.ends.at(piece - 1) * a.strides.at(c.dim);
-    return a;
-  }
-
-  Access make_access(ValueId v, const std::vector<int64_t>& sizes) const {
-    const ir::TensorType& t = g.value(v).type;
-    const Node& p = g.producer(v);
-    Access a{v, v, t.dtype, {}, 0, -1};
-    if (p.kind == OpKind::Scalar) {
-      a.scalar_index = static_cast<int32_t>(std::get<int64_t>(p.attrs[0].value));
-      a.strides.assign(sizes.size(), 0);
-    } else if (is_folded_view(v)) {
-      ir::TensorType view{t.dtype, std::get<std::vector<int64_t>>(p.attrs[0].value),
-                          std::get<std::vector<int64_t>>(p.attrs[1].value)};
-      a.value = p.operands[0];
-      a.offset = std::get<int64_t>(p.attrs[2].value);
-      a.strides = broadcast_strides(view, sizes);
-    } else {
-      a.strides = broadcast_strides(t, sizes);
-    }
-    return a;
-  }
-
-  // Drops size-1 dims and merges neighbours that every access walks as one. Row
-  // kernels coalesce their row dims and their reduced dims separately, keeping
-  // at least one of each. A Cat's dim merges with neither neighbour.
-  static void coalesce(const Graph& g, FusedKernel& k) {
-    size_t rank = k.sizes.size(), split = k.row ? rank - static_cast<size_t>(k.reduce_rank) : rank;
-    const CatLayout cat = cat_layout(g, k);
-    k.cat_dim = -1;
-    k.cat_ends.clear();
-    bool after_cat = false;
-    std::vector<int64_t> sizes;
-    std::vector<std::vector<int64_t>> strides(k.loads.size());
-    auto group = [&](size_t lo, size_t hi, bool rows) {
-      size_t first = sizes.size();
-      bool zero = false;
-      for (size_t d = lo; d < hi; ++d) {
-        zero |= k.sizes[d] == 0;
-        if (k.sizes[d] == 1) continue;
-        bool merge = sizes.size() > first && !after_cat && static_cast<int64_t>(d) != cat.dim;
-        after_cat = static_cast<int64_t>(d) == cat.dim;
-        if (after_cat) k.cat_dim = static_cast<int32_t>(sizes.size());  // the dim pushed next
-        for (size_t i = 0; merge && i < k.loads.size(); ++i)
-          merge = strides[i].back() == k.loads[i].strides[d] * k.sizes[d];
-        if (merge) {
-          sizes.back() *= k.sizes[d];
-          for (size_t i = 0; i < k.loads.size(); ++i) strides[i].back() = k.loads[i].strides[d];
-        } else {
-          sizes.push_back(k.sizes[d]);
-          for (size_t i = 0; i < k.loads.size(); ++i) strides[i].push_back(k.loads[i].strides[d]);
-        }
-      }
-      if (zero || sizes.size() == first) {  // any zero: no iteration; all ones: one
-        k.cat_dim = -1;  // (a Cat's dim has >= 2 elements: only a zero gets here)
-        sizes.resize(first);
-        sizes.push_back(zero ? 0 : 1);
-        for (size_t i = 0; i < k.loads.size(); ++i) {
-          strides[i].resize(first);
-          // All ones over rows: each load keeps the stride of its innermost
-          // non-broadcast dim (decode's one row is read like prefill's many,
-          // so both share a generic key). Cols keep 0: row-space loads are
-          // read outside the col loops.
-          int64_t s = 0;
-          for (size_t d = hi; rows && !zero && s == 0 && d-- > lo;) s = k.loads[i].strides[d];
-          strides[i].push_back(s);
-        }
-      }
-      return sizes.size() - first;
-    };
-    group(0, split, true);
-    if (k.row) k.reduce_rank = static_cast<int32_t>(group(split, rank, false));
-    if (k.cat_dim >= 0) k.cat_ends = cat.ends;
-    k.sizes = std::move(sizes);
-    for (size_t i = 0; i < k.loads.size(); ++i) k.loads[i].strides = std::move(strides[i]);
   }
 };
 
@@ -412,211 +363,12 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   b.build_nodes(ir::live_nodes(g));
   b.build_accesses();
   for (FusedKernel& k : b.plan.kernels) {
-    Builder::coalesce(g, k);
+    plan_internal::coalesce(g, k);
     if (k.row) k.schedule = schedule_row(g, k);
   }
   if (opts.buffers) plan_buffers(g, b.plan);
   b.plan.check_stores = opts.check_stores;
   return std::move(b.plan);
-}
-
-std::optional<Plan> bind_plan(const Graph& g, const Plan& from) {
-  const PlanOptions opts;
-  Builder b(g, opts);
-  Plan& p = b.plan;
-  p.steps = from.steps;
-  p.kernel_fns = from.kernel_fns;
-  p.check_stores = from.check_stores;
-  p.kernels.reserve(from.kernels.size());
-  for (const FusedKernel& f : from.kernels) {
-    if (f.nodes.empty()) return std::nullopt;
-    FusedKernel k;
-    k.nodes = f.nodes;
-    k.stores = f.stores;
-    k.row = f.row;
-    k.row_space = f.row_space;
-    k.name = f.name;
-    // The iteration space place_node gave it: its first node's output, or the
-    // input of its first node when that is a reduction.
-    const Node& first = g.nodes()[f.nodes[0]];
-    k.sizes = g.value(ir::is_reduction(first.kind) ? first.operands[0] : first.outputs[0]).type.sizes;
-    for (int64_t s : k.sizes)
-      if (s == 0) return std::nullopt;  // no iteration: planned anew (coalescing folds it)
-    if (k.row)
-      for (uint32_t ni : k.nodes)
-        if (ir::is_reduction(g.nodes()[ni].kind)) {
-          k.reduce_rank = reduce_rank_of(g.nodes()[ni]);
-          break;
-        }
-    // Every node still sits in the kernel as place_node put it there.
-    const std::vector<int64_t> rows = k.row ? row_sizes(k) : std::vector<int64_t>();
-    for (size_t j = 0; j < k.nodes.size(); ++j) {
-      const Node& n = g.nodes()[k.nodes[j]];
-      bool fits;
-      if (ir::is_reduction(n.kind))
-        fits = k.row && k.row_space[j] && g.value(n.operands[0]).type.sizes == k.sizes &&
-               reduce_rank_of(n) == k.reduce_rank;
-      else if (k.row && k.row_space[j])
-        fits = g.value(n.outputs[0]).type.sizes == rows;
-      else
-        fits = g.value(n.outputs[0]).type.sizes == k.sizes;
-      if (!fits) return std::nullopt;
-    }
-    for (const Access& a : f.loads) k.loads.push_back(b.make_load(a.operand, a.piece, k));
-    Builder::coalesce(g, k);
-    if (k.row) k.schedule = schedule_row(g, k);
-    p.kernels.push_back(std::move(k));
-  }
-  if (!from.frees.empty()) plan_buffers(g, p);
-  return std::move(b.plan);
-}
-
-Plan plan_eager(const Graph& g, const PlanOptions& opts) {
-  Plan plan;
-  plan.op_by_op = true;
-  std::vector<bool> live = ir::live_nodes(g);
-  std::vector<int32_t> group_of(g.nodes().size(), -1);
-  if (opts.eager_groups) {
-    for (EagerLayerNorm& ln : find_layer_norms(g)) {
-      bool any_live = false;
-      for (uint32_t n : ln.nodes) any_live |= live[n];
-      if (!any_live) continue;
-      for (uint32_t n : ln.nodes) group_of[n] = static_cast<int32_t>(plan.layer_norms.size());
-      plan.layer_norms.push_back(std::move(ln));
-    }
-  }
-  for (uint32_t i = 0; i < g.nodes().size(); ++i) {
-    if (int32_t j = group_of[i]; j >= 0) {
-      if (plan.layer_norms[j].nodes.front() == i) plan.steps.push_back(Step{Step::Kind::Eager, i, -1, j});
-      continue;
-    }
-    if (!live[i]) continue;
-    switch (g.nodes()[i].kind) {
-      case OpKind::Input:
-      case OpKind::Scalar: break;
-      case OpKind::AsStrided: plan.steps.push_back(Step{Step::Kind::AsStrided, i, -1}); break;
-      case OpKind::AsStridedScatter: plan.steps.push_back(Step{Step::Kind::AsStridedScatter, i, -1}); break;
-      case OpKind::Aten: plan.steps.push_back(Step{Step::Kind::Aten, i, -1}); break;
-      default: plan.steps.push_back(Step{Step::Kind::Eager, i, -1}); break;
-    }
-  }
-  if (opts.buffers) plan_buffers(g, plan);
-  return plan;
-}
-
-void plan_buffers(const Graph& g, Plan& plan) {
-  const size_t nsteps = plan.steps.size();
-  std::vector<int32_t> made(g.values().size(), -1), last(g.values().size(), -1);
-  std::vector<int64_t> bytes(g.values().size(), 0);
-  // A view step's result shares its base's memory: using the view uses the base.
-  std::vector<ValueId> base(g.values().size());
-  for (ValueId v = 0; v < base.size(); ++v) base[v] = v;
-  auto use = [&](ValueId v, int32_t s) {
-    for (;;) {
-      if (made[v] >= 0) last[v] = std::max(last[v], s);
-      if (base[v] == v) break;
-      v = base[v];
-    }
-  };
-  for (size_t si = 0; si < nsteps; ++si) {
-    const Step& s = plan.steps[si];
-    int32_t step = static_cast<int32_t>(si);
-    if (s.kind == Step::Kind::Kernel) {
-      const FusedKernel& k = plan.kernels[s.kernel];
-      for (const Access& a : k.loads)
-        if (a.scalar_index < 0) use(a.value, step);
-      for (ValueId v : k.stores) {
-        made[v] = last[v] = step;
-        bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
-      }
-      continue;
-    }
-    if (s.group >= 0) {
-      const EagerLayerNorm& ln = plan.layer_norms[s.group];
-      for (ValueId v : ln.reads()) use(v, step);
-      for (ValueId v : ln.makes()) {
-        made[v] = last[v] = step;
-        bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
-      }
-      continue;
-    }
-    const Node& n = g.nodes()[s.node];
-    for (ValueId v : n.operands) use(v, step);
-    for (ValueId v : n.outputs) {
-      made[v] = last[v] = step;
-      // A view shares its operand's memory; everything else is new memory.
-      if (s.kind == Step::Kind::AsStrided) base[v] = n.operands[0];
-      else bytes[v] = g.value(v).type.numel() * ir::element_size(g.value(v).type.dtype);
-    }
-  }
-  std::vector<bool> is_output(g.values().size(), false);
-  for (ValueId v : g.outputs())
-    for (ValueId w = v;; w = base[w]) {  // an output view keeps its base
-      is_output[w] = true;
-      if (base[w] == w) break;
-    }
-  plan.frees.assign(nsteps, {});
-  std::vector<int64_t> freed_after(nsteps, 0), made_at(nsteps, 0);
-  plan.result_bytes = 0;
-  for (ValueId v = 0; v < g.values().size(); ++v) {
-    if (made[v] < 0) continue;
-    plan.result_bytes += bytes[v];
-    made_at[made[v]] += bytes[v];
-    if (is_output[v]) continue;
-    plan.frees[last[v]].push_back(v);
-    freed_after[last[v]] += bytes[v];
-  }
-  int64_t live = 0;
-  plan.planned_peak_bytes = 0;
-  for (size_t si = 0; si < nsteps; ++si) {
-    live += made_at[si];
-    plan.planned_peak_bytes = std::max(plan.planned_peak_bytes, live);
-    live -= freed_after[si];
-  }
-}
-
-std::string Plan::str(const Graph& g) const {
-  std::ostringstream os;
-  for (size_t si = 0; si < steps.size(); ++si) {
-    const Step& s = steps[si];
-    switch (s.kind) {
-      case Step::Kind::Kernel: {
-        const FusedKernel& k = kernels[s.kernel];
-        os << k.name << " sizes=[";
-        for (size_t i = 0; i < k.sizes.size(); ++i) os << (i ? "," : "") << k.sizes[i];
-        os << "]";
-        if (k.row) os << " reduce_rank=" << k.reduce_rank;
-        if (k.cat_dim >= 0) {
-          os << " cat_dim=" << k.cat_dim << " cat_ends=[";
-          for (size_t i = 0; i < k.cat_ends.size(); ++i) os << (i ? "," : "") << k.cat_ends[i];
-          os << "]";
-        }
-        os << " nodes=" << k.nodes.size() << " loads=";
-        for (const Access& a : k.loads)
-          os << (a.scalar_index >= 0 ? "s" : "%") << (a.scalar_index >= 0 ? a.scalar_index : a.value)
-             << (a.piece >= 0 ? "@" + std::to_string(a.piece) : "") << " ";
-        os << "stores=";
-        for (ValueId v : k.stores) os << "%" << v << " ";
-        os << "\n";
-        if (k.row) os << k.schedule.str(g, k);
-        break;
-      }
-      default: {
-        const Node& n = g.nodes()[s.node];
-        os << ir::op_name(n.kind);
-        if (n.kind == OpKind::Aten) os << " " << std::get<std::string>(n.attrs[0].value);
-        os << " -> %" << n.outputs[0] << "\n";
-      }
-    }
-    if (si < frees.size() && !frees[si].empty()) {
-      os << "  free";
-      for (ValueId v : frees[si]) os << " %" << v;
-      os << "\n";
-    }
-  }
-  if (!frees.empty())
-    os << "buffers: peak " << planned_peak_bytes << " bytes of " << result_bytes << " made\n";
-  return os.str();
 }
 
 }  // namespace lazyjit::lowering

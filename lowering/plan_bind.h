@@ -2,8 +2,8 @@
 // other sizes, without fusing again: the same steps, and each kernel the same
 // nodes, loads and stores, with its iteration space, strides and offsets taken
 // from the new graph's types and coalesced as plan_graph coalesces (plan.h),
-// its row schedule made again, and the buffer plan redone. Defined in plan.cpp,
-// beside the planner whose steps it repeats.
+// its row schedule made again, and the buffer plan redone. Defined in
+// plan_bind.cpp, with the planner's loads and coalescing (plan_internal.h).
 //
 // The result keeps `plan`'s kernel_fns: they are valid for it only when each
 // kernel's generic key (kernel_key.h) is unchanged and its code is

@@ -1,5 +1,5 @@
 // find_layer_norms and plan_eager's groups: the tracer's decomposed layer norm
-// (tracer/aten_to_ir.cpp) found as one op-by-op step, and only when nothing
+// (tracer/aten_to_ir_reductions.cpp) found as one op-by-op step, and only when nothing
 // outside it reads what it computes inside.
 #include <gtest/gtest.h>
 

@@ -189,7 +189,7 @@ def test_layer_norm_of_a_long_row():
 @pytest.mark.parametrize("case", ["sum0", "mean02_keep", "amax1", "amin01", "sum1_keep", "t_sum0"])
 def test_reductions_over_leading_dims(shape, case):
     # Reduced dims that are not the trailing ones: small inputs become a kernel
-    # reading through a view that puts them last (tracer/aten_to_ir.cpp); large
+    # reading through a view that puts them last (tracer/aten_to_ir_reductions.cpp); large
     # ones stay ATen steps. Either way: eager's numbers, shapes and dtypes.
     x = torch.randn(*shape)
     rank = len(shape)
