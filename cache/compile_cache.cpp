@@ -9,7 +9,7 @@ using debug::Metrics;
 
 void CacheStats::count_hit() { Metrics::get().add(Counter::CacheHits); }
 
-std::string CacheStats::count_miss(const CacheKey& key, bool collided) {
+std::string CacheStats::miss_reason(const CacheKey& key, bool collided) {
   std::string reason;
   if (collided) {
     Metrics::get().add(Counter::HashCollisions);
@@ -18,8 +18,6 @@ std::string CacheStats::count_miss(const CacheKey& key, bool collided) {
     reason = structures_seen_.count(key.structure) ? "new shapes for a known graph" : "new graph";
   }
   structures_seen_.insert(key.structure);
-  Metrics::get().add(Counter::CacheMisses);
-  Metrics::get().cache_miss(reason);
   return reason;
 }
 

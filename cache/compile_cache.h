@@ -4,7 +4,10 @@
 // Generic over what it stores (the runtime stores executable programs); it
 // knows neither libtorch nor LLVM. On a miss it says why: a structure never
 // seen ("new graph"), or a known structure on new shapes ("new shapes for a
-// known graph") — the seed of recompile explanations.
+// known graph") — the seed of recompile explanations. It counts hits; whether
+// a miss counts as one (cache_misses) is the caller's to say, since only it
+// knows what resolved it (runtime/pipeline.cpp: taking a program a background
+// compile finished is not a miss).
 #pragma once
 #include <functional>
 #include <future>
@@ -12,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -35,8 +39,8 @@ struct Lookup {
 class CacheStats {
  protected:
   void count_hit();
-  // Returns why `key` missed, counts the miss; `collided`: same key, another graph.
-  std::string count_miss(const CacheKey& key, bool collided);
+  // Returns why `key` missed (counts a hash collision); `collided`: same key, another graph.
+  std::string miss_reason(const CacheKey& key, bool collided);
   std::unordered_set<ir::Hash128, Hash128Hash> structures_seen_;
 };
 
@@ -46,11 +50,13 @@ class CompileCache : private CacheStats {
   using Ptr = std::shared_ptr<const Entry>;
   explicit CompileCache(size_t capacity = 1024) : capacity_(capacity) {}
 
-  // Returns the entry for `key`, calling `compile` on a miss. If `compile`
-  // throws, nothing is cached and the exception reaches every waiting caller;
-  // if it returns null (nothing built now: the caller runs without one),
-  // nothing is cached and every waiting caller gets null.
-  Lookup<Entry> get_or_compile(const CacheKey& key, const std::function<Ptr()>& compile) {
+  // Returns the entry for `key`, calling `compile` on a miss, with why it
+  // missed when it takes a `const std::string&`. If `compile` throws, nothing
+  // is cached and the exception reaches every waiting caller; if it returns
+  // null (nothing built now: the caller runs without one), nothing is cached
+  // and every waiting caller gets null.
+  template <class Compile>
+  Lookup<Entry> get_or_compile(const CacheKey& key, const Compile& compile) {
     std::promise<Ptr> promise;
     std::string reason;
     {
@@ -70,13 +76,15 @@ class CompileCache : private CacheStats {
         lru_.erase(it->second.lru);
         map_.erase(it);
       }
-      reason = count_miss(key, collided);
+      reason = miss_reason(key, collided);
       lru_.push_front(key);
       map_.emplace(key, Slot{promise.get_future().share(), key.confirm, lru_.begin()});
       evict_locked();
     }
     try {
-      Ptr entry = compile();
+      Ptr entry;
+      if constexpr (std::is_invocable_v<const Compile&, const std::string&>) entry = compile(reason);
+      else entry = compile();
       if (!entry) forget(key);
       promise.set_value(entry);
       return Lookup<Entry>{entry, false, reason};

@@ -17,6 +17,9 @@ const char* counter_name(Counter c) {
     case Counter::ShapeBinds: return "shape_binds";
     case Counter::EagerSyncs: return "eager_syncs";
     case Counter::BackgroundSyncs: return "background_syncs";
+    case Counter::BackgroundCompiles: return "background_compiles";
+    case Counter::BackgroundFinished: return "background_finished";
+    case Counter::BackgroundTaken: return "background_taken";
     case Counter::CacheHits: return "cache_hits";
     case Counter::CacheMisses: return "cache_misses";
     case Counter::Syncs: return "syncs";
@@ -108,6 +111,10 @@ std::string Metrics::report() const {
   std::ostringstream os;
   os << "lazyjit metrics\n";
   for (const auto& [k, v] : s.counters) os << "  " << k << ": " << v << "\n";
+  if (int64_t pending = s.counters["background_compiles"] - s.counters["background_finished"]; pending > 0)
+    os << pending << " compile" << (pending == 1 ? " is" : "s are")
+       << " still queued or running in the background: compiles and disk_writes do not count "
+       << (pending == 1 ? "it" : "them") << " yet (lazyjit.wait_for_compiles() waits)\n";
   auto section = [&](const char* title, const std::map<std::string, int64_t>& m) {
     if (m.empty()) return;
     os << title << "\n";

@@ -22,8 +22,11 @@ enum class Counter : int {
   ShapeBinds,      // programs made for new sizes from a compiled one of the same structure (runtime/shape_binder.h)
   EagerSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=eager)
   BackgroundSyncs, // graphs run op by op while their program compiled in the background (LAZYJIT_BACKGROUND_COMPILE)
+  BackgroundCompiles,  // programs queued to compile in the background
+  BackgroundFinished,  // of those, finished (compiled or loaded; a failed one is compiled again at its next sync)
+  BackgroundTaken,     // syncs that took a program a background compile finished (not cache misses)
   CacheHits,
-  CacheMisses,
+  CacheMisses,     // syncs whose program was not in memory and was then compiled, loaded, bound or started compiling
   Syncs,           // points where pending work was run
   HashCollisions,  // cache hits refused by the confirming hash
   StepOps,         // ops run one at a time in step mode

@@ -56,7 +56,7 @@ class Executable {
   explicit Executable(std::shared_ptr<const lowering::Program> program);
 
   // One CPU tensor per graph output, dense with the declared strides, and the
-  // steps that failed. Kernels split over `threads` oneTBB workers.
+  // steps that failed. Kernels split over `threads` threads of ATen's OpenMP pool.
   RunResult run(const Bindings& bindings, int threads) const;
   // The same, calling `after(step, env)` once each step has run (before the
   // buffer plan frees anything): env holds every value made so far.

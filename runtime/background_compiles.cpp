@@ -199,7 +199,7 @@ void BackgroundCompiles::work() {
 #ifdef __linux__
   // The lowest priority (nice 19, this thread only): the compile takes the
   // cycles the program leaves idle and yields a core the moment ATen's OpenMP
-  // threads or the kernels' oneTBB workers want it. At normal priority it
+  // threads (which run the kernels too) want it. At normal priority it
   // preempted an OpenMP thread for a whole time slice every few syncs (4–5 ms
   // stalls in op-by-op runs of ~0.6 ms on 2 cores), and took twice as long.
   setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);

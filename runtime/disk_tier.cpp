@@ -16,7 +16,6 @@
 #include "debug/trace.h"
 #include "lowering/program_bytes.h"
 #include "runtime/program_entry.h"
-#include "runtime/sync_log.h"
 
 namespace lazyjit::runtime {
 
@@ -146,7 +145,6 @@ std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::Cach
   if (store_->put_file(key.str(), entry->file())) Metrics::get().add(Counter::DiskWrites);
   Metrics::get().add(Counter::RemoteHits);
   Metrics::get().time("remote_load", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  sync_note().how = SyncNote::How::Remote;
   return program;
 }
 
@@ -205,7 +203,8 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
 
 std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::CacheKey& key,
                                                                    const std::string& site,
-                                                                   const Compile& compile) {
+                                                                   const Compile& compile, Source* source) {
+  *source = Source::Disk;
   if (auto program = load(key.str())) return program;
   // A crashed holder's lock is released by the kernel; a stuck one is waited
   // out, then this process compiles anyway (correct, just not deduplicated).
@@ -213,8 +212,10 @@ std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::
   if (auto program = load(key.str())) return program;
   Metrics::get().add(Counter::DiskMisses);
   // Under the key's lock: processes of this machine missing it ask the remote once.
+  *source = Source::Remote;
   if (remote_)
     if (auto program = load_remote(key)) return program;
+  *source = Source::Compiled;
   auto program = compile();
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled()) span.emplace("cache", "disk store", debug::TraceArgs{{"key", key.str()}});

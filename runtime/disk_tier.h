@@ -32,12 +32,14 @@ class DiskTier {
                                         lowering::Target& target);
 
   using Compile = std::function<std::shared_ptr<const lowering::Program>()>;
-  // The program stored under `key`, linked and ready; else `compile()`'s,
-  // written under `key` with `site` (the sync call site) in its manifest.
+  enum class Source { Disk, Remote, Compiled };
+  // The program stored under `key` on disk, else in the remote tier (then also
+  // written to disk), linked and ready; else `compile()`'s, written under `key`
+  // with `site` (the sync call site) in its manifest, to disk and remote.
   // Processes missing one key at once compile it once: the others wait for its
-  // entry (a per-key lock) and load it.
+  // entry (a per-key lock) and load it. `*source` says which it was.
   std::shared_ptr<const lowering::Program> load_or_compile(const cache::CacheKey& key, const std::string& site,
-                                                           const Compile& compile);
+                                                           const Compile& compile, Source* source);
   // The program stored under `key`, linked and ready; null when none loads
   // (no remote lookup, no compile: a background compile does those).
   std::shared_ptr<const lowering::Program> load_stored(const cache::CacheKey& key) { return load(key.str()); }

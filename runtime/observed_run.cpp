@@ -1,5 +1,6 @@
 // Runtime::run_observed: the traced graph with every result as an output,
-// compiled and run like any graph, each step timed (observed_run.h).
+// compiled and run like any graph, each step timed (observed_run.h); and the
+// compiled-vs-eager check's switches (LAZYJIT_CHECK, runtime/graph_check.h).
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -11,7 +12,6 @@
 #include "runtime/graph_check.h"
 #include "runtime/repro.h"
 #include "runtime/runtime.h"
-#include "runtime/sync_log.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
@@ -58,7 +58,7 @@ void map_steps(const lowering::Program& p, const ir::Graph& all, ObservedRun& ob
 
 RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                                 std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
-                                const RunObserver& observer, bool check, bool repro) {
+                                const RunObserver& observer, bool check, bool repro, SyncNote* note) {
   // Every result an output, after the graph's own (whose indices stay).
   ir::Graph all(graph);
   const size_t n_out = graph.outputs().size();
@@ -74,14 +74,14 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
       }
   }
   // Hooks and the check see the compiled program: it is compiled now.
-  std::shared_ptr<const executor::Executable> compiled = program_for(all, site, shapes, node_sites, /*background=*/false);
-  std::optional<executor::Executable> eager;
-  if (!compiled) {  // past the recompile limit with the eager stance
-    eager.emplace(eager_program(all, /*keep_values=*/false));
+  std::shared_ptr<const executor::Executable> compiled =
+      program_for(request(all, site, shapes, node_sites, /*background=*/false), note);
+  std::optional<executor::Executable> op_by_op;
+  if (!compiled) {  // past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager
+    op_by_op.emplace(op_by_op_program(all, /*keep_values=*/false));
     debug::Metrics::get().add(debug::Counter::EagerSyncs);
-    sync_note().how = SyncNote::How::Eager;
   }
-  const executor::Executable& exe = compiled ? *compiled : *eager;
+  const executor::Executable& exe = compiled ? *compiled : *op_by_op;
 
   ObservedRun obs;
   obs.graph = &graph;
@@ -124,6 +124,24 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
   check_nans(r, exe.program(), graph, bindings, node_sites);
   if (observer) observer(obs);
   return r;
+}
+
+void Runtime::set_check_graphs(bool on, const std::string& repro_dir) {
+  std::lock_guard<std::mutex> lock(repro_mu_);
+  if (!repro_dir.empty()) repro_dir_ = repro_dir;
+  check_graphs_ = on;
+}
+
+std::string Runtime::check_graph(const ir::Graph& graph, const Bindings& bindings) {
+  SyncNote note;
+  RunResult r =
+      run_observed(graph, bindings, "lazyjit.repro", std::nullopt, {}, {}, /*check=*/true, /*repro=*/false, &note);
+  return r.check_report;
+}
+
+std::string Runtime::repro_dir() const {
+  std::lock_guard<std::mutex> lock(repro_mu_);
+  return repro_dir_;
 }
 
 }  // namespace lazyjit::runtime

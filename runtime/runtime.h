@@ -1,6 +1,7 @@
 // The runtime: what the tracer hands a finished graph to. It owns the
-// configuration, the compile target and the compile cache, and drives
-// graph -> key -> cache -> lower -> executable -> run (pipeline.cpp is the map).
+// configuration, the compile target and the compile cache, and drives a sync
+// from graph to results (pipeline.cpp is the map; the tiers it names are in
+// sync_tiers.cpp, recompile_policy.cpp, op_by_op.cpp and nan_pinning.cpp).
 //
 // Layering: tracer -> runtime -> {executor, lowering, cache} -> graph_ir. The
 // tracer reaches the layers below only through this header.
@@ -28,6 +29,7 @@
 #include "runtime/observed_run.h"
 #include "runtime/recompile_explainer.h"
 #include "runtime/shape_binder.h"
+#include "runtime/sync_log.h"
 
 namespace lazyjit::lowering {
 class Target;
@@ -38,6 +40,10 @@ namespace lazyjit::runtime {
 class DiskTier;
 using executor::Bindings;
 using executor::RunResult;
+// A run's result and how its program was found (a hit, compiled, loaded, ...).
+struct SyncResult : RunResult {
+  SyncNote note;
+};
 using executor::StepFailure;
 // Which of a program's outputs may be stored into an input (torch.compile's in-place updates).
 using executor::can_store_into_input;
@@ -63,6 +69,8 @@ struct NoCompileScope {
   NoCompileScope(const NoCompileScope&) = delete;
   NoCompileScope& operator=(const NoCompileScope&) = delete;
 };
+// False while a NoCompileScope lives on this thread (read once per sync).
+bool compiles_allowed_here();
 
 class Runtime {
  public:
@@ -86,18 +94,20 @@ class Runtime {
   // each step's time (observed_run.h: the program then stores every result).
   // With the check on, every value computed by generated code is compared with
   // eager's and RunResult::check_report says where they first differ.
-  RunResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
-                std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {},
-                const RunObserver& observer = {});
+  // The result says how its program was found (SyncResult::note, for the
+  // sync log: runtime/sync_log.h).
+  SyncResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
+                 std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {},
+                 const RunObserver& observer = {});
   static constexpr uint32_t kNoNode = ~uint32_t{0};
 
   // The program for `graph` (whose outputs are set), from the cache or compiled
   // on a miss, to be run many times on bindings of the graph's input types
   // (torch.compile's captured graphs, tracer/capture.h). Past the recompile
-  // limit with the eager stance: a program that runs each op through ATen.
+  // limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager: a program that runs each op through ATen.
   std::shared_ptr<const executor::Executable> prepare(const ir::Graph& graph, const std::string& site,
                                                       std::optional<lowering::Shapes> shapes = std::nullopt);
-  // The oneTBB workers a run's kernels split over.
+  // The threads of ATen's OpenMP pool a run's kernels split over.
   int threads() const;
 
   // A compiled program as bytes (what a cache entry's payload holds). The way
@@ -140,53 +150,75 @@ class Runtime {
   size_t cache_size() const { return cache_.size(); }
 
  private:
-  static void trim_heap();
+  // One sync's request, as every tier of resolve() sees it (pipeline.cpp).
+  struct SyncRequest {
+    const ir::Graph& graph;
+    const std::string& site;
+    std::optional<lowering::Shapes> shapes;
+    const NodeSites& node_sites;
+    cache::CacheKey key;
+    bool generic = false;      // shape-generic code: may bind to another size's program
+    bool background = false;   // a miss may compile on the worker while the sync runs op by op
+    bool checked = false;      // NaN checks on: kernels test their stores (another key)
+    bool may_compile = true;   // false in a strict region (lazyjit.strict(), NoCompileScope)
+  };
+  SyncRequest request(const ir::Graph& graph, const std::string& site, std::optional<lowering::Shapes> shapes,
+                      const NodeSites& node_sites, bool background) const;
+  // What resolved a sync that missed the memory cache: a program, or (null)
+  // "run op by op", and how, for the sync log.
+  struct Resolved {
+    std::shared_ptr<const lowering::Program> program;
+    SyncNote note;
+    bool explained = false;  // a recompile explanation was recorded (and traced) for it
+  };
+  // The program for a request: from memory, else from resolve(); null when it
+  // runs op by op. `*note` says how it was found.
+  std::shared_ptr<const executor::Executable> program_for(const SyncRequest& s, SyncNote* note);
+  // The tiers after a memory miss, in order (pipeline.cpp); `why_missed` is the
+  // memory cache's reason, recorded when the sync counts as a miss.
+  Resolved resolve(const SyncRequest& s, const std::string& why_missed);
+
+  // The tiers (sync_tiers.cpp); each resolves the sync or returns nullopt.
+  struct BackgroundLook {
+    bool pending = false;  // a compile of this structure is queued or running
+    bool failed = false;   // the one that finished for this key threw
+  };
+  std::optional<Resolved> background_result(const SyncRequest& s, BackgroundLook* look);
+  std::optional<Resolved> bound_to_sizes(const SyncRequest& s);
+  std::optional<Resolved> sibling_on_disk(const SyncRequest& s);
+  std::optional<Resolved> by_policy(const SyncRequest& s);  // recompile_policy.cpp
+  Resolved start_in_background(const SyncRequest& s);
+  Resolved stored_or_compiled(const SyncRequest& s);
+  static Resolved op_by_op(SyncNote::How how, std::string why = {});
+  static void count_miss(const std::string& why_missed);
+
+  static void trim_heap();  // heap_trim.cpp
   static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
-  // The cached program for `graph`, compiled (or loaded) on a miss; null when
-  // it is to run op by op: past the recompile limit with the eager stance, or,
-  // with `background`, while its program compiles in the background.
-  std::shared_ptr<const executor::Executable> program_for(const ir::Graph& graph, const std::string& site,
-                                                          std::optional<lowering::Shapes> shapes,
-                                                          const NodeSites& node_sites, bool background);
-  // With background compiles on: the program a finished background compile of
-  // `key`'s structure left, when it is `key`'s own (another key's is cached
-  // under its key; `failed`: it threw), else null; `pending`: one is queued or
-  // running.
-  std::shared_ptr<const lowering::Program> take_background(const cache::CacheKey& key, bool* failed, bool* pending);
-  // The program stored on disk under `key` (no remote, no compile), or null.
-  std::shared_ptr<const lowering::Program> load_stored(const ir::Graph& graph, const cache::CacheKey& key,
-                                                       bool generic);
-  // Starts compiling `graph` in the background (none of its structure is
-  // pending: those runs return before); throws RunEagerly (it runs op by op).
-  void compile_in_background(const ir::Graph& graph, const cache::CacheKey& key, const std::string& site,
-                             std::optional<lowering::Shapes> shapes, const NodeSites& node_sites, bool generic);
   RunResult run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                          std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
-                         const RunObserver& observer, bool check, bool repro);
+                         const RunObserver& observer, bool check, bool repro, SyncNote* note);
   // With NaN checks on: sets r.nan_report when an output holds a NaN or Inf.
   // Outputs that kernels with checked stores (Plan::check_stores) wrote were
-  // tested as stored; the others are scanned.
+  // tested as stored; the others are scanned (nan_pinning.cpp).
   void check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph, const Bindings& bindings,
                   const NodeSites& node_sites);
-  // Records (and with LAZYJIT_LOG=recompiles prints) why `graph` is compiled,
-  // or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, run op by op.
-  // A refused miss (a strict region) throws CompileRefused with the explanation.
-  enum class Miss { Compile, Background, Eager, Refused };
-  void explain_compile(const ir::Graph& graph, const std::string& site, Miss miss, const NodeSites& node_sites);
+  // Records (and with LAZYJIT_LOG=recompiles prints) why the request's graph is
+  // compiled, or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager,
+  // run op by op; returns the kind of miss (recompile_policy.cpp). A refused
+  // miss (a strict region) throws CompileRefused with the explanation.
+  enum class Miss { Compile, Background, OpByOp, Refused };
+  std::string explain_miss(const SyncRequest& s, Miss miss);
   // `graph` as a program without kernels: every node run op by op through ATen
-  // (lowering::plan_eager); `keep_values`: no buffer frees.
-  executor::Executable eager_program(const ir::Graph& graph, bool keep_values) const;
-  // Past the limit with the eager stance, or while its program compiles in the
-  // background: `graph` runs op by op, uncompiled and uncached (lowering::plan_eager).
-  RunResult run_eagerly(const ir::Graph& graph, const Bindings& bindings);
+  // (lowering::plan_eager); `keep_values`: no buffer frees (op_by_op.cpp).
+  executor::Executable op_by_op_program(const ir::Graph& graph, bool keep_values) const;
+  // Past the limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, or while its program
+  // compiles in the background (`how` says which): `graph` runs op by op,
+  // uncompiled and uncached.
+  RunResult run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how);
   // `graph` bound to a program of its structure compiled before (shape_binder.h),
   // or null; never when `shapes` (or LAZYJIT_DYNAMIC) asks for exact code.
   std::shared_ptr<const lowering::Program> bind_sizes(const ir::Graph& graph, std::optional<lowering::Shapes> shapes,
                                                       uint64_t code_hash);
-  std::shared_ptr<const lowering::Program> load_or_compile(const ir::Graph& graph, const cache::CacheKey& key,
-                                                           const std::string& site,
-                                                           std::optional<lowering::Shapes> shapes,
-                                                           const NodeSites& node_sites, bool check_stores);
 
   Config config_;
   std::unique_ptr<lowering::Target> target_;
@@ -202,16 +234,16 @@ class Runtime {
   std::string repro_dir_ = "lazyjit_repro";
   // With NaN checks on: the report of which op made a NaN/Inf in `graph`'s outputs.
   std::string pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
-  std::mutex eager_mu_;
-  std::set<std::string> eager_sites_;  // sites whose misses run op by op (warned once each)
+  std::mutex op_by_op_sites_mu_;
+  std::set<std::string> op_by_op_sites_;  // sites whose misses run op by op (warned once each)
   // Op-by-op plans by graph structure (steps and buffer frees follow from it):
   // a structure run op by op again, at any sizes, is not planned again.
-  struct EagerPlan {
+  struct OpByOpPlan {
     lowering::Plan plan;
     size_t nodes = 0, values = 0;  // of the graph it was made for (a cheap check)
   };
-  mutable std::mutex eager_plans_mu_;
-  mutable std::unordered_map<ir::Hash128, std::shared_ptr<const EagerPlan>, cache::Hash128Hash> eager_plans_;
+  mutable std::mutex op_by_op_plans_mu_;
+  mutable std::unordered_map<ir::Hash128, std::shared_ptr<const OpByOpPlan>, cache::Hash128Hash> op_by_op_plans_;
   cache::CompileCache<executor::Executable> cache_;
   // Last: destroyed first, its worker joined while what it uses still lives.
   std::unique_ptr<BackgroundCompiles> background_;  // null with LAZYJIT_BACKGROUND_COMPILE=off

@@ -11,8 +11,9 @@
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op while compiling in the background (new shapes) in 0.61 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled in the background, ran in 0.47 ms
 //
-// Header-only: a thread_local the pipeline (runtime/pipeline.cpp) fills on the
-// paths that are not a cache hit, so a hit costs it nothing.
+// Header-only: Runtime::run returns the note with its result (SyncResult), and
+// the pipeline (runtime/pipeline.cpp) fills it on the paths that are not a
+// cache hit, so a hit costs nothing.
 #pragma once
 #include <cstddef>
 #include <cstdio>
@@ -21,16 +22,25 @@
 namespace lazyjit::runtime {
 
 struct SyncNote {
-  enum class How { Hit, Compiled, Loaded, Remote, Eager, Bound, Background, Ready };
+  enum class How { Hit, Compiled, Loaded, Remote, OpByOp, Bound, Background, Ready };
   How how = How::Hit;  // a hit unless the pipeline says otherwise
   std::string why;     // Compiled, Background: what differs from the nearest program at the site (recompile_explainer.h); Ready: how long it was pending, when this sync waited for it
   double prepare_ms = 0;  // Compiled / Loaded / Remote / Bound: the compile, the load, or the binding to new sizes
 };
 
-// This thread's note for the sync it is running; the tracer resets it first.
-inline SyncNote& sync_note() {
-  thread_local SyncNote note;
-  return note;
+// How a program was found, in words ("bound to new sizes"), for traces.
+inline const char* sync_how_text(SyncNote::How how) {
+  switch (how) {
+    case SyncNote::How::Hit: return "cache hit";
+    case SyncNote::How::Compiled: return "compiled";
+    case SyncNote::How::Loaded: return "loaded from the on-disk cache";
+    case SyncNote::How::Remote: return "loaded from the remote cache";
+    case SyncNote::How::OpByOp: return "run op by op (past the recompile limit)";
+    case SyncNote::How::Bound: return "bound to new sizes";
+    case SyncNote::How::Background: return "run op by op while compiling in the background";
+    case SyncNote::How::Ready: return "compiled in the background";
+  }
+  return "?";
 }
 
 // The line (without "lazyjit: " and the newline) for a sync that took total_ms.
@@ -52,7 +62,7 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
     case SyncNote::How::Loaded: return s + "loaded from disk in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
     case SyncNote::How::Remote:
       return s + "loaded from the remote cache in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
-    case SyncNote::How::Eager: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
+    case SyncNote::How::OpByOp: return s + "run op by op (past the recompile limit) in " + ms(total_ms);
     case SyncNote::How::Background:
       return s + "run op by op while compiling in the background" + (n.why.empty() ? "" : " (" + n.why + ")") +
              " in " + ms(total_ms);

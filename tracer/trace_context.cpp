@@ -310,13 +310,12 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   static const bool log_syncs = runtime::process_config().log_syncs;
   const size_t log_ops = log_syncs ? graph_->nodes().size() - graph_->inputs().size() - graph_->scalars().size() : 0;
   const auto log_t0 = log_syncs ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-  if (log_syncs) runtime::sync_note() = {};
   std::optional<debug::TraceSpan> span;
   if (debug::trace_enabled())
     span.emplace("sync", "sync " + reason,
                  debug::TraceArgs{{"reason", reason}, {"site", site}, {"nodes", graph_->nodes().size()},
                                   {"outputs", graph_->outputs().size()}, {"inputs", inputs_.size()}});
-  runtime::RunResult r;
+  runtime::SyncResult r;
   std::vector<OpEvent> events;
   runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
@@ -362,7 +361,7 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   }
   if (log_syncs)
     std::fprintf(stderr, "lazyjit: %s\n",
-                 runtime::sync_line(reason, site, log_ops, runtime::sync_note(),
+                 runtime::sync_line(reason, site, log_ops, r.note,
                                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_t0).count())
                      .c_str());
   // A result may be an input's memory or shared by two storages: each storage
