@@ -53,7 +53,22 @@ def worker(key: str, scale: str, threads: int | None) -> dict:
     out["description"] = wl.describe()
     out["debug_nans"] = os.environ.get("LAZYJIT_DEBUG_NANS", "0")
     out["compiles_steady"] = res["lazyjit_per_step"]["compiles"]
+    out["nan_probe"] = nan_probe()
     return out
+
+
+def nan_probe() -> dict:
+    """What the NaN checks did in this process, observed after the timed steps: a log
+    of -1 on the lazyjit device. With the checks on, its sync raises naming the op
+    (``caught``); off, the NaN comes back as a value (``nan_returned``)."""
+    import torch
+
+    x = torch.tensor([-1.0, 2.0]).to("lazyjit")
+    try:
+        got = torch.log(x).cpu()
+    except RuntimeError as e:
+        return {"caught": True, "nan_returned": False, "message": str(e).splitlines()[0][:300]}
+    return {"caught": False, "nan_returned": bool(got.isnan().any()), "message": None}
 
 
 def run_worker(key: str, nans: int, args) -> dict:

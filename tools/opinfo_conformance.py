@@ -43,6 +43,8 @@ Examples:
   .venv/bin/python tools/opinfo_conformance.py                  # full float32 pass
   .venv/bin/python tools/opinfo_conformance.py --ops add,mul --max-samples-per-op 5
   .venv/bin/python tools/opinfo_conformance.py --sample-other-dtypes
+  .venv/bin/python tools/opinfo_conformance.py --op-stride 12 --op-offset 5 --max-samples-per-op 4 --out /tmp/s.md
+                                                # a sampled subset (tests/python/test_opinfo.py)
 """
 from __future__ import annotations
 
@@ -98,6 +100,8 @@ def select_ops(op_db, args):
             continue
         if args.sample_other_dtypes and idx % OTHER_DTYPES_STRIDE != 0:
             continue
+        if args.op_stride and idx % args.op_stride != args.op_offset % args.op_stride:
+            continue
         chosen.append((idx, full, op))
     return chosen
 
@@ -115,6 +119,9 @@ def main(argv=None):
     p.add_argument("--ops", default=None, help="comma-separated substrings of op names (name.variant)")
     p.add_argument("--exact-ops", default=None, help="comma-separated exact op names (name or name.variant)")
     p.add_argument("--max-samples-per-op", type=int, default=None)
+    p.add_argument("--op-stride", type=int, default=None,
+                   help="a sampled subset: only the ops of op_db whose index is --op-offset modulo N")
+    p.add_argument("--op-offset", type=int, default=0, help="with --op-stride: which residue (default 0)")
     p.add_argument("--only-sample", type=int, default=None, help="run only this sample index")
     p.add_argument("--sample-other-dtypes", action="store_true",
                    help=f"every {OTHER_DTYPES_STRIDE}th op of op_db in " + ", ".join(DEFAULT_OTHER_DTYPES))

@@ -136,8 +136,8 @@ class Server {
   bool up_ = false;
 };
 
-#define NEED_SERVER(server)                                                                       \
-  if (redis_server().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup.sh)"; \
+#define NEED_SERVER(server)                                                                          \
+  if (redis_server().empty()) GTEST_FAIL() << "redis-server is not installed: run scripts/setup.sh"; \
   ASSERT_TRUE(server.up()) << "redis-server did not start"
 
 // A fake Redis server on a free loopback port, for servers that misbehave

@@ -60,7 +60,7 @@ TEST(GraphDot, OneDotNodePerIrNodeEdgesLabelledWithDtypeAndShape) {
 }
 
 TEST(GraphDot, GraphvizAcceptsIt) {
-  if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_SKIP() << "graphviz's dot is not installed";
+  if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_FAIL() << "graphviz's dot is not installed: run scripts/setup.sh";
   // One file per process, so two test runs at once cannot race on it.
   std::string path = testing::TempDir() + "graph_dot_test." + std::to_string(::getpid()) + ".dot";
   std::ofstream(path) << graph_dot(build(), "graph");

@@ -189,18 +189,27 @@ def part_collectives(rank, world, out):
     out["collectives"] = res
 
 
-def _train(model, opt, batches, loss_fn, per_step=None, sync=None):
-    losses = []
+def _train(model, opt, batches, loss_fn, per_step=None, shard=None):
+    """Trains on `batches`; returns each step's loss. With shard=(rank, world) (the
+    eager oracle), it returns with them each step's loss on that rank's part of the
+    batch, under the same weights (what the rank's DDP replica computes locally)."""
+    losses, shard_losses = [], []
     for x, y in batches:
         before = counters() if per_step is not None else None
         opt.zero_grad()
         loss = loss_fn(model, x, y)
+        if shard is not None:
+            with torch.no_grad():
+                rank, world = shard
+                n = x.shape[0] // world
+                part = slice(rank * n, (rank + 1) * n)
+                shard_losses.append(loss_fn(model, x[part], None if y is None else y[part]).item())
         loss.backward()
         opt.step()
         losses.append(loss.item())
         if per_step is not None:
             per_step.append(delta(before, counters()))
-    return losses
+    return (losses, shard_losses) if shard is not None else losses
 
 
 def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adamw=False, **ddp_args):
@@ -219,7 +228,7 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
             return torch.optim.AdamW(params, lr=lr)
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     opt_ref = make_opt(ref.parameters())
-    ref_losses = _train(ref, opt_ref, batches, loss_fn)
+    ref_losses, ref_local_losses = _train(ref, opt_ref, batches, loss_fn, shard=(rank, world))
     # DDP on lazyjit: this rank's half of each batch.
     lazyjit.sync()
     start = counters()
@@ -236,14 +245,18 @@ def _ddp_compare(rank, world, make_model, make_batches, loss_fn, steps, lr, adam
     init = delta(start, counters())
     rebuilt_at_construction = ddp._has_rebuilt_buckets
     losses = _train(ddp, opt, [(shard(x), shard(y)) for x, y in batches], loss_fn, per_step)
-    # The mean of the ranks' losses is the whole batch's loss.
+    # Each rank's own losses, before any all_reduce: its half of the batch, compared
+    # with the eager oracle's loss on the same half (ref_local_losses). The mean of
+    # the ranks' losses is the whole batch's loss (compared with ref_losses).
+    local_losses = list(losses)
     lt = torch.tensor(losses)
     dist.all_reduce(lt)
     lt /= world
     err = max((p.detach().cpu() - q.detach()).abs().max().item()
               for p, q in zip(model.parameters(), ref.parameters()))
     scale = max(q.detach().abs().max().item() for q in ref.parameters())
-    return {"losses": lt.tolist(), "ref_losses": ref_losses, "max_param_err": err, "param_scale": scale,
+    return {"losses": lt.tolist(), "ref_losses": ref_losses, "local_losses": local_losses,
+            "ref_local_losses": ref_local_losses, "max_param_err": err, "param_scale": scale,
             "per_step": per_step, "init": init, "rebuilt_at_construction": rebuilt_at_construction,
             "buckets": len(ddp.reducer._get_zeros_like_grad_buckets()),
             "sync_reasons": lazyjit.metrics()["sync_reasons"],

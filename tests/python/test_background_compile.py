@@ -192,19 +192,28 @@ print(json.dumps({"msg": msg, "ok": ok.cpu().tolist(), **counters()}))
 def test_exit_while_a_compile_runs_is_clean():
     # A large graph's compile is still running when the interpreter exits: the
     # worker is waited for (or its queue dropped), never killed mid-LLVM.
+    # The chain contracts (sin scaled by 1/(1+i+j), a mean): rounding differences
+    # between eager and compiled kernels shrink instead of growing, so eager's sum
+    # is the oracle whichever way the sync ran.
     proc = run_python(r"""
-import torch, lazyjit
-x = torch.randn(64, 64).to("lazyjit")
-ys = []
-for i in range(12):
-    y = x
-    for j in range(40):
-        y = torch.sin(y) * (1.0 + i + j) + torch.tanh(y).sum(-1, keepdim=True)
-    ys.append(y)
-s = sum(t.sum() for t in ys)
-print(float(s.cpu()) == float(s.cpu()), lazyjit.metrics()["background_syncs"] >= 1)
+import json, torch, lazyjit
+torch.manual_seed(0)
+def f(x):
+    ys = []
+    for i in range(12):
+        y = x
+        for j in range(40):
+            y = torch.sin(y) * (1.0 / (1.0 + i + j)) + torch.tanh(y).mean(-1, keepdim=True)
+        ys.append(y)
+    return sum(t.sum() for t in ys)
+x = torch.randn(64, 64)
+s = f(x.to("lazyjit"))
+got = float(s.cpu())
+print(json.dumps({"got": got, "want": float(f(x)), "background_syncs": lazyjit.metrics()["background_syncs"]}))
 """, env_extra=ON)
-    assert proc.stdout.split() == ["True", "True"], proc.stdout
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["got"] == pytest.approx(out["want"], rel=1e-4, abs=1e-3), out
+    assert out["background_syncs"] >= 1, out
     assert "terminate" not in proc.stderr and "Segmentation" not in proc.stderr, proc.stderr
 
 

@@ -19,8 +19,23 @@ import pytest
 from conftest import PYTHON_DIR, ROOT
 
 TOOL = os.environ.get("LAZYJIT_CACHE_TOOL", os.path.join(ROOT, "build", "lazyjit-cache"))
-if not os.access(TOOL, os.X_OK):
-    pytest.skip(f"{TOOL} not built (ninja -C build lazyjit-cache)", allow_module_level=True)
+
+
+def require(program):
+    """scripts/setup.sh installs every program these tests use: one missing is a
+    broken set-up, and fails the test that needs it."""
+    path = shutil.which(program) or (program if os.access(program, os.X_OK) else None)
+    if path is None:
+        pytest.fail(f"{program} is not installed: run scripts/setup.sh", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tool_is_built():
+    if not os.access(TOOL, os.X_OK):
+        pytest.fail(f"{TOOL} is not built: run scripts/build.sh (scripts/setup.sh, then ninja -C build)",
+                    pytrace=False)
+
 
 # An MLP forward at batch size argv[1] (default 8), checked against eager; the
 # last line is the process's compile counters as JSON.
@@ -168,8 +183,8 @@ def test_show_prints_manifest_ir_plan_and_assembly(cache):
     key = mlp_entries(tool_json("ls", "--dir", cache["dir"]))[8]["key"]
     text = tool("show", key[:40], "--dir", cache["dir"], "--asm").stdout
     assert key in text and "== IR" in text and "gelu" in text and "== plan" in text and "fused_0" in text
-    if shutil.which("llvm-objdump-19"):
-        assert "<fused_0>:" in text
+    require("llvm-objdump-19")  # --asm disassembles with it
+    assert "<fused_0>:" in text
     shown = tool_json("show", key, "--dir", cache["dir"], "--llvm")
     assert shown["manifest"]["key"] == key and shown["llvm"] is None and shown["notes"]
 
@@ -279,14 +294,14 @@ def png_distinct_bytes(path):
 CHROMIUM = "/usr/bin/chromium"
 
 
-@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium not installed")
 def test_report_html_loads_in_headless_chromium_and_shows_every_entry(cache, tmp_path):
+    require(CHROMIUM)
     page = tmp_path / "report.html"
     assert "wrote" in tool("report", "--html", page, "--dir", cache["dir"]).stdout
     html = page.read_text()
     assert "<script src" not in html and "<link" not in html  # self-contained
-    if shutil.which("dot"):
-        assert html.count("<svg") >= 2 + 1  # two charts and at least one graph
+    require("dot")  # the report draws each entry's graph with it
+    assert html.count("<svg") >= 2 + 1  # two charts and at least one graph
     base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
             "--enable-logging=stderr", "--v=0", "--window-size=1200,900"]

@@ -231,17 +231,36 @@ def test_print_contents(capsys):
     assert repr(x.to(DEV).double()).endswith("device='lazyjit:0', dtype=torch.float64)")
 
 
-def test_python_control_flow_on_values():
-    x = torch.randn(16)
-    d = x.to(DEV)
-    if (d.sum() > 0).item():
-        want = x * 2
-        got = d * 2
+def _branchy(t):
+    """Python control flow on tensor values: an if on the sum's sign, then a loop whose
+    trip count is the number of halvings until the largest magnitude is at most 0.5.
+    Returns the result and the path Python took."""
+    path = []
+    if t.sum() > 0:  # Tensor.__bool__: a sync on lazyjit
+        path.append("positive")
+        t = t * 2
     else:
-        want = x - 1
-        got = d - 1
+        path.append("not positive")
+        t = t - 1
+    n = 0
+    while bool(t.abs().max() > 0.5) and n < 64:
+        t = t * 0.5
+        n += 1
+    path.append(n)
+    return t, path
+
+
+@pytest.mark.parametrize("sign, branch", [(1.0, "positive"), (-1.0, "not positive")])
+def test_python_control_flow_on_values(sign, branch):
+    # Data whose sum has the given sign, so each case takes the other branch; the
+    # decisions lazyjit's values lead Python to are eager's, and so are the results.
+    x = (torch.rand(16) + 0.25) * sign
+    x[3] = -x[3]  # not all one sign
+    got, got_path = _branchy(x.to(DEV))
+    want, want_path = _branchy(x)
+    assert want_path[0] == branch and want_path[1] >= 1, want_path  # the data exercise what they should
+    assert got_path == want_path
     assert_close(got.cpu(), want)
-    assert bool(d.abs().max() >= 0)
 
 
 # ---- device mismatch --------------------------------------------------------------

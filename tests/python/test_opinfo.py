@@ -1,8 +1,11 @@
 """OpInfo conformance (issue 3, item 9).
 
-The full pass is long-running and lives in tools/opinfo_conformance.py (see
-docs/conformance/README.md); here it runs on a fixed subset of common ops, a few
-samples each, in worker subprocesses, and the committed report is checked.
+The full pass lives in tools/opinfo_conformance.py (see docs/conformance/README.md),
+which writes the committed report docs/conformance/opinfo_float32.{md,json}. Here
+the harness runs, now, on a fixed subset of common ops and on a sample of the whole
+op_db (every SAMPLED_STRIDE-th op, a few samples each): issue 16's float32 target
+(>= 99% of samples pass, none crashes) is asserted on that run. The committed report
+is checked for being the tool's output of a full pass, consistent with itself.
 """
 import json
 import os
@@ -32,6 +35,14 @@ SAMPLES_PER_OP = 3
 # excluded) pass. The margin absorbs small regressions' noise, not whole ops:
 # one op failing all its samples (~2%) stays above it, two do not.
 MIN_PASS_RATE_OF_RUN = 0.97
+
+# The sampled run: every SAMPLED_STRIDE-th op of op_db (index = offset mod stride),
+# at most SAMPLED_SAMPLES samples each: ~170 ops, ~1,000 samples, ~40 s on 2 cores.
+# LAZYJIT_OPINFO_OFFSET picks another quarter of op_db (0..3).
+SAMPLED_STRIDE = 4
+SAMPLED_OFFSET = int(os.environ.get("LAZYJIT_OPINFO_OFFSET", "1"))
+SAMPLED_SAMPLES = 6
+TARGET_PASS_RATE = 0.99  # issue 16's float32 target, over all samples (skips count against it)
 
 
 def _run(args, env_extra=None, timeout=240):
@@ -106,6 +117,50 @@ def test_random_ops_match_the_cpu_generator(tmp_path):
     assert passed >= 3, passed
 
 
+@pytest.fixture(scope="module")
+def sampled_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("opinfo") / "sampled.md")
+    r = _run(["--op-stride", str(SAMPLED_STRIDE), "--op-offset", str(SAMPLED_OFFSET),
+              "--max-samples-per-op", str(SAMPLED_SAMPLES), "--out", out, "--quiet"], timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return _load(out)
+
+
+def test_sampled_op_db_meets_the_float32_target(sampled_run):
+    doc = sampled_run
+    s = doc["summary"]["float32"]
+    ops = [o for o in doc["ops"] if o["dtype"] == "float32"]
+    # A quarter of op_db (~700 OpInfos in torch 2.13), not a handful.
+    assert len(ops) > 150 and s["total"] > 600, (len(ops), s["total"])
+    assert not doc["meta"]["harness_errors"], doc["meta"]
+    broken = [(o["op"], x["index"], x["status"], x.get("reason")) for o in ops for x in o["samples"]
+              if x["status"] in ("crash", "timeout")]
+    assert not broken, broken
+    not_passed = [(o["op"], x["index"], x["status"], x.get("reason")) for o in ops for x in o["samples"]
+                  if x["status"] != "pass"]
+    rate = s["pass"] / s["total"]
+    assert rate >= TARGET_PASS_RATE, (rate, not_passed[:40])
+
+
+def test_committed_report_is_the_tools_full_pass(sampled_run):
+    """The committed report has the shape the tool writes now (the sampled run's) and
+    comes from a full pass (no subset options), written to the tool's default path."""
+    with open(REPORT_JSON) as f:
+        doc = json.load(f)
+    assert set(doc) == set(sampled_run), (set(doc), set(sampled_run))
+    assert set(doc["meta"]) == set(sampled_run["meta"]), (set(doc["meta"]), set(sampled_run["meta"]))
+    s, ref = doc["summary"]["float32"], sampled_run["summary"]["float32"]
+    assert set(s) == set(ref), (set(s), set(ref))
+    op_keys = {"op", "op_index", "dtype", "samples", "secs", "unsupported", "gen_error"}
+    assert all(set(o) <= op_keys for o in doc["ops"]), [set(o) - op_keys for o in doc["ops"] if set(o) - op_keys]
+    args = doc["meta"]["args"].split()
+    subset = {"--ops", "--exact-ops", "--max-samples-per-op", "--only-sample", "--op-stride", "--dtypes",
+              "--sample-other-dtypes", "--out"}
+    assert not subset & set(a.split("=")[0] for a in args), doc["meta"]["args"]
+    h = _harness()
+    assert h.STATUSES == STATUSES
+
+
 def test_committed_report_exists_and_parses():
     assert os.path.exists(REPORT_MD), REPORT_MD
     with open(REPORT_MD) as f:
@@ -131,10 +186,7 @@ def test_committed_report_exists_and_parses():
     # ~17,000 float32 samples.
     assert nops > 600 and s["total"] > 15000, (nops, s["total"])
     assert s["pass_rate_all"] == pytest.approx(s["pass"] / s["total"], abs=1e-4)
-    # Issue 16's float32 target, over all samples: since the harness compares by
-    # the op's contract the samples it used to skip (the rules), skips no longer
-    # stand between the pass rate and it. No sample may crash.
-    assert s["pass_rate_all"] >= 0.99 and s["crash"] == 0, s
+    # (Issue 16's target, >= 99%, rests on the run above: test_sampled_op_db_meets_the_float32_target.)
     # The same run under the old rules, for comparability: every sample compared
     # by a rule counts as a skip there.
     ruled = sum(sum(v.values()) for v in s["rules"].values())
