@@ -166,6 +166,7 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
 
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/explain/1"},
+                {"dir", cache.dir},
                 {"a", {{"key", a.key}, {"site", a.site()}}},
                 {"b", {{"key", b.key}, {"site", b.site()}}},
                 {"same_entry", a.key == b.key},

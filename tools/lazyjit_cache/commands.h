@@ -10,8 +10,8 @@
 namespace lazyjit::cache_tool {
 
 struct Common {
-  std::string dir;  // --dir; empty: the runtime's default
-  bool json = false;
+  std::string dir;  // --dir, before or after the command (main.cpp); empty: the runtime's default
+  bool json = false;  // --json, likewise; only commands with JSON output accept it
 };
 
 struct LsOptions {
