@@ -1,4 +1,4 @@
-// The README's C++ example: record, sync, check against eager.
+// The C++ example of docs/cpp.md: record, sync, check against eager.
 #include <torch/torch.h>
 
 #include <iostream>

@@ -223,7 +223,7 @@ Config Config::from_env() {
     if (name.rfind("LAZYJIT_", 0) != 0) continue;
     bool known = is_switch(name);
     for (const char* p : kOtherPrefixes) known |= name.rfind(p, 0) == 0;
-    if (!known) c.warnings.push_back("unknown setting " + name + " (ignored; the switches are listed in the README)");
+    if (!known) c.warnings.push_back("unknown setting " + name + " (ignored; the switches are listed in docs/switches.md)");
   }
   return c;
 }

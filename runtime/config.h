@@ -2,7 +2,7 @@
 // runtime passes the parts each layer needs explicitly (lowering options,
 // codegen options, dump directory, thread count); what changes generated code
 // also feeds the cache key, from this same object, so the two cannot drift.
-// The README's "Switches" table documents each field.
+// docs/switches.md documents each field.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -64,7 +64,7 @@ struct Config {
   // The same, with each switch's value from `env` ("" when unset); no check for
   // unknown LAZYJIT_* names (from_env adds that).
   static Config from(const std::function<std::string(const char*)>& env);
-  // Whether `name` is a switch this config reads (the README's "Switches" table).
+  // Whether `name` is a switch this config reads (docs/switches.md).
   static bool is_switch(const std::string& name);
   // "" when `value` is a value switch `name` takes, else why not: the warning
   // from_env would give, less its fallback (e.g. "LAZYJIT_VECTOR_BITS=7 is not

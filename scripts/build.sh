@@ -20,7 +20,7 @@ state="build/ was up to date"
 if [ "$todo" -gt 0 ]; then
   state="built"
   what="ninja -j$jobs: $todo build steps"
-  [ "$todo" -gt 50 ] && what+=" (a first build takes about half an hour on 2 cores; tail -f ${LAZYJIT_SETUP_LOG#"$PWD"/} to follow)"
+  [ "$todo" -gt 50 ] && what+=" (a first build takes about 10 minutes on 2 cores; tail -f ${LAZYJIT_SETUP_LOG#"$PWD"/} to follow)"
   step build "$what" ninja -C build -j"$jobs"
 fi
 bash scripts/venv_install.sh .venv

@@ -591,7 +591,7 @@ def test_item_in_python_control_flow_is_eager_and_recorded(fresh):
 
 # ---- 4. scalars are program arguments, not part of the key ----------------------------
 #
-# Policy (README, "What is specialised, what is an argument"): a compiled program is keyed by
+# Policy (docs/limits.md, "What is specialised, what is an argument"): a compiled program is keyed by
 # graph structure, shapes/strides and target. Python numbers and 0-d CPU tensors are program
 # arguments; only their kind (float/int/bool) is in the key. The one specialised value is
 # alpha == 1 in add/sub (alpha=1 and alpha=2 give different programs; alpha=2 and alpha=3 share one).
