@@ -38,3 +38,15 @@ def test_op_line_matches_eager(name):
 def test_worker_reports_first_call_and_imports():
     r = bench.one("lazyjit", bench.OPS["cumsum"])
     assert r["ms"] > 0 and r["sympy"] is False and r["dynamo"] is False, r
+
+
+def test_worker_first_step_and_cold_compile():
+    """The two lazyjit columns: the first step (background compile, the default) runs
+    the graph op by op; the cold compile (LAZYJIT_BACKGROUND_COMPILE=off) compiles in
+    the sync. Both count the compile: the worker reads the counters after
+    wait_for_compiles()."""
+    first = bench.one("lazyjit", bench.OPS["mul"])
+    cold = bench.one("lazyjit_cold", bench.OPS["mul"])
+    assert first["background_syncs"] == 1 and first["llvm_compiles"] >= 1, first
+    assert cold["background_syncs"] == 0 and cold["waited_for"] == 0, cold
+    assert cold["llvm_compiles"] == first["llvm_compiles"] and cold["compile_ms"] > 0, (first, cold)
