@@ -29,28 +29,14 @@
 #include <gtest/gtest.h>
 
 #include "cache/entry_file.h"
+#include "tests/cache/disk_test_util.h"
 
 namespace lazyjit::cache {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A fresh directory, removed at the end (the server's --dir).
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/lazyjit_redis_XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;  // the server's --dir
 
 // A loopback socket bound to a free port; listen() makes connects succeed
 // (the kernel's backlog) with nobody ever answering.
