@@ -277,13 +277,38 @@ void TraceContext::sync(const std::string& reason, const std::string& site) {
   run_pending(reason, site);
 }
 
+// A sync, step by step: refuse it in a strict region, choose the outputs,
+// run the graph through the runtime (runtime/pipeline.cpp is the map from
+// there), give each storage its result, then report what the run found.
 void TraceContext::run_pending(const std::string& reason, const std::string& site) {
   std::lock_guard<std::recursive_mutex> lock(mutex());
   if (graph_->nodes().empty()) return;
+  refuse_in_strict_region(reason, site);
+  const ir::Graph::OutputMark mark = graph_->output_mark();
+  Results results = choose_outputs();
+  if (results.empty()) {
+    reset();
+    return;
+  }
+  debug::Metrics::get().sync(reason, site);
+  std::vector<OpEvent> events;
+  runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
+  runtime::SyncResult r = run_graph(reason, site, b, results, mark, &events);
+  write_back(r, b, results);
+  if (!r.failures.empty()) return fail_steps(r, results, site);
+  reset();
+  // After the reset: a hook may record ops, or raise, on a clean graph.
+  report_run(events, r, site);
+}
+
+void TraceContext::refuse_in_strict_region(const std::string& reason, const std::string& site) const {
   if (in_strict_region() && reason != "lazyjit.sync()")
     throw StrictError("lazyjit.strict: an implicit sync in a strict region (" + reason + ")" +
                       (site.empty() ? std::string() : " at " + site) +
                       "; call lazyjit.sync() where the region may sync (nothing ran)");
+}
+
+TraceContext::Results TraceContext::choose_outputs() {
   // Live storages whose elements the graph changed, ordered by the value each
   // holds: value numbers follow the trace, so the same program gets the same
   // output order (and key) whichever tensors the caller happens to keep.
@@ -291,8 +316,7 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   std::sort(live.begin(), live.end(), [](auto* a, auto* b) {
     return a->value != b->value ? a->value < b->value : a->seq < b->seq;
   });
-  ir::Graph::OutputMark mark = graph_->output_mark();
-  std::vector<std::pair<LazyStorage*, size_t>> results;
+  Results results;
   std::unordered_map<ValueId, size_t> output_index;
   for (LazyStorage* s : live) {
     const ir::Node& p = graph_->producer(s->value);
@@ -301,11 +325,12 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     if (fresh) graph_->add_output(s->value);
     results.emplace_back(s, it->second);
   }
-  if (results.empty()) {
-    reset();
-    return;
-  }
-  debug::Metrics::get().sync(reason, site);
+  return results;
+}
+
+runtime::SyncResult TraceContext::run_graph(const std::string& reason, const std::string& site,
+                                            runtime::Bindings& b, const Results& results,
+                                            const ir::Graph::OutputMark& mark, std::vector<OpEvent>* events) {
   // LAZYJIT_LOG=syncs / LAZYJIT_DEBUG>=1: one line per sync (runtime/sync_log.h).
   static const bool log_syncs = runtime::process_config().log_syncs;
   const size_t log_ops = log_syncs ? graph_->nodes().size() - graph_->inputs().size() - graph_->scalars().size() : 0;
@@ -314,10 +339,8 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   if (debug::trace_enabled())
     span.emplace("sync", "sync " + reason,
                  debug::TraceArgs{{"reason", reason}, {"site", site}, {"nodes", graph_->nodes().size()},
-                                  {"outputs", graph_->outputs().size()}, {"inputs", inputs_.size()}});
+                                  {"outputs", graph_->outputs().size()}, {"inputs", b.inputs.size()}});
   runtime::SyncResult r;
-  std::vector<OpEvent> events;
-  runtime::Bindings b{std::move(inputs_), std::move(scalars_)};
   try {
     // Inputs marked dynamic get shape-generic kernels from the first compile;
     // marked static, kernels for their exact sizes (dynamic wins if both).
@@ -329,7 +352,7 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     const bool hooks = has_lazy_op_hooks();
     if (hooks || runtime::process_config().op_timing)
       observer = [&](const runtime::ObservedRun& run) {
-        events = op_events(run, [this](uint32_t node) {
+        *events = op_events(run, [this](uint32_t node) {
           const NodeOrigin* o = origin(node);
           return o ? NodeOp{o->first, o->op, o->site} : NodeOp{};
         }, /*copy=*/hooks);
@@ -364,6 +387,10 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
                  runtime::sync_line(reason, site, log_ops, r.note,
                                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_t0).count())
                      .c_str());
+  return r;
+}
+
+void TraceContext::write_back(const runtime::SyncResult& r, const runtime::Bindings& b, const Results& results) {
   // A result may be an input's memory or shared by two storages: each storage
   // must own its elements, so later in-place steps cannot leak between them.
   std::unordered_set<const void*> taken;
@@ -375,9 +402,10 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
     s->data = t.as_strided({t.numel()}, {1}, t.storage_offset());
     s->epoch = 0;
   }
-  if (!r.failures.empty()) return fail_steps(r, results, site);
-  reset();
-  // After the reset: a hook may record ops, or raise, on a clean graph.
+}
+
+void TraceContext::report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r,
+                              const std::string& site) {
   if (!events.empty()) {
     if (runtime::process_config().op_timing) add_to_timing_table(events);
     if (has_lazy_op_hooks()) call_lazy_op_hooks(events);
@@ -392,8 +420,7 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
                                   (site.empty() ? std::string() : " at " + site) + " computed: " + r.nan_report);
 }
 
-void TraceContext::fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
-                              const std::string& site) {
+void TraceContext::fail_steps(executor::RunResult& r, const Results& results, const std::string& site) {
   const std::thread::id me = std::this_thread::get_id();
   std::vector<std::shared_ptr<const std::string>> why;
   std::vector<std::thread::id> owner;

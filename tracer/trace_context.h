@@ -36,12 +36,17 @@
 // that this widely included header does not pull in the executor's.
 namespace lazyjit::executor {
 struct RunResult;
+struct Bindings;
+}
+namespace lazyjit::runtime {
+struct SyncResult;
 }
 namespace c10 {
 struct IValue;
 }
 namespace lazyjit {
 class Capture;
+struct OpEvent;
 }
 
 namespace lazyjit::tracer {
@@ -161,9 +166,22 @@ class TraceContext {
   // Whether note_op_nodes is wanted (one of those is on).
   static bool wants_op_origins();
  private:
+  // The steps of run_pending, in order. A sync's outputs: each storage it
+  // computes and the graph output that holds its result.
+  using Results = std::vector<std::pair<LazyStorage*, size_t>>;
+  void refuse_in_strict_region(const std::string& reason, const std::string& site) const;
+  Results choose_outputs();
+  // Runs the graph through the runtime (and logs the sync): on Ctrl-C or a
+  // refused compile the graph is rewound and still pending; on a failed
+  // compile every storage it was to compute is lost, saying why; both rethrow.
+  runtime::SyncResult run_graph(const std::string& reason, const std::string& site, executor::Bindings& b,
+                                const Results& results, const ir::Graph::OutputMark& mark,
+                                std::vector<OpEvent>* events);
+  void write_back(const runtime::SyncResult& r, const executor::Bindings& b, const Results& results);
+  // Hooks, the per-op timing table, then the check's and NaN checks' reports (raised).
+  void report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r, const std::string& site);
   // After a run with failed steps: loses what depends on them, resets, raises.
-  void fail_steps(executor::RunResult& r, const std::vector<std::pair<LazyStorage*, size_t>>& results,
-                  const std::string& site);
+  void fail_steps(executor::RunResult& r, const Results& results, const std::string& site);
   // Raises an error of an op this thread recorded that failed in another thread's sync.
   static void raise_deferred();
   // Keeps `error` for `thread`'s next sync; dropped if that thread has exited
