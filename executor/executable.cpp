@@ -10,6 +10,7 @@
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
+#include "executor/collective_in_flight.h"
 #include "executor/eager_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
@@ -48,32 +49,6 @@ void run_view(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& en
   env[n.outputs[0]] = out;
 }
 
-// Collectives (tracer/collectives.cpp: lazyjit_c10d::all_reduce, ...) run as
-// their `_start` form, which hands the buffer to the process group's backend
-// and returns without waiting: the steps after it that do not read its result
-// run while it is in flight, and the first step that reads it (or the end of
-// the run) waits for it (`_c10d_functional::wait_tensor`). Programs keep
-// collectives in recorded order, so every rank starts them in the same order.
-constexpr const char* kCollectivePrefix = "lazyjit_c10d::";
-
-bool is_collective(const ir::Node& n) {
-  return n.kind == OpKind::Aten && std::get<std::string>(n.attrs[0].value).rfind(kCollectivePrefix, 0) == 0;
-}
-
-bool has_op(const std::string& full) {
-  return c10::Dispatcher::singleton().findSchema({full, ""}).has_value();
-}
-
-void wait_collective(at::Tensor& t) {
-  static const c10::OperatorHandle wait =
-      c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::wait_tensor", "");
-  auto t0 = std::chrono::steady_clock::now();
-  torch::jit::Stack stack{t};
-  wait.callBoxed(&stack);
-  debug::Metrics::get().time(
-      "collective wait", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-}
-
 // The base of step `si`'s in-place work: value `v` when it is a step result
 // (not an input: the caller's data) that no later step reads (the buffer plan
 // frees it after `si`, and a view of it would keep it), held by nothing else,
@@ -86,46 +61,20 @@ bool dead_after(const lowering::Program& p, size_t si, ir::ValueId v, const std:
          t.sizes().equals(p.graph.value(v).type.sizes) && t.strides().equals(p.graph.value(v).type.strides);
 }
 
-// An all_reduce whose input no later step reads reduces that buffer in place
-// (`_c10d_functional::all_reduce_`, left in flight) instead of a copy of it:
-// DDP's bucket, divided by the group size, is reduced where it lies.
-bool all_reduce_in_place(const lowering::Program& p, size_t si, const ir::Node& n, std::vector<at::Tensor>& env) {
-  if (std::get<std::string>(n.attrs[0].value) != "lazyjit_c10d::all_reduce" || n.attrs.size() != 4) return false;
-  const auto* op = std::get_if<std::string>(&n.attrs[2].value);
-  const auto* group = std::get_if<std::string>(&n.attrs[3].value);
-  ir::ValueId in = n.operands.at(0), out = n.outputs.at(0);
-  if (!op || !group || *op == "avg" || !dead_after(p, si, in, env) || !env[in].is_contiguous() ||
-      p.graph.value(in).type.sizes != p.graph.value(out).type.sizes ||
-      p.graph.value(in).type.strides != p.graph.value(out).type.strides)
-    return false;
-  static const c10::OperatorHandle all_reduce_ =
-      c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::all_reduce_", "");
-  auto t0 = std::chrono::steady_clock::now();
-  torch::jit::Stack stack{env[in], *op, *group};
-  all_reduce_.callBoxed(&stack);
-  env[out] = env[in];
-  debug::Metrics::get().time(
-      "collective all_reduce", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return true;
-}
-
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program) : program_(std::move(program)) {
   const lowering::Program& p = *program_;
   aten_.resize(p.plan.steps.size());
+  collectives_.resize(p.plan.steps.size());
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     const Step& s = p.plan.steps[si];
     if (s.kind != Step::Kind::Aten) continue;
     const ir::Node& n = p.graph.nodes()[s.node];
-    std::string start = is_collective(n) ? std::get<std::string>(n.attrs[0].value) + "_start" : "";
-    if (!start.empty() && has_op(start)) {
-      ir::Node c = n;
-      c.attrs[0].value = start;
-      aten_[si] = std::make_unique<AtenCall>(p.graph, c);
-    } else {
+    if (std::optional<Collective> c = decode_collective(p.graph, n))
+      collectives_[si] = std::make_unique<CollectiveStep>(p.graph, n, std::move(*c));
+    else
       aten_[si] = std::make_unique<AtenCall>(p.graph, n, /*onednn_gemms=*/!p.plan.op_by_op);
-    }
   }
   for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));
 }
@@ -153,12 +102,15 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       launch_kernel(p.plan.kernels[s.kernel], p.plan.kernel_fns[s.kernel], dims_[s.kernel].data(), p.graph, env,
                     b.scalars, threads, b.into);
       break;
-    case Step::Kind::Aten: {
-      const ir::Node& n = p.graph.nodes()[s.node];
-      if (is_collective(n) && all_reduce_in_place(p, si, n, env)) break;
-      aten_[si]->run(p.graph, n, env, b.scalars);
+    case Step::Kind::Aten:
+      if (const CollectiveStep* c = collectives_[si].get()) {
+        // An input no later step reads may be reduced where it lies.
+        ir::ValueId in = c->input();
+        c->start(env, c->may_reuse_input() && dead_after(p, si, in, env) && env[in].is_contiguous());
+        break;
+      }
+      aten_[si]->run(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
-    }
     case Step::Kind::AsStrided:
       run_view(p.graph, p.graph.nodes()[s.node], env);
       break;
@@ -232,44 +184,17 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   // Per value, the failure it depends on (-1: none); empty until a step throws,
   // so a run without failures only tests that it is empty.
   std::vector<int32_t> failed_by;
-  // Results of collectives started and not yet waited for (see is_collective).
-  std::vector<ir::ValueId> in_flight;
-  auto reads_in_flight = [&](size_t si) {
-    const Step& s = p.plan.steps[si];
-    auto hit = [&](ir::ValueId v) {
-      for (;;) {  // a view read through (a folded AsStrided) reads its base
-        if (std::find(in_flight.begin(), in_flight.end(), v) != in_flight.end()) return true;
-        const ir::Node& pr = g.producer(v);
-        if (pr.kind != OpKind::AsStrided || pr.operands.empty()) return false;
-        v = pr.operands[0];
-      }
-    };
-    if (s.kind == Step::Kind::Kernel) {
-      for (const lowering::Access& a : p.plan.kernels[s.kernel].loads)
-        if (a.scalar_index < 0 && hit(a.value)) return true;
-      return false;
-    }
-    for (ir::ValueId v : g.nodes()[s.node].operands)
-      if (hit(v)) return true;
-    return false;
-  };
-  auto wait_all = [&] {
-    for (ir::ValueId v : in_flight)
-      if (env[v].defined()) wait_collective(env[v]);
-    in_flight.clear();
-  };
+  CollectivesInFlight in_flight;  // collectives started and not yet waited for
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     // Every rank waits for its collectives in the same order it started them.
-    if (!in_flight.empty() && (after || reads_in_flight(si))) wait_all();
+    if (!in_flight.empty() && (after || in_flight.read_by(p, p.plan.steps[si]))) in_flight.wait_all(env);
     int32_t skip = failed_by.empty() ? -1 : failed_operand(si, failed_by);
     if (skip >= 0) {
       mark_results(si, skip, failed_by);
     } else {
       try {
         run_step(si, env, b, threads, &r.stored_nonfinite);
-        const Step& s = p.plan.steps[si];
-        if (s.kind == Step::Kind::Aten && is_collective(g.nodes()[s.node]))
-          for (ir::ValueId v : g.nodes()[s.node].outputs) in_flight.push_back(v);
+        if (collectives_[si]) in_flight.started(g.nodes()[p.plan.steps[si].node].outputs);
       } catch (...) {
         const Step& s = p.plan.steps[si];
         uint32_t node = s.kind == Step::Kind::Kernel ? p.plan.kernels[s.kernel].nodes.front() : s.node;
@@ -284,11 +209,11 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       for (ir::ValueId v : p.plan.frees[si]) env[v].reset();
   }
   try {
-    wait_all();
+    in_flight.wait_all(env);
   } catch (...) {
     // A collective that failed in flight: its results are lost (its node is the failure).
     if (failed_by.empty()) failed_by.assign(g.values().size(), -1);
-    for (ir::ValueId v : in_flight) {
+    for (ir::ValueId v : in_flight.values()) {
       r.failures.push_back({g.value(v).node, std::current_exception()});
       failed_by[v] = static_cast<int32_t>(r.failures.size() - 1);
       env[v].reset();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "executor/aten_call.h"
+#include "executor/collective_step.h"
 #include "lowering/program.h"
 
 namespace lazyjit::executor {
@@ -74,7 +75,10 @@ class Executable {
   void mark_results(size_t si, int32_t failure, std::vector<int32_t>& failed_by) const;
 
   std::shared_ptr<const lowering::Program> program_;
-  std::vector<std::unique_ptr<AtenCall>> aten_;  // per step; null for other kinds
+  // How each Aten step runs, prepared once: a collective (collective_step.h)
+  // or an ATen call. Per step; null for other kinds.
+  std::vector<std::unique_ptr<AtenCall>> aten_;
+  std::vector<std::unique_ptr<CollectiveStep>> collectives_;
   std::vector<std::vector<int64_t>> dims_;       // per kernel: lowering::kernel_dims
 };
 

@@ -198,7 +198,7 @@ at::Tensor broadcast(const at::Tensor& t, int64_t src, const std::string& group)
 // Runs _c10d_functional op `name` on `args` and, unless `start_only`, waits for
 // it; the time is counted under "collective <what>". Started only, the
 // collective is in flight when this returns: `_c10d_functional::wait_tensor`
-// on the result waits (programs run the `_start` forms, executor/executable.cpp).
+// on the result waits (programs run the `_start` forms, executor/collective_step.cpp).
 at::Tensor run_functional(const char* name, const char* what, Stack args, bool start_only = false) {
   auto t0 = std::chrono::steady_clock::now();
   handle(name).callBoxed(&args);
@@ -518,7 +518,7 @@ TORCH_LIBRARY(lazyjit_c10d, m) {
   m.def("all_gather_into_tensor(Tensor input, int group_size, str group_name) -> Tensor");
   m.def("reduce_scatter_tensor(Tensor input, str reduce_op, int group_size, str group_name) -> Tensor");
   m.def("broadcast(Tensor input, int src, str group_name) -> Tensor");
-  // What a program's step runs: the same, in flight on return (executor/executable.cpp waits).
+  // What a program's step runs: the same, in flight on return (executor/collective_in_flight.cpp waits).
   m.def("all_reduce_start(Tensor input, str reduce_op, str group_name) -> Tensor");
   m.def("all_gather_into_tensor_start(Tensor input, int group_size, str group_name) -> Tensor");
   m.def("reduce_scatter_tensor_start(Tensor input, str reduce_op, int group_size, str group_name) -> Tensor");
