@@ -62,7 +62,7 @@ def counts():
     t = m["timings"]
     return {"onednn": t.get("onednn gemm", {}).get("count", 0), "small": t.get("small gemm", {}).get("count", 0),
             "graphs": m["graphs_executed"], "background_syncs": m["background_syncs"],
-            "eager_syncs": m["eager_syncs"], "step_ops": m["step_ops"]}
+            "op_by_op_syncs": m["op_by_op_syncs"], "step_ops": m["step_ops"]}
 
 g = torch.Generator().manual_seed(0)
 out = []
@@ -80,7 +80,7 @@ for m, k, n, layout in json.loads(sys.argv[1]):
     y = (a @ b).cpu()            # the observed run: the compiled program
     c1 = counts()
     d = {key: c1[key] - c0[key] for key in c0}
-    compiled = d["graphs"] >= 1 and d["background_syncs"] == 0 and d["eager_syncs"] == 0 and d["step_ops"] == 0
+    compiled = d["graphs"] >= 1 and d["background_syncs"] == 0 and d["op_by_op_syncs"] == 0 and d["step_ops"] == 0
     path = ("oneDNN" if d["onednn"] else "small GEMM" if d["small"] else "ATen mm" if compiled
             else "not compiled")
     err = (y - a.cpu() @ b.cpu()).abs().max().item()

@@ -15,7 +15,7 @@ const char* counter_name(Counter c) {
     case Counter::GenericCompiles: return "generic_compiles";
     case Counter::DynamicDims: return "dynamic_dims";
     case Counter::ShapeBinds: return "shape_binds";
-    case Counter::EagerSyncs: return "eager_syncs";
+    case Counter::OpByOpSyncs: return "op_by_op_syncs";
     case Counter::BackgroundSyncs: return "background_syncs";
     case Counter::BackgroundCompiles: return "background_compiles";
     case Counter::BackgroundFinished: return "background_finished";
@@ -113,7 +113,7 @@ std::string Metrics::report() const {
   for (const auto& [k, v] : s.counters) os << "  " << k << ": " << v << "\n";
   if (int64_t pending = s.counters["background_compiles"] - s.counters["background_finished"]; pending > 0)
     os << pending << " compile" << (pending == 1 ? " is" : "s are")
-       << " still queued or running in the background: compiles and disk_writes do not count "
+       << " still queued or running in the background: compiles and disk_writes may not count "
        << (pending == 1 ? "it" : "them") << " yet (lazyjit.wait_for_compiles() waits)\n";
   auto section = [&](const char* title, const std::map<std::string, int64_t>& m) {
     if (m.empty()) return;

@@ -20,7 +20,7 @@ enum class Counter : int {
   GenericCompiles, // of llvm_compiles: shape-generic kernels (sizes read at run time)
   DynamicDims,     // input dims that took a second size at a sync call site (runtime/recompile_explainer.h)
   ShapeBinds,      // programs made for new sizes from a compiled one of the same structure (runtime/shape_binder.h)
-  EagerSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=eager)
+  OpByOpSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op)
   BackgroundSyncs, // graphs run op by op while their program compiled in the background (LAZYJIT_BACKGROUND_COMPILE)
   BackgroundCompiles,  // programs queued to compile in the background
   BackgroundFinished,  // of those, finished (compiled or loaded; a failed one is compiled again at its next sync)

@@ -11,7 +11,7 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/collective_in_flight.h"
-#include "executor/eager_node.h"
+#include "executor/op_by_op_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
 
@@ -127,9 +127,9 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
       run_view(p.graph, n, env, reuse);
       break;
     }
-    case Step::Kind::Eager:
-      if (s.group >= 0) run_eager_layer_norm(p.graph, p.plan.layer_norms[s.group], env, b.scalars);
-      else run_eager_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
+    case Step::Kind::OpByOp:
+      if (s.group >= 0) run_op_by_op_layer_norm(p.graph, p.plan.layer_norms[s.group], env, b.scalars);
+      else run_op_by_op_node(p.graph, p.graph.nodes()[s.node], env, b.scalars);
       break;
   }
 }

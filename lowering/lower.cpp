@@ -20,7 +20,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   std::optional<debug::TraceSpan> span, phase;
   const bool tracing = debug::trace_enabled();
   if (tracing)
-    span.emplace("compile", opts.eager ? "program (op by op)" : "program",
+    span.emplace("compile", opts.op_by_op ? "program (op by op)" : "program",
                  debug::TraceArgs{{"key", opts.dump_name}, {"nodes", graph.nodes().size()}});
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: malformed graph: " + err + "\n" + graph.str());
@@ -45,7 +45,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   PlanOptions plan_opts = opts.plan;
   plan_opts.fuse = opts.plan.fuse && !off("fuse");
   plan_opts.buffers = opts.plan.buffers && !off("buffers");
-  program->plan = opts.eager ? plan_eager(graph, plan_opts) : plan_graph(graph, plan_opts);
+  program->plan = opts.op_by_op ? plan_op_by_op(graph, plan_opts) : plan_graph(graph, plan_opts);
   dump(".plan.txt", program->plan.str(graph));
   if (dumping) dump(".plan.dot", plan_dot(graph, program->plan, opts.dump_name));
   phase.reset();

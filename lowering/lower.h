@@ -22,8 +22,8 @@ struct LowerOptions {
   std::string dump_name;
   // Exact or shape-generic kernels (target.h).
   Shapes shapes = Shapes::Auto;
-  // No kernels: elementwise and reduction nodes run op by op (plan_eager).
-  bool eager = false;
+  // No kernels: elementwise and reduction nodes run op by op (plan_op_by_op).
+  bool op_by_op = false;
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
-#include "lowering/eager_groups.h"
+#include "lowering/op_by_op_groups.h"
 #include "lowering/row_schedule.h"
 
 namespace lazyjit::lowering {
@@ -94,13 +94,13 @@ using KernelFn = void (*)(void* const* buffers, const int64_t* scalars, int64_t 
 std::vector<int64_t> kernel_dims(const FusedKernel& k);
 
 struct Step {
-  // Eager: an elementwise, reduction or Full node run by ATen's own operators,
-  // no generated code (plan_eager; never stored: plan_io refuses it).
-  enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter, Eager };
+  // OpByOp: an elementwise, reduction or Full node run by ATen's own operators,
+  // no generated code (plan_op_by_op; never stored: plan_io refuses it).
+  enum class Kind { Kernel, Aten, AsStrided, AsStridedScatter, OpByOp };
   Kind kind;
-  uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter / Eager: the node run
+  uint32_t node = 0;    // Aten / AsStrided / AsStridedScatter / OpByOp: the node run
   int32_t kernel = -1;  // Kernel: index into Plan::kernels
-  int32_t group = -1;   // Eager: >= 0, the layer norm Plan::layer_norms[group] (from `node` on)
+  int32_t group = -1;   // OpByOp: >= 0, the layer norm Plan::layer_norms[group] (from `node` on)
 };
 
 struct Plan {
@@ -118,9 +118,9 @@ struct Plan {
   // NaN or Inf sets the int64 one past its kernel_dims (the executor passes a
   // `dims` with that slot; Executable::run says whether any was set).
   bool check_stores = false;
-  // Op by op (PlanOptions::eager_groups): decomposed layer norms run as one ATen op.
-  std::vector<EagerLayerNorm> layer_norms;
-  // Made by plan_eager: every step runs as eager runs it (no oneDNN GEMMs either).
+  // Op by op (PlanOptions::op_by_op_groups): decomposed layer norms run as one ATen op.
+  std::vector<OpByOpLayerNorm> layer_norms;
+  // Made by plan_op_by_op: every step runs as eager runs it (no oneDNN GEMMs either).
   bool op_by_op = false;
   int64_t planned_peak_bytes = 0;  // most bytes of step results alive at once
   int64_t result_bytes = 0;        // bytes of all step results (the peak without frees)
@@ -130,7 +130,7 @@ struct Plan {
 struct PlanOptions {
   bool fuse = true;     // false: one kernel per elementwise node (for tests and bisecting)
   bool buffers = true;  // false: no buffer plan (every result lives to the end of the run)
-  bool eager_groups = false;  // plan_eager: layer norms as one step (eager_groups.h)
+  bool op_by_op_groups = false;  // plan_op_by_op: layer norms as one step (op_by_op_groups.h)
   // Most nodes one kernel holds. LLVM's optimizer is superlinear in the size of
   // one function, so without a bound a long elementwise chain fused into one
   // kernel compiles in time quadratic in its length (design.md, "Compile time").
@@ -150,9 +150,9 @@ bool lowerable_dtype(DType t);
 Plan plan_graph(const ir::Graph& g, const PlanOptions& opts = {});
 
 // A plan without kernels: every node a step of its own, elementwise and
-// reduction nodes as Eager steps (run op by op, nothing to compile), then the
+// reduction nodes as OpByOp steps (run op by op, nothing to compile), then the
 // buffer plan unless opts.buffers is false.
-Plan plan_eager(const ir::Graph& g, const PlanOptions& opts = {});
+Plan plan_op_by_op(const ir::Graph& g, const PlanOptions& opts = {});
 
 // The buffer plan of a built plan: fills frees and the byte counts.
 void plan_buffers(const ir::Graph& g, Plan& plan);

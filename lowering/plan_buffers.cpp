@@ -1,4 +1,4 @@
-// plan_buffers (plan.h), the last phase of plan_graph and plan_eager: each
+// plan_buffers (plan.h), the last phase of plan_graph and plan_op_by_op: each
 // step's result freed after its last reader (Plan::frees), and the bytes made
 // and the planned peak.
 #include <algorithm>
@@ -38,7 +38,7 @@ void plan_buffers(const Graph& g, Plan& plan) {
       continue;
     }
     if (s.group >= 0) {
-      const EagerLayerNorm& ln = plan.layer_norms[s.group];
+      const OpByOpLayerNorm& ln = plan.layer_norms[s.group];
       for (ValueId v : ln.reads()) use(v, step);
       for (ValueId v : ln.makes()) {
         made[v] = last[v] = step;

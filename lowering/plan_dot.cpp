@@ -68,7 +68,7 @@ std::string plan_dot(const ir::Graph& g, const Plan& plan, const std::string& ti
     const Step& s = plan.steps[si];
     std::string step = "step " + std::to_string(si);
     if (s.kind != Step::Kind::Kernel) {
-      std::string how = s.kind == Step::Kind::Eager ? step + ": eager (ATen, op by op)" : step + ": library";
+      std::string how = s.kind == Step::Kind::OpByOp ? step + ": op by op (ATen)" : step + ": library";
       std::string box = "[shape=box, style=filled, fillcolor=lightgrey, label=\"" +
                         dot::escape("#" + std::to_string(s.node) + " " + dot::op_label(g, s.node) + "\n" + how) + "\"]";
       os << "  " << id(s.node) << " " << box << ";\n";

@@ -2,7 +2,7 @@
 // of LAZYJIT_DUMP / LAZYJIT_DEBUG>=2): the graph after the graph passes, each
 // fused kernel a cluster subgraph labelled with its name, step number and
 // iteration space, holding the ops it computes; library steps (ATen ops, views,
-// op-by-op eager steps) as grey boxes; inputs, scalars and outputs as in
+// op-by-op steps) as grey boxes; inputs, scalars and outputs as in
 // graph_ir/graph_dot.h; every edge a value with its dtype and sizes.
 #pragma once
 #include <string>

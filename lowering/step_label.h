@@ -1,6 +1,6 @@
 // A program step's name and kind, for traces and hooks: the fused kernel's
 // name ("kernel"), the ATen op a library or op-by-op step runs ("library",
-// "eager"), or the view it makes ("view").
+// "op_by_op"), or the view it makes ("view").
 #pragma once
 #include <string>
 #include <utility>
@@ -16,10 +16,10 @@ inline std::pair<std::string, const char*> step_label(const Program& p, const St
     case Step::Kind::AsStrided: return {"as_strided", "view"};
     case Step::Kind::AsStridedScatter: return {"as_strided_scatter", "view"};
     case Step::Kind::Aten:
-    case Step::Kind::Eager: break;
+    case Step::Kind::OpByOp: break;
   }
-  if (s.group >= 0) return {"aten::native_layer_norm", "eager"};
-  return {ir::node_op_name(p.graph.nodes()[s.node], "lazyjit::"), s.kind == Step::Kind::Aten ? "library" : "eager"};
+  if (s.group >= 0) return {"aten::native_layer_norm", "op_by_op"};
+  return {ir::node_op_name(p.graph.nodes()[s.node], "lazyjit::"), s.kind == Step::Kind::Aten ? "library" : "op_by_op"};
 }
 
 }  // namespace lazyjit::lowering

@@ -153,8 +153,9 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
     else bad("LAZYJIT_RECOMPILE_LIMIT", s, "a positive integer", "8");
   }
   if (std::string s = env("LAZYJIT_ON_RECOMPILE_LIMIT"); s == "error") c.on_recompile_limit = RecompileStance::Error;
-  else if (s == "eager") c.on_recompile_limit = RecompileStance::Eager;
-  else if (!s.empty() && s != "warn") bad("LAZYJIT_ON_RECOMPILE_LIMIT", s, "warn, error or eager", "warn");
+  // "eager" is op_by_op's older name, still accepted.
+  else if (s == "op_by_op" || s == "eager") c.on_recompile_limit = RecompileStance::OpByOp;
+  else if (!s.empty() && s != "warn") bad("LAZYJIT_ON_RECOMPILE_LIMIT", s, "warn, error or op_by_op", "warn");
   if (std::string s = env("LAZYJIT_DYNAMIC"); s == "off") c.dynamic = lowering::Shapes::Off;
   else if (s == "all") c.dynamic = lowering::Shapes::All;
   else if (!s.empty() && s != "auto") bad("LAZYJIT_DYNAMIC", s, "auto, off or all", "auto");

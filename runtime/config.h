@@ -13,7 +13,7 @@
 
 namespace lazyjit::runtime {
 
-enum class RecompileStance { Warn, Error, Eager };
+enum class RecompileStance { Warn, Error, OpByOp };
 
 struct Config {
   bool step_mode = false;                    // LAZYJIT_MODE=step: run each op eagerly (debug)

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "executor/eager_node.h"
+#include "executor/op_by_op_node.h"
 #include "runtime/nan_check.h"
 
 namespace lazyjit::runtime {
@@ -85,7 +85,7 @@ Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>&
     for (ir::ValueId v : n.operands)
       operands = operands && (g.producer(v).kind == ir::OpKind::Scalar || env[v].defined());
     if (!operands) continue;
-    executor::run_eager_node(g, n, env, scalars);
+    executor::run_op_by_op_node(g, n, env, scalars);
     at::Tensor want = env[out];
     env[out] = got;  // later ops read the program's values
     at::Tensor scale;

@@ -1,6 +1,6 @@
 // Compiled vs eager, op by op (LAZYJIT_CHECK=1, lazyjit.check_graphs()). Each
 // node that generated code computed is run again through ATen's own kernels
-// (executor/eager_node.h) on the operands the program computed, and the two
+// (executor/op_by_op_node.h) on the operands the program computed, and the two
 // results compared: the first that differs beyond tolerance is the op whose
 // code is wrong. Feeding each op the program's own operands, not eager's,
 // keeps rounding differences of earlier ops from adding up into a false alarm.

@@ -170,7 +170,7 @@ std::string find_first_nonfinite(const executor::Executable& program, const exec
   program.run(bindings, threads, [&](size_t si, const std::vector<at::Tensor>& env) {
     if (!report.empty()) return;
     const lowering::Step& s = p.plan.steps[si];
-    if (s.kind == lowering::Step::Kind::Kernel) return;  // an eager plan has none
+    if (s.kind == lowering::Step::Kind::Kernel) return;  // an op-by-op plan has none
     const ir::Node& n = g.nodes()[s.node];
     for (ir::ValueId v : n.outputs) {
       if (!has_nonfinite(env[v])) continue;

@@ -1,7 +1,7 @@
 // NaN and Inf pinned to the op that made them (LAZYJIT_DEBUG_NANS=1,
 // lazyjit.debug_nans(True)). After each run the outputs are checked (one pass
 // over each floating output); when one holds a NaN or Inf, the graph is run
-// again op by op through ATen (lowering::plan_eager) on the same inputs, every
+// again op by op through ATen (lowering::plan_op_by_op) on the same inputs, every
 // value kept, and the first node whose result holds one is reported with its
 // operands' statistics. The caller adds the op's call site.
 #pragma once
@@ -24,7 +24,7 @@ bool any_nonfinite(const std::vector<at::Tensor>& ts);
 // "[4, 8] Float: min -2, max 1.9, mean -0.05, 3 NaN, 0 Inf" (over its finite elements).
 std::string tensor_stats(const at::Tensor& t);
 
-// What the op-by-op run of `program` (an eager plan) found: the first step
+// What the op-by-op run of `program` (an op-by-op plan) found: the first step
 // whose result holds a NaN or Inf, described, or "" when none did. `where(node)`
 // names a program node in the user's terms ("log (node #3) at model.py:12").
 std::string find_first_nonfinite(const executor::Executable& program, const executor::Bindings& bindings,

@@ -77,9 +77,9 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
   std::shared_ptr<const executor::Executable> compiled =
       program_for(request(all, site, shapes, node_sites, /*background=*/false), note);
   std::optional<executor::Executable> op_by_op;
-  if (!compiled) {  // past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager
+  if (!compiled) {  // past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op
     op_by_op.emplace(op_by_op_program(all, /*keep_values=*/false));
-    debug::Metrics::get().add(debug::Counter::EagerSyncs);
+    debug::Metrics::get().add(debug::Counter::OpByOpSyncs);
   }
   const executor::Executable& exe = compiled ? *compiled : *op_by_op;
 

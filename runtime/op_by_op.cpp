@@ -1,6 +1,6 @@
 // Syncs that run op by op through ATen, uncompiled and uncached: while their
 // program compiles in the background, or past the recompile limit with
-// LAZYJIT_ON_RECOMPILE_LIMIT=eager (steps 3, 5 and 6 of the map in
+// LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op (steps 3, 5 and 6 of the map in
 // pipeline.cpp). Their plans are kept by graph structure.
 #include "debug/metrics.h"
 #include "lowering/lower.h"
@@ -23,8 +23,8 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
   opts.plan.buffers = !keep_values;
   // A decomposed layer norm as ATen's one op; not when every value is kept
   // (NaN pinning reports the op that made one).
-  opts.plan.eager_groups = !keep_values;
-  opts.eager = true;
+  opts.plan.op_by_op_groups = !keep_values;
+  opts.op_by_op = true;
   if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
   // A structure run op by op before (new sizes while its program compiles in
   // the background): its plan, no lowering (~30 of ~40 us per sync).
@@ -54,7 +54,7 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
 RunResult Runtime::run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how) {
   executor::Executable e = op_by_op_program(graph, /*keep_values=*/false);
   debug::Metrics::get().add(how == SyncNote::How::Background ? debug::Counter::BackgroundSyncs
-                                                             : debug::Counter::EagerSyncs);
+                                                             : debug::Counter::OpByOpSyncs);
   RunResult r = e.run(bindings, threads());
   to_traced_nodes(r, graph, e.program().graph);
   return r;

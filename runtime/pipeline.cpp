@@ -15,7 +15,7 @@
 //                            sync runs op by op, not a miss                           op_by_op.cpp
 //       4 sibling on disk    a new process: a program stored for other sizes, bound  sync_tiers.cpp
 //       5 policy             a strict region refuses (CompileRefused); past the
-//                            recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager:
+//                            recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op:
 //                            op by op                                                recompile_policy.cpp
 //       6 background start   stored on disk: loaded; else queued on the compile worker
 //                            (runtime/background_compiles.h) and this sync runs op by op

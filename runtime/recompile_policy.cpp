@@ -27,7 +27,7 @@ bool compiles_allowed_here() { return t_no_compile == 0; }
 
 std::optional<Runtime::Resolved> Runtime::by_policy(const SyncRequest& s) {
   if (!s.may_compile) explain_miss(s, Miss::Refused);  // throws CompileRefused
-  if (config_.on_recompile_limit == RecompileStance::Eager && explainer_.budget(s.site) >= config_.recompile_limit &&
+  if (config_.on_recompile_limit == RecompileStance::OpByOp && explainer_.budget(s.site) >= config_.recompile_limit &&
       explainer_.would_count(s.graph, s.site)) {
     explain_miss(s, Miss::OpByOp);
     Resolved r = op_by_op(SyncNote::How::OpByOp);
@@ -60,7 +60,7 @@ std::string Runtime::explain_miss(const SyncRequest& s, Miss miss) {
     if (op_by_op_sites_.insert(site).second)
       std::fprintf(stderr,
                    "lazyjit: warning: %lld compiles at %s (LAZYJIT_RECOMPILE_LIMIT=%d): from now on its graphs that "
-                   "miss the cache run op by op, uncompiled (LAZYJIT_ON_RECOMPILE_LIMIT=eager); this one because: "
+                   "miss the cache run op by op, uncompiled (LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op); this one because: "
                    "%s%s%s. lazyjit.explain_recompiles() lists them all.\n",
                    static_cast<long long>(r.budget - 1), site_text(site).c_str(), config_.recompile_limit,
                    r.kind.c_str(), r.detail.empty() ? "" : ": ", r.detail.c_str());

@@ -104,7 +104,7 @@ class Runtime {
   // The program for `graph` (whose outputs are set), from the cache or compiled
   // on a miss, to be run many times on bindings of the graph's input types
   // (torch.compile's captured graphs, tracer/capture.h). Past the recompile
-  // limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager: a program that runs each op through ATen.
+  // limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op: a program that runs each op through ATen.
   std::shared_ptr<const executor::Executable> prepare(const ir::Graph& graph, const std::string& site,
                                                       std::optional<lowering::Shapes> shapes = std::nullopt);
   // The threads of ATen's OpenMP pool a run's kernels split over.
@@ -203,15 +203,15 @@ class Runtime {
   void check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph, const Bindings& bindings,
                   const NodeSites& node_sites);
   // Records (and with LAZYJIT_LOG=recompiles prints) why the request's graph is
-  // compiled, or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager,
+  // compiled, or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op,
   // run op by op; returns the kind of miss (recompile_policy.cpp). A refused
   // miss (a strict region) throws CompileRefused with the explanation.
   enum class Miss { Compile, Background, OpByOp, Refused };
   std::string explain_miss(const SyncRequest& s, Miss miss);
   // `graph` as a program without kernels: every node run op by op through ATen
-  // (lowering::plan_eager); `keep_values`: no buffer frees (op_by_op.cpp).
+  // (lowering::plan_op_by_op); `keep_values`: no buffer frees (op_by_op.cpp).
   executor::Executable op_by_op_program(const ir::Graph& graph, bool keep_values) const;
-  // Past the limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager, or while its program
+  // Past the limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op, or while its program
   // compiles in the background (`how` says which): `graph` runs op by op,
   // uncompiled and uncached.
   RunResult run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how);

@@ -72,7 +72,7 @@ TEST(PlanDot, GraphvizAcceptsIt) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_FAIL() << "graphviz's dot is not installed: run scripts/setup.sh";
   Graph g = build();
   Plan p = plan_graph(g);
-  Plan eager = plan_eager(g);
+  Plan eager = plan_op_by_op(g);
   for (const Plan* plan : {&p, &eager}) {
     // One file per process: ctest -j2 runs this test twice at once (as
     // PlanDot.* and exact.PlanDot.*), and a shared name raced.

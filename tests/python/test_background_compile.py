@@ -23,7 +23,7 @@ w1, b1, w2 = torch.randn(32, 64) / 6, torch.randn(64), torch.randn(64, 32) / 8
 L = lambda t: t.to("lazyjit")
 def counters():
     m = lazyjit.metrics()
-    return {k: m[k] for k in ("compiles", "llvm_compiles", "shape_binds", "background_syncs", "eager_syncs",
+    return {k: m[k] for k in ("compiles", "llvm_compiles", "shape_binds", "background_syncs", "op_by_op_syncs",
                               "cache_hits")}
 def check(n):
     x = torch.randn(n, 32)
@@ -46,7 +46,7 @@ after_wait = counters()
 check(8)
 print(json.dumps({"first": first, "waited": waited, "after_wait": after_wait, "end": counters()}))
 """)
-    assert out["first"]["background_syncs"] == 1 and out["first"]["eager_syncs"] == 0, out
+    assert out["first"]["background_syncs"] == 1 and out["first"]["op_by_op_syncs"] == 0, out
     assert out["waited"] in (0, 1), out  # 0 when the compile had already finished
     assert out["after_wait"]["compiles"] == 1 and out["after_wait"]["llvm_compiles"] >= 1, out
     # The second sync ran the program: no second compile, no op-by-op run.
@@ -107,7 +107,7 @@ print(json.dumps({"during": during, "end": counters(), "n": len(sizes)}))
 """)
     d, e = out["during"], out["end"]
     assert d["background_syncs"] >= 1 and d["compiles"] <= 1, out
-    assert e["compiles"] == 1 and e["eager_syncs"] == 0, out
+    assert e["compiles"] == 1 and e["op_by_op_syncs"] == 0, out
     # The second pass never ran op by op.
     assert e["background_syncs"] == d["background_syncs"], out
 

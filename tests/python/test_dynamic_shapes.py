@@ -4,7 +4,7 @@ Generated kernels are cached by a key of their own IR (lowering/kernel_key.h).
 With LAZYJIT_DYNAMIC=auto (the default) every kernel is compiled shape-generic
 (sizes read at run time) and serves every later size; =off compiles exact code
 per shape. lazyjit.mark_dynamic / mark_static choose per graph; LAZYJIT_DYNAMIC
-chooses per process; LAZYJIT_ON_RECOMPILE_LIMIT=eager runs a site's misses op
+chooses per process; LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op runs a site's misses op
 by op past LAZYJIT_RECOMPILE_LIMIT.
 
 Eager PyTorch on the CPU is the oracle. The switches are read once per process,
@@ -526,7 +526,7 @@ for n in sizes:
     if n == 5:
         at_limit = dict(lazyjit.metrics())
 m = lazyjit.metrics()
-keys = ("compiles", "llvm_compiles", "eager_syncs", "shape_binds")
+keys = ("compiles", "llvm_compiles", "op_by_op_syncs", "shape_binds")
 print(json.dumps({"done": done, "bad": bad, "error": error, "at_limit": {k: at_limit[k] for k in keys},
                   "end": {k: m[k] for k in keys}, "n_explained": len(lazyjit.explain_recompiles())}))
 """
@@ -543,7 +543,7 @@ def test_budget_warn_warns_once_and_stays_correct():
     warns = _warnings(err)
     assert len(warns) == 1, err
     assert SITE in warns[0] and "LAZYJIT_RECOMPILE_LIMIT=3" in warns[0] and "5 → 6" in warns[0], warns
-    assert out["end"]["compiles"] == 8 and out["end"]["eager_syncs"] == 0, out
+    assert out["end"]["compiles"] == 8 and out["end"]["op_by_op_syncs"] == 0, out
 
 
 def test_budget_error_raises_on_the_fourth_size():
@@ -556,9 +556,9 @@ def test_budget_error_raises_on_the_fourth_size():
 
 
 def test_budget_eager_runs_past_the_limit_op_by_op():
-    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="eager", LAZYJIT_DYNAMIC="off")
+    out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT="op_by_op", LAZYJIT_DYNAMIC="off")
     assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [], out
-    assert out["end"]["eager_syncs"] == 5, out
+    assert out["end"]["op_by_op_syncs"] == 5, out
     assert out["end"]["compiles"] == 3 == out["at_limit"]["compiles"], out
     assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out  # uncompiled
     warns = _warnings(err)
@@ -570,10 +570,10 @@ def test_new_sizes_do_not_count_against_the_budget():
     # for the first: no compile, nothing to explain or count against
     # LAZYJIT_RECOMPILE_LIMIT, so a sweep (or generate's growing KV length)
     # neither warns nor raises, whatever the stance.
-    for stance in ("error", "eager"):
+    for stance in ("error", "op_by_op", "eager"):  # "eager": op_by_op's older name
         out, err = run(BUDGET, LAZYJIT_RECOMPILE_LIMIT="3", LAZYJIT_ON_RECOMPILE_LIMIT=stance)
         assert out["done"] == [3, 4, 5, 6, 7, 8, 9, 10] and out["bad"] == [] and out["error"] is None, out
-        assert out["end"]["compiles"] == 1 and out["end"]["eager_syncs"] == 0, out
+        assert out["end"]["compiles"] == 1 and out["end"]["op_by_op_syncs"] == 0, out
         assert out["end"]["shape_binds"] == 7, out
         assert out["end"]["llvm_compiles"] == out["at_limit"]["llvm_compiles"], out
         assert out["n_explained"] == 1 and _warnings(err) == [], err

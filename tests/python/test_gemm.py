@@ -188,12 +188,12 @@ for rows in (256, 300):   # new shapes: op by op
     x = torch.randn(rows, 512)
     res.append(torch.equal(on_lazyjit(x, w), f(x, w)))
 m = lazyjit.metrics()
-print(json.dumps({"same": res, "eager_syncs": m["eager_syncs"],
+print(json.dumps({"same": res, "op_by_op_syncs": m["op_by_op_syncs"],
                   "onednn": m["timings"].get("onednn gemm", {}).get("count", 0)}))
 """, env_extra={"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_DYNAMIC": "off", "LAZYJIT_RECOMPILE_LIMIT": "1",
-          "LAZYJIT_ON_RECOMPILE_LIMIT": "eager", "LAZYJIT_CACHE": "off"})
+          "LAZYJIT_ON_RECOMPILE_LIMIT": "op_by_op", "LAZYJIT_CACHE": "off"})
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["eager_syncs"] == 2, r
+    assert r["op_by_op_syncs"] == 2, r
     assert r["same"] == [True, True], r
     assert r["onednn"] == 0, r
 

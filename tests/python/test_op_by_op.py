@@ -1,5 +1,5 @@
 """Graphs that run op by op (while their program compiles in the background,
-or past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=eager) run as eager
+or past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op) run as eager
 ran them: a layer norm the tracer decomposed into row nodes runs as ATen's one
 native_layer_norm, and a structure run op by op again at new sizes reuses its
 op-by-op plan. Eager PyTorch is the oracle, bit for bit.
@@ -13,7 +13,7 @@ import json
 from conftest import run_python
 
 EAGER_STANCE = {"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_DYNAMIC": "off", "LAZYJIT_RECOMPILE_LIMIT": "1",
-                "LAZYJIT_ON_RECOMPILE_LIMIT": "eager", "LAZYJIT_CACHE": "off"}
+                "LAZYJIT_ON_RECOMPILE_LIMIT": "op_by_op", "LAZYJIT_CACHE": "off"}
 
 LAYER_NORMS = r"""
 import json, torch, lazyjit
@@ -43,7 +43,7 @@ one((4, 9), (9,), False, True, torch.float64)
 one((2, 3, 8), (8,), True, True, torch.bfloat16)
 one((5, 16), (16,), True, True, torch.float16)
 m = lazyjit.metrics()
-print(json.dumps({"results": results, "eager_syncs": m["eager_syncs"], "compiles": m["compiles"]}))
+print(json.dumps({"results": results, "op_by_op_syncs": m["op_by_op_syncs"], "compiles": m["compiles"]}))
 """
 
 
@@ -51,13 +51,13 @@ def test_layer_norm_op_by_op_is_eagers_native_layer_norm_bit_for_bit(tmp_path):
     trace = tmp_path / "trace.json"
     proc = run_python(LAYER_NORMS, env_extra={**EAGER_STANCE, "LAZYJIT_TRACE": str(trace)})
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["eager_syncs"] > 20, out  # op by op indeed, past the one compile
+    assert out["op_by_op_syncs"] > 20, out  # op by op indeed, past the one compile
     wrong = [r for r in out["results"] if not r[2]]
     assert not wrong, wrong
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     steps = [e for e in events if e.get("cat") == "execute" and e.get("ph") == "X"]
-    native = [e for e in steps if e["name"] == "aten::native_layer_norm" and e.get("args", {}).get("kind") == "eager"]
+    native = [e for e in steps if e["name"] == "aten::native_layer_norm" and e.get("args", {}).get("kind") == "op_by_op"]
     assert len(native) > 20, sorted({e["name"] for e in steps})
     # Not its pieces: no op-by-op rsqrt (only a layer norm makes one here).
     assert not [e for e in steps if e["name"] == "lazyjit::rsqrt"], sorted({e["name"] for e in steps})
@@ -83,10 +83,10 @@ for n in [41, 5, 9, 2]:
     same.append(all(torch.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(got, want)))
     if n != 41:  # op by op (41 compiled): eager's layer norm itself
         same.append(torch.equal(got[1], want[1]))
-print(json.dumps({"same": same, "eager_syncs": lazyjit.metrics()["eager_syncs"]}))
+print(json.dumps({"same": same, "op_by_op_syncs": lazyjit.metrics()["op_by_op_syncs"]}))
 """, env_extra=EAGER_STANCE)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["eager_syncs"] == 3 and all(out["same"]), out
+    assert out["op_by_op_syncs"] == 3 and all(out["same"]), out
 
 
 def test_a_structure_run_op_by_op_again_at_new_sizes_gives_eagers_results():
@@ -108,7 +108,7 @@ for n in [50, 7, 1, 13, 0, 64, 7]:
     want = f(x)
     same.append(all(g.shape == e.shape and torch.allclose(g, e, rtol=1e-5, atol=1e-6, equal_nan=True)
                     for g, e in zip(got, want)))
-print(json.dumps({"same": same, "eager_syncs": lazyjit.metrics()["eager_syncs"]}))
+print(json.dumps({"same": same, "op_by_op_syncs": lazyjit.metrics()["op_by_op_syncs"]}))
 """, env_extra=EAGER_STANCE)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["eager_syncs"] == 6 and all(out["same"]), out
+    assert out["op_by_op_syncs"] == 6 and all(out["same"]), out

@@ -1,5 +1,5 @@
-// plan_eager (plan.h): the op-by-op plan, every node a step of its own and no
-// kernels, decomposed layer norms found as one step (eager_groups.h) when asked,
+// plan_op_by_op (plan.h): the op-by-op plan, every node a step of its own and no
+// kernels, decomposed layer norms found as one step (op_by_op_groups.h) when asked,
 // then the buffer plan (plan_buffers.cpp).
 #include "lowering/plan.h"
 
@@ -8,13 +8,13 @@ namespace lazyjit::lowering {
 using ir::Graph;
 using ir::OpKind;
 
-Plan plan_eager(const Graph& g, const PlanOptions& opts) {
+Plan plan_op_by_op(const Graph& g, const PlanOptions& opts) {
   Plan plan;
   plan.op_by_op = true;
   std::vector<bool> live = ir::live_nodes(g);
   std::vector<int32_t> group_of(g.nodes().size(), -1);
-  if (opts.eager_groups) {
-    for (EagerLayerNorm& ln : find_layer_norms(g)) {
+  if (opts.op_by_op_groups) {
+    for (OpByOpLayerNorm& ln : find_layer_norms(g)) {
       bool any_live = false;
       for (uint32_t n : ln.nodes) any_live |= live[n];
       if (!any_live) continue;
@@ -24,7 +24,7 @@ Plan plan_eager(const Graph& g, const PlanOptions& opts) {
   }
   for (uint32_t i = 0; i < g.nodes().size(); ++i) {
     if (int32_t j = group_of[i]; j >= 0) {
-      if (plan.layer_norms[j].nodes.front() == i) plan.steps.push_back(Step{Step::Kind::Eager, i, -1, j});
+      if (plan.layer_norms[j].nodes.front() == i) plan.steps.push_back(Step{Step::Kind::OpByOp, i, -1, j});
       continue;
     }
     if (!live[i]) continue;
@@ -34,7 +34,7 @@ Plan plan_eager(const Graph& g, const PlanOptions& opts) {
       case OpKind::AsStrided: plan.steps.push_back(Step{Step::Kind::AsStrided, i, -1}); break;
       case OpKind::AsStridedScatter: plan.steps.push_back(Step{Step::Kind::AsStridedScatter, i, -1}); break;
       case OpKind::Aten: plan.steps.push_back(Step{Step::Kind::Aten, i, -1}); break;
-      default: plan.steps.push_back(Step{Step::Kind::Eager, i, -1}); break;
+      default: plan.steps.push_back(Step{Step::Kind::OpByOp, i, -1}); break;
     }
   }
   if (opts.buffers) plan_buffers(g, plan);

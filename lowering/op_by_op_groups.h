@@ -1,4 +1,4 @@
-// Op by op (plan_eager), ops the tracer decomposed into row nodes
+// Op by op (plan_op_by_op), ops the tracer decomposed into row nodes
 // (tracer/aten_to_ir_reductions.cpp) run again as the one ATen op the user
 // called: a layer norm as native_layer_norm, not as ~14 elementwise and
 // reduction ops, each a dispatch, an allocation and a pass over memory (~4x
@@ -13,7 +13,7 @@ namespace lazyjit::lowering {
 
 // native_layer_norm(input, input.sizes()[rank - normalized_dims:], weight?,
 // bias?, eps) -> (out, mean, rstd), each cast to the dtype its value declares.
-struct EagerLayerNorm {
+struct OpByOpLayerNorm {
   static constexpr ir::ValueId kNone = ~ir::ValueId{0};
   ir::ValueId input = kNone, weight = kNone, bias = kNone;
   ir::ValueId eps = kNone;    // a Scalar node's value
@@ -34,6 +34,6 @@ struct EagerLayerNorm {
 
 // The layer norms the tracer decomposed in `g` whose intermediate values no
 // node outside them reads and no output is, in graph order.
-std::vector<EagerLayerNorm> find_layer_norms(const ir::Graph& g);
+std::vector<OpByOpLayerNorm> find_layer_norms(const ir::Graph& g);
 
 }  // namespace lazyjit::lowering

@@ -1,4 +1,4 @@
-#include "lowering/eager_groups.h"
+#include "lowering/op_by_op_groups.h"
 
 namespace lazyjit::lowering {
 
@@ -18,7 +18,7 @@ class Matcher {
  public:
   Matcher(const ir::Graph& g, uint32_t i) : g_(g), i_(i) {}
 
-  bool match(EagerLayerNorm* ln) {
+  bool match(OpByOpLayerNorm* ln) {
     const Node* s1 = next(OpKind::ReduceSum, 1);
     if (!s1) return false;
     const ValueId x = s1->operands[0];
@@ -39,7 +39,7 @@ class Matcher {
     if (!rstd || rstd->operands[0] != out(ve)) return false;
     const Node* y = next(OpKind::Mul, 2);
     if (!y || y->operands[0] != out(d) || y->operands[1] != out(rstd)) return false;
-    ValueId weight = EagerLayerNorm::kNone, bias = EagerLayerNorm::kNone;
+    ValueId weight = OpByOpLayerNorm::kNone, bias = OpByOpLayerNorm::kNone;
     if (const Node* n = peek(OpKind::Mul, 2); n && n->operands[0] == out(y) && !inside(n->operands[1])) {
       weight = n->operands[1];
       y = next(OpKind::Mul, 2);
@@ -99,8 +99,8 @@ class Matcher {
 
 }  // namespace
 
-std::vector<EagerLayerNorm> find_layer_norms(const ir::Graph& g) {
-  std::vector<EagerLayerNorm> found;
+std::vector<OpByOpLayerNorm> find_layer_norms(const ir::Graph& g) {
+  std::vector<OpByOpLayerNorm> found;
   std::vector<uint32_t> count(g.values().size(), 0);
   for (const Node& n : g.nodes())
     for (ValueId v : n.operands) ++count[v];
@@ -108,7 +108,7 @@ std::vector<EagerLayerNorm> find_layer_norms(const ir::Graph& g) {
   for (ValueId v : g.outputs()) is_output[v] = true;
   for (uint32_t i = 0; i < g.nodes().size(); ++i) {
     if (g.nodes()[i].kind != OpKind::ReduceSum) continue;
-    EagerLayerNorm ln;
+    OpByOpLayerNorm ln;
     if (!Matcher(g, i).match(&ln)) continue;
     // Only its results leave it: every read of a value made inside is from inside.
     std::vector<uint32_t> inner_reads(g.values().size(), 0);

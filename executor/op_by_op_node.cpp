@@ -1,4 +1,4 @@
-#include "executor/eager_node.h"
+#include "executor/op_by_op_node.h"
 
 #include <ATen/ATen.h>
 
@@ -107,7 +107,7 @@ at::Tensor reduce(const ir::Node& n, const at::Tensor& x) {
 
 }  // namespace
 
-void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
+void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
                     const std::vector<int64_t>& scalars) {
   const ir::TensorType& out = g.value(n.outputs.at(0)).type;
   const at::ScalarType out_t = bridge::to_aten(out.dtype);
@@ -164,7 +164,7 @@ void run_eager_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tenso
   env[n.outputs[0]] = dense;
 }
 
-void run_eager_layer_norm(const ir::Graph& g, const lowering::EagerLayerNorm& ln, std::vector<at::Tensor>& env,
+void run_op_by_op_layer_norm(const ir::Graph& g, const lowering::OpByOpLayerNorm& ln, std::vector<at::Tensor>& env,
                           const std::vector<int64_t>& scalars) {
   auto number = [&](ir::ValueId v) {
     const ir::Node& p = g.producer(v);
@@ -175,11 +175,11 @@ void run_eager_layer_norm(const ir::Graph& g, const lowering::EagerLayerNorm& ln
   int64_t n = 1;
   for (int64_t d = rank - ln.normalized_dims; d < rank; ++d) n *= x.size(d);
   if (number(ln.inv_n) != 1.0 / static_cast<double>(std::max<int64_t>(n, 1))) {
-    for (uint32_t i : ln.nodes) run_eager_node(g, g.nodes()[i], env, scalars);
+    for (uint32_t i : ln.nodes) run_op_by_op_node(g, g.nodes()[i], env, scalars);
     return;
   }
   auto optional = [&](ir::ValueId v) {
-    return v == lowering::EagerLayerNorm::kNone ? std::optional<at::Tensor>() : std::optional<at::Tensor>(env.at(v));
+    return v == lowering::OpByOpLayerNorm::kNone ? std::optional<at::Tensor>() : std::optional<at::Tensor>(env.at(v));
   };
   auto [out, mean, rstd] = at::native_layer_norm(x, x.sizes().slice(rank - ln.normalized_dims), optional(ln.weight),
                                                  optional(ln.bias), number(ln.eps));

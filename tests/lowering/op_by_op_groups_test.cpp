@@ -1,16 +1,16 @@
-// find_layer_norms and plan_eager's groups: the tracer's decomposed layer norm
+// find_layer_norms and plan_op_by_op's groups: the tracer's decomposed layer norm
 // (tracer/aten_to_ir_reductions.cpp) found as one op-by-op step, and only when nothing
 // outside it reads what it computes inside.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "lowering/eager_groups.h"
+#include "lowering/op_by_op_groups.h"
 #include "lowering/plan.h"
 
 using namespace lazyjit;
 using namespace lazyjit::ir;
-using lowering::EagerLayerNorm;
+using lowering::OpByOpLayerNorm;
 using lowering::Step;
 
 namespace {
@@ -20,7 +20,7 @@ Attr dt() { return Attr{static_cast<int64_t>(DType::Float32)}; }
 // As RowBuilder records native_layer_norm over the last dim of a [4, 8] input.
 struct LayerNorm {
   Graph g;
-  ValueId x, w = EagerLayerNorm::kNone, b = EagerLayerNorm::kNone, out, mean, rstd, d, var;
+  ValueId x, w = OpByOpLayerNorm::kNone, b = OpByOpLayerNorm::kNone, out, mean, rstd, d, var;
   uint32_t first = 0;
   LayerNorm(bool weight, bool bias) {
     x = g.add_input(f32({4, 8}));
@@ -54,7 +54,7 @@ TEST(EagerGroups, FindsTheTracersLayerNormWithAndWithoutAffine) {
       LayerNorm ln(weight, bias);
       auto found = lowering::find_layer_norms(ln.g);
       ASSERT_EQ(found.size(), 1u) << weight << bias;
-      const EagerLayerNorm& f = found[0];
+      const OpByOpLayerNorm& f = found[0];
       EXPECT_EQ(f.input, ln.x);
       EXPECT_EQ(f.weight, ln.w);
       EXPECT_EQ(f.bias, ln.b);
@@ -79,10 +79,10 @@ TEST(EagerGroups, AnIntermediateReadOutsideOrAnOutputKeepsItNodeByNode) {
 TEST(EagerGroups, PlanEagerRunsItAsOneStepThatMakesItsThreeResults) {
   LayerNorm ln(true, true);
   lowering::PlanOptions opts;
-  opts.eager_groups = true;
-  lowering::Plan plan = lowering::plan_eager(ln.g, opts);
+  opts.op_by_op_groups = true;
+  lowering::Plan plan = lowering::plan_op_by_op(ln.g, opts);
   ASSERT_EQ(plan.steps.size(), 1u);
-  EXPECT_EQ(plan.steps[0].kind, Step::Kind::Eager);
+  EXPECT_EQ(plan.steps[0].kind, Step::Kind::OpByOp);
   EXPECT_EQ(plan.steps[0].group, 0);
   EXPECT_EQ(plan.steps[0].node, ln.first);
   // Its unread results (mean, rstd) are freed after it; the output is not.
@@ -91,7 +91,7 @@ TEST(EagerGroups, PlanEagerRunsItAsOneStepThatMakesItsThreeResults) {
   std::sort(freed.begin(), freed.end());
   EXPECT_EQ(freed, (std::vector<ValueId>{ln.mean, ln.rstd}));
   // Off: one step per live node, as before.
-  lowering::Plan apart = lowering::plan_eager(ln.g, lowering::PlanOptions{});
+  lowering::Plan apart = lowering::plan_op_by_op(ln.g, lowering::PlanOptions{});
   EXPECT_TRUE(apart.layer_norms.empty());
   EXPECT_EQ(apart.steps.size(), 12u);  // its 14 nodes but the dead mean/rstd casts
 }
