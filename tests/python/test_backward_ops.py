@@ -62,7 +62,13 @@ def test_gelu_gradient_through_autograd(approximate):
 
     want = grad(x, w)
     got = grad(x.to(DEV), w.to(DEV)).cpu()
-    torch.testing.assert_close(got, want)
+    # The tanh form's vector tanh is within a few ulp of ATen's, and x.grad sums
+    # eight products with cancellation: on an AVX-512 AMD host one element of 512
+    # differed from eager's by 2.7e-5 (1.5e-5 relative). So: as accurate as eager
+    # against float64, and close to eager within what that rounding allows.
+    truth = grad(x.double(), w.double())
+    assert (got.double() - truth).abs().max() <= 1.5 * (want.double() - truth).abs().max() + 1e-6
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
