@@ -192,8 +192,11 @@ def render_markdown(results: dict) -> str:
              "each timed sample loops many calls). lazyjit = the lazyjit device "
              "(`.to(\"lazyjit\")`, call + `lazyjit.sync()`); lazyjit_compile = "
              "`torch.compile(fn, backend=\"lazyjit\")` on CPU tensors. Speedups are ratios "
-             "of medians: `eager/X` and `inductor/X` (> 1 means X is faster). First call = "
-             "first step including compilation. min = fastest timed step (eager / lazyjit / "
+             "of medians: `eager/X` and `inductor/X` (> 1 means X is faster). 1st call = "
+             "first step including compilation (Inductor, lazyjit_compile); lazyjit 1st step "
+             "(bg compile) = the device route's first step as a user sees it by default: run "
+             "op by op while its programs compile in the background, compile not included. "
+             "min = fastest timed step (eager / lazyjit / "
              "inductor / lazyjit_compile), less sensitive to a busy machine. A failed "
              "lazyjit_compile (error, wrong result, or graphs run through ATen: "
              "`lazyjit.dynamo.stats()[\"eager_reasons\"]`) shows `failed` and no ratios.")
