@@ -19,8 +19,8 @@ int open_regular(const std::string& path, int flags) {
     return -1;
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = S_ISREG(st.st_mode) ? errno : kNotRegular;
+  int err = ::fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : kNotRegular;
+  if (err != 0) {
     ::close(fd);
     errno = err;
     return -1;

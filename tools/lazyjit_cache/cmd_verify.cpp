@@ -2,13 +2,13 @@
 // (cache::entry_file::decode: header, lengths, XXH64, signature when a secret
 // is given, manifest payload fields), plus the program payload's own trailing
 // checksum (lowering/program_bytes.cpp) and the manifest's kind and key.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <variant>
 
 #include "cache/disk_store.h"
 #include "cache/entry_file.h"
-#include "cache/posix_io.h"
 #include "graph_ir/hash.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
@@ -33,7 +33,8 @@ std::optional<Bad> check(const Entry& e, const std::string& secret) {
     file = read_whole_file(e.path);
   } catch (const ToolError& err) {
     if (::access(e.path.c_str(), F_OK) != 0) return std::nullopt;  // removed since the scan: not damage
-    if (cache::posix_io::file_type_name(e.path) != "a regular file")
+    struct stat st;
+    if (::lstat(e.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
       return Bad{e.key, "not_a_file", err.what(), cache::DiskError::NotAFile};
     return Bad{e.key, "io", err.what(), cache::DiskError::Io};
   }
