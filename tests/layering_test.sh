@@ -17,10 +17,14 @@ forbid graph_ir "$torch|llvm/|cache/|lowering/|executor/|runtime/|tracer/|bridge
 forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or any other layer"
 forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"
 forbid lowering "$torch|cache/|executor/|runtime/|tracer/|bridge/" "libtorch or the layers above it"
-forbid lowering "llvm/" "LLVM outside lowering/cpu/" "^lowering/cpu/"
+forbid lowering "llvm/" "LLVM outside the targets (lowering/cpu/, lowering/cuda/) and their shared element emitters (lowering/element/)" "^lowering/(cpu|cuda|element)/"
+# The two targets are siblings: neither includes the other.
+forbid lowering/cpu "lowering/cuda/" "the CUDA target"
+forbid lowering/cuda "lowering/cpu/" "the CPU target"
+forbid lowering/element "lowering/cpu/|lowering/cuda/" "either target (they include it)"
 forbid bridge "llvm/|cache/|lowering/|executor/|runtime/|tracer/" "LLVM or any layer but graph_ir"
-forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/" "LLVM, the cache or the layers above it"
-forbid runtime "llvm/|tracer/|lowering/cpu/" "LLVM or the tracer"
+forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/|lowering/cuda/|lowering/element/" "LLVM, the cache or the layers above it"
+forbid runtime "llvm/|tracer/|lowering/cpu/|lowering/element/" "LLVM or the tracer"
 forbid tools/lazyjit_cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or layers above cache/ (it must start fast)"
 forbid tracer "llvm/|executor/|lowering/|cache/" "executor/, lowering/ or cache/ (use runtime/runtime.h)"
 # The cache stores what it is given: nothing downcasts an entry into a program.

@@ -17,10 +17,12 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "lowering/cpu/codegen.h"
-#include "lowering/cpu/op_emitter.h"
+#include "lowering/element/op_emitter.h"
 #include "lowering/kernel_key.h"
 
 namespace lazyjit::lowering::cpu::emit {
+
+using namespace lazyjit::lowering::element;  // NOLINT: the element emitters
 
 class LoopEmitter {
  public:
@@ -90,7 +92,7 @@ class LoopEmitter {
   // --- elements -------------------------------------------------------------
   // Computes node `n` into values_, in its output dtype.
   void emit_kernel_node(const ir::Node& n);
-  MathContext math() { return {b_, m_, cfg_, avx2_, avx512_, declared_}; }
+  MathContext math() { return {b_, m_, cfg_.opts, cfg_.libmvec, avx2_, avx512_, declared_}; }
   OperandSource operands();
   // offset + sum_d idx_d * strides[d]; a null stride or offset is zero.
   Value* index(const std::vector<Value*>& strides, Value* offset);

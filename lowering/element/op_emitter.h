@@ -1,14 +1,14 @@
-// One graph node as LLVM values (internal to the CPU target): picks the compute
-// dtype (ir::opmath_dtype), converts operands to it and dispatches to
+// One graph node as LLVM values (shared by the CPU and CUDA targets): picks
+// the compute dtype (ir::opmath_dtype), converts operands to it and dispatches to
 // math_emitter.h; plus the combining step and identity of row reductions.
 // Stateless: operands come through callbacks, so the loop emitter decides where
 // they live (registers, loads, scratch) and when they are loaded.
 #pragma once
 #include <functional>
 
-#include "lowering/cpu/math_emitter.h"
+#include "lowering/element/math_emitter.h"
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 struct OperandSource {
   // The value `v` as the node sees it (computed, loaded, or a scalar argument).
@@ -35,4 +35,4 @@ Value* reduction_identity(Builder& b, OpKind k, DType at);
 // propagate NaN.
 Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at);
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element

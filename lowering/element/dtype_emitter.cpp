@@ -1,6 +1,6 @@
-#include "lowering/cpu/dtype_emitter.h"
+#include "lowering/element/dtype_emitter.h"
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 llvm::Type* reg_type(Builder& b, DType t) {
   switch (t) {
@@ -69,4 +69,4 @@ Value* from_memory(Builder& b, Value* v, DType t) {
   return v;
 }
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element

@@ -1,6 +1,6 @@
-#include "lowering/cpu/op_emitter.h"
+#include "lowering/element/op_emitter.h"
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 namespace {
 
@@ -63,7 +63,7 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
 }
 
 TV inject_fault(const MathContext& c, OpKind k, TV r) {
-  if (c.cfg.opts.fault.empty() || c.cfg.opts.fault != ir::op_name(k)) return r;
+  if (c.opts.fault.empty() || c.opts.fault != ir::op_name(k)) return r;
   Builder& b = c.b;
   Value* x = r.v;
   if (r.t == DType::Bool) return {b.CreateNot(x), r.t};
@@ -112,4 +112,4 @@ Value* reduction_step(Builder& b, OpKind k, Value* acc, Value* x, DType at) {
   }
 }
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element

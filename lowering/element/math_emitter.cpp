@@ -1,4 +1,4 @@
-#include "lowering/cpu/math_emitter.h"
+#include "lowering/element/math_emitter.h"
 
 #include <cmath>
 #include <functional>
@@ -6,7 +6,7 @@
 
 #include <llvm/Transforms/Utils/ModuleUtils.h>
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 namespace {
 
@@ -65,12 +65,12 @@ Value* libm(const MathContext& c, const char* name, Value* x) {
   f->setDoesNotThrow();
   f->setWillReturn();
   llvm::CallInst* call = c.b.CreateCall(callee, {x});
-  if (c.cfg.libmvec && c.cfg.opts.vectorize_math) add_vector_variants(c, call, fname, f32);
+  if (c.libmvec && c.opts.vectorize_math) add_vector_variants(c, call, fname, f32);
   return call;
 }
 
 Value* math(const MathContext& c, const char* name, llvm::Intrinsic::ID id, Value* x) {
-  if (c.avx512 && c.cfg.opts.vector_bits >= 512 && c.cfg.libmvec && c.cfg.opts.vectorize_math)
+  if (c.avx512 && c.opts.vector_bits >= 512 && c.libmvec && c.opts.vectorize_math)
     return libm(c, name, x);
   return intrinsic(c.b, id, x);
 }
@@ -247,4 +247,4 @@ Value* binary_int(Builder& b, OpKind k, Value* a, Value* y, DType ct) {
   unsupported(std::string(ir::op_name(k)) + " on " + std::string(ir::dtype_name(ct)));
 }
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element

@@ -1,6 +1,6 @@
 // How each lowerable DType lives in LLVM registers and memory, and the
-// conversions between them (internal to the CPU target). Stateless: functions
-// of an IRBuilder.
+// conversions between them (shared by the CPU and CUDA targets). Stateless:
+// functions of an IRBuilder.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -9,7 +9,7 @@
 
 #include "graph_ir/graph.h"
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 using ir::DType;
 using ir::OpKind;
@@ -49,4 +49,4 @@ Value* convert(Builder& b, TV x, DType to);
 Value* to_memory(Builder& b, Value* v, DType t);
 Value* from_memory(Builder& b, Value* v, DType t);
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element

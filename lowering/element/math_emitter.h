@@ -1,5 +1,5 @@
-// Elementwise math on LLVM values of one compute dtype (internal to the CPU
-// target): float and int unary/binary ops, ATen's special cases, and calls into
+// Elementwise math on LLVM values of one compute dtype (shared by the CPU and
+// CUDA targets): float and int unary/binary ops, ATen's special cases, and calls into
 // libm/libmvec. Stateless: functions of an IRBuilder, or of a MathContext where
 // the choice depends on the target and the codegen options.
 #pragma once
@@ -8,16 +8,19 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
 
-#include "lowering/cpu/codegen.h"
-#include "lowering/cpu/dtype_emitter.h"
+#include "lowering/target.h"
+#include "lowering/element/dtype_emitter.h"
 
-namespace lazyjit::lowering::cpu::emit {
+namespace lazyjit::lowering::element {
 
 struct MathContext {
   Builder& b;
   llvm::Module& m;
-  const CodegenConfig& cfg;
+  const CodegenOptions& opts;
+  // Only when the JIT can resolve glibc's libmvec may the optimizer call it (CPU).
+  bool libmvec = false;
   bool avx2 = false, avx512 = false;  // the target's vector ISAs
   // Vector variants this kernel declared (each is added to llvm.compiler.used once).
   std::unordered_set<std::string>& declared;
@@ -57,4 +60,4 @@ Value* binary_float(Builder& b, OpKind k, Value* a, Value* y);
 Value* unary_int(Builder& b, OpKind k, Value* x, DType ct);
 Value* binary_int(Builder& b, OpKind k, Value* a, Value* y, DType ct);
 
-}  // namespace lazyjit::lowering::cpu::emit
+}  // namespace lazyjit::lowering::element
