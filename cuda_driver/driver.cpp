@@ -1,0 +1,298 @@
+// The CUDA driver API through dlopen (cuda_driver/driver.h). No CUDA header:
+// the few types and enums used are declared here, as cuda.h declares them, and
+// each function is looked up by the name cuda.h maps it to (cuLinkCreate is
+// cuLinkCreate_v2 since CUDA 7.5).
+#include "cuda_driver/driver.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+namespace lazyjit::cuda_driver {
+
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using CUlinkState = struct CUlinkState_st*;
+using CUjit_option = int;
+using CUjitInputType = int;
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr CUjit_option CU_JIT_ERROR_LOG_BUFFER = 5;
+constexpr CUjit_option CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
+constexpr CUjitInputType CU_JIT_INPUT_PTX = 1;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+// Dynamic shared memory a launch gets without opting in (cuFuncSetAttribute).
+constexpr uint32_t kDefaultSharedBytes = 48 * 1024;
+
+struct Api {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetDevice)(CUdevice*);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuLinkCreate)(unsigned, CUjit_option*, void**, CUlinkState*);
+  CUresult (*cuLinkAddData)(CUlinkState, CUjitInputType, void*, size_t, const char*, unsigned, CUjit_option*,
+                            void**);
+  CUresult (*cuLinkComplete)(CUlinkState, void**, size_t*);
+  CUresult (*cuLinkDestroy)(CUlinkState);
+};
+
+// The driver, loaded and initialized once; `error` says why not when `ok` is false.
+struct Driver {
+  bool ok = false;
+  std::string error;
+  Api api{};
+};
+
+// "CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid)", or the number
+// when the driver names no such error.
+std::string error_text(const Api& api, CUresult r) {
+  const char* name = nullptr;
+  const char* what = nullptr;
+  if (api.cuGetErrorName) api.cuGetErrorName(r, &name);
+  if (api.cuGetErrorString) api.cuGetErrorString(r, &what);
+  std::string s = name ? name : "CUDA error " + std::to_string(r);
+  if (what) s += std::string(" (") + what + ")";
+  return s;
+}
+
+const Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The soname the driver installs (libcuda.so is a development symlink
+    // only); tests name another library (a missing one, one without cuInit).
+    const char* test_lib = std::getenv("LAZYJIT_TEST_LIBCUDA");
+    const std::string name = test_lib && *test_lib ? test_lib : "libcuda.so.1";
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      d.error = name + " not found: " + (e ? e : "dlopen failed");
+      return;
+    }
+    // Kept loaded for the life of the process: modules and PyTorch use it.
+    bool missing = false;
+    const std::string& lib_name = name;
+    auto sym = [&](auto& fn, const char* name, bool required = true) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn && required && !missing) {
+        missing = true;
+        d.error = lib_name + " has no " + name + " (not the CUDA driver, or one older than CUDA 8)";
+      }
+    };
+    Api& a = d.api;
+    sym(a.cuInit, "cuInit");
+    sym(a.cuDriverGetVersion, "cuDriverGetVersion");
+    sym(a.cuDeviceGetCount, "cuDeviceGetCount");
+    sym(a.cuDeviceGet, "cuDeviceGet");
+    sym(a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    sym(a.cuCtxGetCurrent, "cuCtxGetCurrent");
+    sym(a.cuCtxSetCurrent, "cuCtxSetCurrent");
+    sym(a.cuCtxGetDevice, "cuCtxGetDevice");
+    sym(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    sym(a.cuModuleLoadData, "cuModuleLoadData");
+    sym(a.cuModuleUnload, "cuModuleUnload");
+    sym(a.cuModuleGetFunction, "cuModuleGetFunction");
+    sym(a.cuFuncSetAttribute, "cuFuncSetAttribute", /*required=*/false);
+    sym(a.cuLaunchKernel, "cuLaunchKernel");
+    sym(a.cuGetErrorName, "cuGetErrorName");
+    sym(a.cuGetErrorString, "cuGetErrorString", /*required=*/false);
+    sym(a.cuLinkCreate, "cuLinkCreate_v2");
+    sym(a.cuLinkAddData, "cuLinkAddData_v2");
+    sym(a.cuLinkComplete, "cuLinkComplete");
+    sym(a.cuLinkDestroy, "cuLinkDestroy");
+    if (missing) return;
+    if (CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
+      d.error = "cuInit: " + error_text(a, r);
+      return;
+    }
+    int count = 0;
+    if (CUresult r = a.cuDeviceGetCount(&count); r != CUDA_SUCCESS) {
+      d.error = "cuDeviceGetCount: " + error_text(a, r);
+      return;
+    }
+    if (count < 1) {
+      d.error = "the CUDA driver sees no GPU (cuDeviceGetCount: 0)";
+      return;
+    }
+    d.ok = true;
+  });
+  return d;
+}
+
+// The driver, or a std::runtime_error saying why it is not usable.
+const Api& api() {
+  const Driver& d = driver();
+  if (!d.ok) throw std::runtime_error("lazyjit: the CUDA driver is not usable: " + d.error);
+  return d.api;
+}
+
+void check(const Api& a, CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw std::runtime_error(std::string("lazyjit: ") + call + ": " + error_text(a, r));
+}
+
+// Makes sure a context is current on this thread: PyTorch's (its primary
+// context for the current device, made current by the CUDA runtime on threads
+// that used CUDA), else device 0's primary context, which PyTorch uses too.
+const Api& with_context() {
+  const Api& a = api();
+  CUcontext ctx = nullptr;
+  check(a, a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (ctx) return a;
+  // Retained once for the process (never released: PyTorch keeps it alive too).
+  static CUcontext primary = [&] {
+    CUdevice dev = 0;
+    check(a, a.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    CUcontext c = nullptr;
+    check(a, a.cuDevicePrimaryCtxRetain(&c, dev), "cuDevicePrimaryCtxRetain");
+    return c;
+  }();
+  check(a, a.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+  return a;
+}
+
+// A cubin (ELF) or fatbin, which cuModuleLoadData takes as it is; anything else
+// is PTX text.
+bool is_binary(const std::string& image) {
+  if (image.size() >= 4 && image.compare(0, 4, "\x7f" "ELF") == 0) return true;
+  static const unsigned char kFatbin[4] = {0x50, 0xed, 0x55, 0xba};  // 0xBA55ED50, little-endian
+  return image.size() >= 4 && std::equal(kFatbin, kFatbin + 4, reinterpret_cast<const unsigned char*>(image.data()));
+}
+
+class LoadedModule final : public Module {
+ public:
+  explicit LoadedModule(CUmodule m) : module_(m) {}
+  ~LoadedModule() override {
+    // At exit the driver may be torn down already: nothing to report then.
+    try {
+      const Api& a = with_context();
+      a.cuModuleUnload(module_);
+    } catch (...) {
+    }
+  }
+  void* function(const std::string& name) const override {
+    const Api& a = api();
+    CUfunction f = nullptr;
+    CUresult r = a.cuModuleGetFunction(&f, module_, name.c_str());
+    if (r != CUDA_SUCCESS)
+      throw std::runtime_error("lazyjit: cuModuleGetFunction(\"" + name + "\"): " + error_text(a, r));
+    return f;
+  }
+
+ private:
+  CUmodule module_;
+};
+
+}  // namespace
+
+bool available(std::string* why) {
+  try {
+    const Driver& d = driver();
+    if (!d.ok && why) *why = d.error;
+    return d.ok;
+  } catch (const std::exception& e) {  // std::call_once may throw (std::system_error)
+    if (why) *why = e.what();
+    return false;
+  } catch (...) {
+    if (why) *why = "the CUDA driver could not be loaded";
+    return false;
+  }
+}
+
+int driver_version() {
+  const Api& a = api();
+  int v = 0;
+  check(a, a.cuDriverGetVersion(&v), "cuDriverGetVersion");
+  return v;
+}
+
+std::string current_arch() {
+  const Api& a = with_context();
+  CUdevice dev = 0;
+  check(a, a.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  int major = 0, minor = 0;
+  check(a, a.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+  check(a, a.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
+  return "sm_" + std::to_string(major * 10 + minor);
+}
+
+std::shared_ptr<Module> load_module(const std::string& image) {
+  if (image.empty()) throw std::invalid_argument("lazyjit: load_module: an empty image");
+  const Api& a = with_context();
+  // PTX goes through the driver's assembler first, whose error log says what
+  // is wrong with it (cuModuleLoadData would only say CUDA_ERROR_INVALID_PTX).
+  std::string cubin;
+  const std::string& bytes = is_binary(image) ? image : (cubin = assemble(image));
+  CUmodule m = nullptr;
+  check(a, a.cuModuleLoadData(&m, bytes.data()), "cuModuleLoadData");
+  return std::make_shared<LoadedModule>(m);
+}
+
+std::string assemble(const std::string& ptx) {
+  const Api& a = with_context();
+  std::vector<char> log(16 * 1024, '\0');
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size()))};
+  CUlinkState state = nullptr;
+  check(a, a.cuLinkCreate(2, opts, values, &state), "cuLinkCreate");
+  struct Destroy {
+    const Api& a;
+    CUlinkState s;
+    ~Destroy() { a.cuLinkDestroy(s); }
+  } destroy{a, state};
+  auto fail = [&](const char* call, CUresult r) {
+    std::string text = log.data();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+    throw std::runtime_error(std::string("lazyjit: ") + call + ": " + error_text(a, r) +
+                             (text.empty() ? "" : ": " + text));
+  };
+  // The driver reads PTX as a NUL-terminated string: the size counts the NUL.
+  std::string text = ptx;
+  if (CUresult r = a.cuLinkAddData(state, CU_JIT_INPUT_PTX, text.data(), text.size() + 1, "lazyjit.ptx", 0, nullptr,
+                                   nullptr);
+      r != CUDA_SUCCESS)
+    fail("cuLinkAddData", r);
+  void* out = nullptr;
+  size_t size = 0;
+  if (CUresult r = a.cuLinkComplete(state, &out, &size); r != CUDA_SUCCESS) fail("cuLinkComplete", r);
+  // `out` belongs to the link state: copied before it is destroyed.
+  return std::string(static_cast<const char*>(out), size);
+}
+
+void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes, void* stream, void** params) {
+  const Api& a = with_context();
+  auto f = static_cast<CUfunction>(function);
+  if (shared_bytes > kDefaultSharedBytes && a.cuFuncSetAttribute)
+    check(a, a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes)),
+          "cuFuncSetAttribute");
+  check(a, a.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, static_cast<CUstream>(stream), params, nullptr),
+        "cuLaunchKernel");
+}
+
+}  // namespace lazyjit::cuda_driver

@@ -1,0 +1,44 @@
+// The CUDA driver API (libcuda.so.1), loaded at run time with dlopen on first
+// use: nothing here needs CUDA to build, and a process that never asks for the
+// CUDA target never loads it. Every call works in the context current on the
+// calling thread (PyTorch's primary context once it made one). Errors throw
+// std::runtime_error naming the driver call and the CUDA error (cuGetErrorName).
+// Includes nothing of lazyjit: lowering/cuda/, executor/ and runtime/ use it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace lazyjit::cuda_driver {
+
+// Whether the driver loads, initializes and sees at least one GPU; when not,
+// `why` says which of these failed ("libcuda.so.1 not found: ...", "cuInit:
+// CUDA_ERROR_NO_DEVICE"). Never throws.
+bool available(std::string* why = nullptr);
+
+// cuDriverGetVersion, e.g. 13000 for CUDA 13.0.
+int driver_version();
+
+// "sm_90" for the device of the current context (device 0 when none is current).
+std::string current_arch();
+
+// A loaded CUmodule, unloaded when the last reference goes.
+class Module {
+ public:
+  virtual ~Module() = default;
+  // The CUfunction named `name`; throws when the module has none.
+  virtual void* function(const std::string& name) const = 0;
+};
+
+// Loads a cubin, or PTX text (then the driver JIT-compiles it), into the
+// current context.
+std::shared_ptr<Module> load_module(const std::string& image);
+
+// PTX to a cubin for the current device, by the driver's own assembler
+// (cuLinkCreate/cuLinkAddData/cuLinkComplete): used when no ptxas is found.
+std::string assemble(const std::string& ptx);
+
+// cuLaunchKernel on `stream` (a CUstream; null: the legacy default stream).
+void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes, void* stream, void** params);
+
+}  // namespace lazyjit::cuda_driver

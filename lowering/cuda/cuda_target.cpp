@@ -1,0 +1,522 @@
+// The CUDA target: per kernel, LLVM IR for NVPTX (kernel_emitter.h), libdevice
+// linked in (libdevice.h), optimized and emitted as PTX (ptx.h), assembled into
+// a cubin by ptxas (ptxas.h; the driver's assembler when there is no ptxas) and
+// loaded into the current CUDA context (cuda_driver/driver.h) unless
+// CudaOptions::load is off.
+//
+// As on the CPU (lowering/cpu/cpu_target.cpp), each kernel compiles alone and
+// is kept by key (kernel_key.h): equal kernels compile once, and a plan whose
+// kernels were all compiled before costs no LLVM work. The kernels a plan still
+// needs compile in parallel (LLVM and ptxas; loading runs on the caller's
+// thread, the one whose CUDA context is current).
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <cctype>
+#include <exception>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "cuda_driver/driver.h"
+#include "debug/trace.h"
+#include "graph_ir/bytes.h"
+#include "lowering/compile_threads.h"
+#include "lowering/cuda/kernel_emitter.h"
+#include "lowering/cuda/libdevice.h"
+#include "lowering/cuda/ptx.h"
+#include "lowering/cuda/ptxas.h"
+#include "lowering/cuda/toolkit.h"
+#include "lowering/interrupt.h"
+#include "lowering/kernel_key.h"
+#include "lowering/target.h"
+
+namespace lazyjit::lowering {
+
+namespace {
+
+// Threads per block of every kernel (device_kernel.h: a multiple of 32).
+constexpr int32_t kBlock = 256;
+
+// Mixed into the keys of kernels compiled with Plan::check_stores (as on the CPU).
+constexpr uint64_t kCheckedStores = 0x6e616e636865636bull;
+
+struct Hash128Hash {
+  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
+};
+
+std::string module_text(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+// A PTX identifier: [A-Za-z_][A-Za-z0-9_]* (kernel names are "fused_<n>").
+std::string ptx_symbol(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "k_" + s;
+  return s;
+}
+
+// One compiled kernel: PTX, cubin, and when loaded, its module and function.
+struct KernelCode {
+  ir::Hash128 key;  // the key it is kept under: exact, or generic when `generic`
+  bool generic = false;
+  std::string symbol;
+  DeviceKernel launch;  // function set when loaded
+  std::string ptx;
+  std::string cubin;
+  std::string ir;  // when CodegenOptions::keep_llvm_ir
+  std::shared_ptr<cuda_driver::Module> module;  // keeps `launch.function` valid
+};
+using KernelRef = std::shared_ptr<const KernelCode>;
+
+// The code of a plan (what Program bytes carry), as one blob:
+//   "LJCU" u32 version, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
+//   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
+//   1: Rows), i32 block, i32 shared bytes, str PTX, str cubin; then u32 kernel
+//   count, per kernel: u32 unit.
+constexpr std::string_view kArchiveTag = "LJCU";
+constexpr uint32_t kArchiveVersion = 1;
+
+// The dump text (IR or PTX) of a plan's kernels, one section per plan kernel
+// under its name in this plan (as cpu_target.cpp's kernel_texts).
+std::string kernel_texts(const std::vector<std::string>& names, const std::vector<KernelRef>& refs,
+                         const std::vector<bool>& reused, std::string KernelCode::*text, const std::string& comment) {
+  std::string out;
+  std::unordered_map<const KernelCode*, size_t> first;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const KernelCode& k = *refs[i];
+    out += comment + " ==== " + names[i] + (k.generic ? " (shape-generic)\n" : "\n");
+    if (auto [it, fresh] = first.emplace(&k, i); !fresh) {
+      out += comment + " the same code as " + names[it->second] + " (equal kernels compile once)\n";
+      continue;
+    }
+    if (reused[i])
+      out += comment + " not compiled for this program: found compiled (the kernel cache), as " + k.symbol + "\n";
+    if ((k.*text).empty()) out += comment + " no text kept: linked from the on-disk cache, not compiled in this process\n";
+    out += k.*text;
+  }
+  return out;
+}
+
+class CudaCode : public CompiledCode {
+ public:
+  CudaCode(std::string arch, int isa, std::vector<KernelRef> kernels, std::vector<std::string> names,
+           std::vector<bool> reused, std::string ir = {})
+      : arch_(std::move(arch)),
+        isa_(isa),
+        kernels_(std::move(kernels)),
+        names_(std::move(names)),
+        reused_(std::move(reused)),
+        ir_(std::move(ir)) {}
+
+  std::string object() const override {
+    if (kernels_.empty()) return std::string();
+    std::vector<const KernelCode*> units;
+    std::unordered_map<const KernelCode*, uint32_t> index;
+    std::vector<uint32_t> of;
+    for (const KernelRef& k : kernels_) {
+      auto [it, fresh] = index.emplace(k.get(), static_cast<uint32_t>(units.size()));
+      if (fresh) units.push_back(k.get());
+      of.push_back(it->second);
+    }
+    ir::ByteWriter w;
+    w.header(kArchiveTag, kArchiveVersion);
+    w.str(arch_);
+    w.u32(static_cast<uint32_t>(isa_));
+    w.count(units.size());
+    for (const KernelCode* u : units) {
+      w.u64(u->key.lo);
+      w.u64(u->key.hi);
+      w.boolean(u->generic);
+      w.str(u->symbol);
+      w.u8(u->launch.grid == DeviceKernel::Grid::Rows ? 1 : 0);
+      w.i32(u->launch.block);
+      w.i32(u->launch.shared_bytes);
+      w.str(u->ptx);
+      w.str(u->cubin);
+    }
+    w.u32s(of);
+    return w.take();
+  }
+  const std::string& llvm_ir() const override { return ir_; }
+  // The PTX of every kernel (it is in the object anyway), one section per kernel.
+  const std::string& assembly() const override {
+    std::call_once(asm_once_, [this] { asm_ = kernel_texts(names_, kernels_, reused_, &KernelCode::ptx, "//"); });
+    return asm_;
+  }
+  bool all_generic() const override {
+    for (const KernelRef& k : kernels_)
+      if (!k->generic) return false;
+    return true;
+  }
+  const DeviceKernel* device_kernel(size_t i) const override {
+    if (i >= kernels_.size() || !kernels_[i]->launch.function) return nullptr;
+    return &kernels_[i]->launch;
+  }
+
+ private:
+  std::string arch_;
+  int isa_;
+  std::vector<KernelRef> kernels_;  // one per plan kernel (equal ones shared)
+  std::vector<std::string> names_;  // the plan's kernel names (dump sections)
+  std::vector<bool> reused_;
+  std::string ir_;
+  mutable std::once_flag asm_once_;
+  mutable std::string asm_;
+};
+
+class CudaTarget : public Target {
+ public:
+  explicit CudaTarget(const CudaOptions& o) : o_(o) {
+    if (o_.load) {
+      std::string why;
+      if (!cuda_driver::available(&why))
+        throw std::runtime_error("lazyjit: CUDA target: no usable GPU (" + why +
+                                 "); CudaOptions::load = false compiles without one");
+      driver_ = std::to_string(cuda_driver::driver_version());
+      if (o_.arch.empty()) o_.arch = cuda_driver::current_arch();
+    } else if (o_.arch.empty()) {
+      throw std::runtime_error("lazyjit: CUDA target: CudaOptions::arch is empty and load is off: "
+                               "name the GPU architecture (\"sm_90\") when compiling without a GPU");
+    }
+    isa_ = cuda::ptx_isa(o_.arch);
+    cuda::make_target_machine(o_.arch);  // throws for an arch LLVM does not know
+    libdevice_ = cuda::load_libdevice(cuda::find_libdevice(o_));
+    std::string looked;
+    ptxas_ = cuda::find_ptxas(o_, &looked);
+    if (!ptxas_.empty()) {
+      ptxas_version_ = cuda::ptxas_version(ptxas_);
+    } else if (!o_.load) {
+      throw std::runtime_error("lazyjit: CUDA target: ptxas not found (needed to make cubins without a GPU); looked in " +
+                               looked + ". Run scripts/setup.sh (it installs the nvidia-cuda-nvcc wheel into .venv) "
+                               "or set LAZYJIT_PTXAS");
+    } else {
+      ptxas_version_ = "driver";  // cuLinkCreate's assembler, the driver's version
+    }
+  }
+
+  std::string fingerprint() const override {
+    return "cuda;arch=" + o_.arch + ";ptx=" + cuda::ptx_isa_text(isa_) + ";llvm " + LLVM_VERSION_STRING +
+           ";libdevice " + libdevice_->hash + ";ptxas " + ptxas_version_ + ";driver " +
+           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";" +
+           o_.codegen.str();
+  }
+
+  std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan, Shapes shapes) override {
+    plan.kernel_fns.clear();
+    const size_t n = plan.kernels.size();
+    if (n == 0) return make_code({}, plan, {});
+    struct Job {
+      size_t kernel;  // the first kernel that needs it
+      ir::Hash128 key;
+      bool generic;
+      std::shared_ptr<KernelCode> code;
+      std::exception_ptr error;
+    };
+    std::vector<KernelRef> found(n);
+    std::vector<int> job_of(n, -1);
+    std::vector<Job> jobs;
+    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
+    int hits = 0;
+    std::vector<KernelKey> keys;
+    keys.reserve(n);
+    for (const FusedKernel& k : plan.kernels) {
+      keys.push_back(kernel_key(g, k));
+      if (plan.check_stores) {
+        keys.back().generic.lo ^= kCheckedStores;
+        keys.back().exact.lo ^= kCheckedStores;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < n; ++i) {
+        const KernelKey& key = keys[i];
+        // As on the CPU: code for exact sizes serves whoever finds it; Off uses nothing else.
+        if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
+        const bool generic = shapes != Shapes::Off;
+        if (generic)
+          if (KernelRef c = use(key.generic)) { found[i] = c; ++hits; continue; }
+        ir::Hash128 k = generic ? key.generic : key.exact;
+        auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
+        if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
+        else ++hits;
+        job_of[i] = it->second;
+      }
+    }
+    if (debug::trace_enabled())
+      for (size_t i = 0; i < n; ++i)
+        if (job_of[i] < 0 || static_cast<size_t>(jobs[job_of[i]].kernel) != i)
+          debug::trace_instant("compile", "kernel " + plan.kernels[i].name + " (cached)",
+                               {{"kernel", plan.kernels[i].name}, {"kernel_cache_hit", true}, {"target", "cuda"}});
+    compile_jobs(g, plan, jobs);
+    // On the caller's thread (its CUDA context): the driver's assembler, loading.
+    for (Job& j : jobs) finish(*j.code);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Job& j : jobs) keep(j.code);
+    }
+    int generic_compiles = 0;
+    for (const Job& j : jobs) generic_compiles += j.generic;
+    std::vector<KernelRef> refs(n);
+    std::vector<bool> reused(n);
+    for (size_t i = 0; i < n; ++i) {
+      refs[i] = found[i] ? found[i] : KernelRef(jobs[job_of[i]].code);
+      reused[i] = found[i] != nullptr;
+    }
+    std::string ir;
+    if (o_.codegen.keep_llvm_ir) {
+      std::vector<std::string> names;
+      for (const FusedKernel& k : plan.kernels) names.push_back(k.name);
+      ir = kernel_texts(names, refs, reused, &KernelCode::ir, ";");
+    }
+    plan.kernel_fns.assign(n, nullptr);  // the executor launches device_kernel(i)
+    auto code = make_code(std::move(refs), plan, std::move(reused), std::move(ir));
+    code->llvm_compiles = static_cast<int>(jobs.size());
+    code->kernel_hits = hits;
+    code->generic_compiles = generic_compiles;
+    return code;
+  }
+
+  std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override {
+    plan.kernel_fns.clear();
+    if (plan.kernels.empty()) return make_code({}, plan, {});
+    ir::ByteReader r(object);
+    r.expect_header(kArchiveTag, kArchiveVersion, "CUDA kernels");
+    std::string arch = r.str();
+    uint32_t isa = r.u32();
+    if (arch != o_.arch || static_cast<int>(isa) != isa_)
+      throw std::runtime_error("lazyjit: CUDA kernels compiled for " + arch + " (PTX " +
+                               cuda::ptx_isa_text(static_cast<int>(isa)) + "), this target makes " + o_.arch +
+                               " (PTX " + cuda::ptx_isa_text(isa_) + ") code: not loaded");
+    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4).
+    size_t nunits = r.count(38, "CUDA kernel units");
+    std::vector<KernelRef> units;
+    int loaded = 0;
+    for (size_t u = 0; u < nunits; ++u) {
+      auto c = std::make_shared<KernelCode>();
+      c->key.lo = r.u64();
+      c->key.hi = r.u64();
+      c->generic = r.boolean();
+      c->symbol = r.str();
+      uint8_t grid = r.u8();
+      if (grid > 1) r.fail("unknown grid kind " + std::to_string(grid) + " of CUDA kernel " + c->symbol);
+      c->launch.grid = grid ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements;
+      c->launch.block = r.i32();
+      if (c->launch.block <= 0 || c->launch.block > 1024 || c->launch.block % 32)
+        r.fail("block of " + std::to_string(c->launch.block) + " threads for CUDA kernel " + c->symbol);
+      c->launch.shared_bytes = r.i32();
+      if (c->launch.shared_bytes < 0) r.fail("negative shared memory for CUDA kernel " + c->symbol);
+      c->ptx = r.str();
+      c->cubin = r.str();
+      if (c->cubin.size() < 4 || c->cubin.compare(0, 4, "\x7f" "ELF") != 0)
+        r.fail("CUDA kernel " + c->symbol + " has no cubin (no ELF header)");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (KernelRef have = use(c->key)) {
+          units.push_back(have);
+          continue;
+        }
+      }
+      finish(*c);
+      ++loaded;
+      KernelRef ref = c;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        keep(c);
+      }
+      units.push_back(std::move(ref));
+    }
+    std::vector<uint32_t> of = r.u32s();
+    r.expect_end("CUDA kernels");
+    if (of.size() != plan.kernels.size())
+      r.fail("CUDA code for " + std::to_string(of.size()) + " kernels, plan has " + std::to_string(plan.kernels.size()));
+    std::vector<KernelRef> refs;
+    for (uint32_t u : of) {
+      if (u >= units.size()) r.fail("CUDA kernel unit index out of range");
+      refs.push_back(units[u]);
+    }
+    plan.kernel_fns.assign(plan.kernels.size(), nullptr);
+    std::vector<bool> reused(refs.size(), false);
+    auto code = make_code(std::move(refs), plan, std::move(reused));
+    code->kernel_hits = static_cast<int>(nunits) - loaded;
+    return code;
+  }
+
+  void clear_kernels() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    kernels_.clear();
+    lru_.clear();
+  }
+
+  void warm_up() override {
+    // tanh over float32: NVPTX's first use (target machine, pipeline, codegen)
+    // and libdevice's parse. Not kept, no ptxas.
+    ir::Graph g;
+    const ir::TensorType t{ir::DType::Float32, {64}, {1}};
+    ir::ValueId x = g.add_input(t);
+    g.add_output(g.add_node1(ir::OpKind::Tanh, {x}, {ir::Attr{static_cast<int64_t>(ir::DType::Float32)}}, t));
+    Plan plan = plan_graph(g);
+    if (plan.kernels.size() != 1) return;
+    compile_one(g, plan.kernels[0], ir::Hash128{}, /*generic=*/true, /*check_stores=*/false, /*assemble=*/false);
+  }
+
+ private:
+  static constexpr size_t kMaxKernels = 4096;
+
+  std::unique_ptr<CudaCode> make_code(std::vector<KernelRef> refs, const Plan& plan, std::vector<bool> reused,
+                                      std::string ir = {}) const {
+    std::vector<std::string> names;
+    for (const FusedKernel& k : plan.kernels) names.push_back(k.name);
+    return std::make_unique<CudaCode>(o_.arch, isa_, std::move(refs), std::move(names), std::move(reused),
+                                      std::move(ir));
+  }
+
+  struct Kept {
+    KernelRef code;
+    std::list<ir::Hash128>::iterator at;
+  };
+  // Caller holds mu_.
+  KernelRef use(const ir::Hash128& key) {
+    auto it = kernels_.find(key);
+    if (it == kernels_.end()) return nullptr;
+    lru_.splice(lru_.end(), lru_, it->second.at);
+    return it->second.code;
+  }
+  void keep(const KernelRef& c) {
+    if (!c || kernels_.count(c->key)) return;
+    lru_.push_back(c->key);
+    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
+    while (kernels_.size() > kMaxKernels) {
+      kernels_.erase(lru_.front());
+      lru_.pop_front();
+    }
+  }
+
+  // On the caller's thread: the cubin by the driver when there is no ptxas, and
+  // with CudaOptions::load, the module and the function.
+  void finish(KernelCode& c) {
+    try {
+      if (c.cubin.empty()) c.cubin = cuda_driver::assemble(c.ptx);
+      if (o_.load) {
+        c.module = cuda_driver::load_module(c.cubin);
+        c.launch.function = c.module->function(c.symbol);
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error("CUDA kernel " + c.symbol + ": " + e.what());
+    }
+  }
+
+  template <class Jobs>
+  void compile_jobs(const ir::Graph& g, const Plan& plan, Jobs& jobs) {
+    if (jobs.empty()) return;
+    const std::thread::id caller = std::this_thread::get_id();
+    auto one = [&](auto& job) {
+      std::optional<debug::TraceSpan> span;
+      if (debug::trace_enabled()) {
+        if (std::this_thread::get_id() != caller)
+          debug::name_trace_thread("tbb worker " + std::to_string(tbb::this_task_arena::current_thread_index()));
+        span.emplace("compile", "kernel " + plan.kernels[job.kernel].name,
+                     debug::TraceArgs{{"kernel", plan.kernels[job.kernel].name}, {"kernel_cache_hit", false},
+                                      {"generic", job.generic}, {"target", "cuda"}});
+      }
+      try {
+        job.code = compile_one(g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores,
+                               /*assemble=*/!ptxas_.empty());
+      } catch (...) {
+        job.error = std::current_exception();
+      }
+    };
+    int threads = o_.codegen.compile_threads > 0 ? o_.codegen.compile_threads
+                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (jobs.size() == 1 || threads == 1 || serial_compile()) {
+      for (auto& job : jobs) one(job);
+    } else {
+      static tbb::task_arena& arena = *new tbb::task_arena(threads);
+      arena.execute([&] {
+        tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t i) {
+          std::optional<NoPollScope> quiet;
+          if (std::this_thread::get_id() != caller) quiet.emplace();
+          one(jobs[i]);
+        });
+      });
+    }
+    throw_if_interrupted();
+    for (auto& job : jobs)
+      if (job.error) std::rethrow_exception(job.error);
+  }
+
+  std::shared_ptr<KernelCode> compile_one(const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
+                                          bool generic, bool check_stores, bool assemble) {
+    std::optional<debug::TraceSpan> phase;
+    auto start = [&](const char* name) {
+      phase.reset();
+      if (debug::trace_enabled()) phase.emplace("compile", name);
+    };
+    auto c = std::make_shared<KernelCode>();
+    c->key = key;
+    c->generic = generic;
+    c->symbol = ptx_symbol(k.name);
+    const int opt = o_.codegen.opt_level;
+    start("emit IR");
+    auto tm = cuda::make_target_machine(o_.arch, opt);
+    llvm::LLVMContext ctx;
+    auto m = cuda::new_module(ctx, *tm, k.name);
+    cuda::KernelConfig cfg{o_.codegen, generic, check_stores, kBlock};
+    c->launch = cuda::emit_kernel(*m, g, k, c->symbol, cfg);
+    c->launch.function = nullptr;
+    try {
+      std::string err;
+      llvm::raw_string_ostream os(err);
+      if (llvm::verifyModule(*m, &os)) throw std::runtime_error("invalid IR: " + err);
+      if (o_.codegen.keep_llvm_ir) c->ir = "; ---- before optimization\n" + module_text(*m);
+      start("link libdevice");
+      cuda::link_libdevice(*m, *libdevice_, {c->symbol});
+      start("optimize IR");
+      cuda::optimize(*m, *tm, opt);
+      // The optimizer may make a math intrinsic of its own (pow(2, x) -> exp2):
+      // map, link and clean up once more.
+      if (cuda::map_to_libdevice(*m) > 0) {
+        cuda::link_libdevice(*m, *libdevice_, {c->symbol});
+        cuda::optimize(*m, *tm, opt);
+      }
+      cuda::check_lowerable(*m, "after optimization");
+      if (o_.codegen.keep_llvm_ir) c->ir += "; ---- after optimization\n" + module_text(*m);
+      start("PTX");
+      c->ptx = cuda::emit_ptx(*m, *tm);
+      if (assemble) {
+        start("ptxas");
+        c->cubin = cuda::run_ptxas(ptxas_, o_.arch, c->ptx, opt, "kernel " + k.name);
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error("kernel " + k.name + ": " + e.what());
+    }
+    return c;
+  }
+
+  CudaOptions o_;
+  int isa_ = 78;
+  std::string driver_;
+  std::shared_ptr<const cuda::Libdevice> libdevice_;
+  std::string ptxas_;          // empty: the driver assembles
+  std::string ptxas_version_;  // "13.0.88", or "driver"
+  std::mutex mu_;
+  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
+  std::list<ir::Hash128> lru_;
+};
+
+}  // namespace
+
+std::unique_ptr<Target> make_cuda_target(const CudaOptions& opts) { return std::make_unique<CudaTarget>(opts); }
+
+}  // namespace lazyjit::lowering

@@ -1,0 +1,34 @@
+// A kernel compiled for a GPU (the CUDA target, lowering/cuda/): what a launch
+// needs, without LLVM or CUDA headers. The executor launches it through the
+// driver API (cuda_driver/driver.h) on PyTorch's current stream.
+//
+// The kernel's parameters, in order:
+//  1. one `ptr addrspace(1)` per buffer load of the FusedKernel (loads with
+//     scalar_index < 0, in `loads` order), then one per store (in `stores` order);
+//  2. when Plan::check_stores: one `ptr addrspace(1)` to a device int32 that the
+//     kernel sets to 1 when a float32/float64 value it stores is NaN or Inf;
+//  3. `i64 total`: Grid::Elements: the product of the kernel's sizes; Grid::Rows:
+//     the number of rows (the product of its row dims);
+//  4. the kernel's dims (lowering::kernel_dims(k), D int64s) passed by value as
+//     one `.param` array (`ptr byval([D x i64]) align 8` in LLVM IR), with each
+//     scalar's slot entry replaced by the scalar's own 64 bits (a double's bits
+//     for a floating scalar, an int64 otherwise): the GPU reads scalars there.
+// A kernel never reads past `total` and is correct for any grid size (it loops
+// over its work grid-stride), so a launch picks the grid freely.
+#pragma once
+#include <cstdint>
+
+namespace lazyjit::lowering {
+
+struct DeviceKernel {
+  enum class Grid {
+    Elements,  // plain kernels: one thread per element of the iteration space
+    Rows,      // row kernels: one block per row; the block's threads share the cols
+  };
+  void* function = nullptr;  // CUfunction, loaded into PyTorch's current context
+  Grid grid = Grid::Elements;
+  int32_t block = 256;       // threads per block (a multiple of 32)
+  int32_t shared_bytes = 0;  // dynamic shared memory per block
+};
+
+}  // namespace lazyjit::lowering

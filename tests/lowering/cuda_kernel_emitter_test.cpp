@@ -1,0 +1,523 @@
+// The CUDA target's kernel emitter (lowering/cuda/kernel_emitter.h): kernels of
+// plans made by plan_graph, emitted into nvptx64 modules, checked on their IR
+// (the ABI of lowering/device_kernel.h, annotations, indexing, block
+// reductions), verified, and, for kernels without transcendental math (which
+// needs libdevice, linked by the target, not the emitter), taken to PTX by
+// LLVM's NVPTX back end. No GPU needed.
+//
+// LAZYJIT_TEST_PTX_DIR: also write each PTX and its IR there (<n>_<symbol>.ptx, .ll),
+// for ptxas.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include "lowering/cuda/kernel_emitter.h"
+#include "lowering/plan.h"
+#include "tests/lowering/test_support.h"
+
+namespace lazyjit::lowering {
+namespace {
+
+using ir::Attr;
+using ir::OpKind;
+using test::dt;
+using test::tt;
+
+constexpr const char* kTriple = "nvptx64-nvidia-cuda";
+
+llvm::TargetMachine& nvptx() {
+  static std::unique_ptr<llvm::TargetMachine> tm = [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    std::string err;
+    const llvm::Target* t = llvm::TargetRegistry::lookupTarget(kTriple, err);
+    if (!t) throw std::runtime_error("no NVPTX target: " + err);
+    return std::unique_ptr<llvm::TargetMachine>(
+        t->createTargetMachine(kTriple, "sm_90", "+ptx78", llvm::TargetOptions(), std::nullopt));
+  }();
+  return *tm;
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+struct Emitted {
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> m;
+  llvm::Function* fn = nullptr;
+  DeviceKernel dk;
+  std::string ir;
+  std::string ptx;  // when asked for
+};
+
+// Emits kernel `ki` of `p` as "<name>_k" and verifies the module; with `ptx`,
+// also runs the NVPTX code generator on it.
+std::unique_ptr<Emitted> emit(const ir::Graph& g, const FusedKernel& k, const cuda::KernelConfig& cfg,
+                              bool ptx) {
+  auto e = std::make_unique<Emitted>();
+  e->m = std::make_unique<llvm::Module>("cuda_test", e->ctx);
+  e->m->setTargetTriple(kTriple);
+  e->m->setDataLayout(nvptx().createDataLayout());
+  const std::string sym = k.name + "_k";
+  e->dk = cuda::emit_kernel(*e->m, g, k, sym, cfg);
+  e->fn = e->m->getFunction(sym);
+  std::string err;
+  llvm::raw_string_ostream es(err);
+  EXPECT_FALSE(llvm::verifyModule(*e->m, &es)) << es.str();
+  llvm::raw_string_ostream os(e->ir);
+  e->m->print(os, nullptr);
+  if (ptx) {
+    llvm::SmallString<0> out;
+    llvm::raw_svector_ostream ps(out);
+    llvm::legacy::PassManager pm;
+    EXPECT_FALSE(nvptx().addPassesToEmitFile(pm, ps, nullptr, llvm::CodeGenFileType::AssemblyFile));
+    pm.run(*e->m);
+    e->ptx = out.str().str();
+    EXPECT_NE(e->ptx.find(".entry " + sym), std::string::npos) << e->ptx;
+    if (const char* dir = std::getenv("LAZYJIT_TEST_PTX_DIR")) {
+      static int n = 0;
+      std::string base = std::string(dir) + "/" + std::to_string(n++) + "_" + sym;
+      std::ofstream(base + ".ptx") << e->ptx;
+      std::ofstream(base + ".ll") << e->ir;
+    }
+  }
+  return e;
+}
+
+std::unique_ptr<Emitted> emit(const ir::Graph& g, const FusedKernel& k, bool ptx, bool generic = false) {
+  cuda::KernelConfig cfg;
+  cfg.generic = generic;
+  return emit(g, k, cfg, ptx);
+}
+
+size_t buffer_loads(const FusedKernel& k) {
+  size_t n = 0;
+  for (const Access& a : k.loads) n += a.scalar_index < 0;
+  return n;
+}
+
+// The parameters device_kernel.h lists, in order.
+void expect_abi(const Emitted& e, const FusedKernel& k, bool check_stores = false) {
+  ASSERT_NE(e.fn, nullptr);
+  const size_t nbuf = buffer_loads(k) + k.stores.size();
+  const size_t nparams = nbuf + (check_stores ? 1 : 0) + 2;
+  ASSERT_EQ(e.fn->arg_size(), nparams) << e.ir;
+  for (size_t i = 0; i < nbuf + (check_stores ? 1 : 0); ++i) {
+    auto* pt = llvm::dyn_cast<llvm::PointerType>(e.fn->getArg(i)->getType());
+    ASSERT_TRUE(pt) << i;
+    EXPECT_EQ(pt->getAddressSpace(), 1u) << i;
+    if (i < nbuf) {
+      EXPECT_TRUE(e.fn->hasParamAttribute(i, llvm::Attribute::NoAlias)) << i;
+    }
+    if (i < buffer_loads(k)) {
+      EXPECT_TRUE(e.fn->getArg(i)->onlyReadsMemory()) << i;
+    }
+  }
+  EXPECT_TRUE(e.fn->getArg(nparams - 2)->getType()->isIntegerTy(64));
+  llvm::Argument* dims = e.fn->getArg(nparams - 1);
+  ASSERT_TRUE(dims->hasByValAttr());
+  auto* at = llvm::dyn_cast<llvm::ArrayType>(dims->getParamByValType());
+  ASSERT_TRUE(at);
+  EXPECT_EQ(at->getNumElements(), kernel_dims(k).size());
+  EXPECT_TRUE(at->getElementType()->isIntegerTy(64));
+  EXPECT_EQ(dims->getParamAlign().valueOrOne().value(), 8u);
+  EXPECT_TRUE(e.fn->hasExternalLinkage());
+  const std::string sym = e.fn->getName().str();
+  EXPECT_NE(e.ir.find("!{ptr @" + sym + ", !\"kernel\", i32 1}"), std::string::npos) << e.ir;
+  EXPECT_NE(e.ir.find("!{ptr @" + sym + ", !\"maxntidx\", i32 256}"), std::string::npos) << e.ir;
+  EXPECT_EQ(e.dk.grid, k.row ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements);
+  EXPECT_EQ(e.dk.block, 256);
+  EXPECT_EQ(e.dk.function, nullptr);
+}
+
+const DType f = DType::Float32;
+Attr dims_attr(std::vector<int64_t> d) { return Attr{std::move(d)}; }
+
+TEST(CudaKernelEmitter, ElementwiseChainIs32BitGridStride) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {4, 8}));
+  ValueId y = g.add_input(tt(f, {4, 8}));
+  ValueId s = g.add_scalar(DType::Float64);
+  ValueId m = g.add_node1(OpKind::Mul, {x, s}, {dt(f)}, tt(f, {4, 8}));
+  ValueId a = g.add_node1(OpKind::Add, {m, y}, {dt(f)}, tt(f, {4, 8}));
+  ValueId r = g.add_node1(OpKind::Relu, {a}, {dt(f)}, tt(f, {4, 8}));
+  g.add_output(r);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  auto e = emit(g, p.kernels[0], true);
+  expect_abi(*e, p.kernels[0]);
+  // The scalar is its dims entry's own bits.
+  EXPECT_NE(e->ir.find("bitcast i64"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("to double"), std::string::npos) << e->ir;
+  // Grid-stride over the elements, 32-bit index arithmetic.
+  EXPECT_NE(e->ir.find("llvm.nvvm.read.ptx.sreg.nctaid.x"), std::string::npos);
+  EXPECT_NE(e->ir.find("getelementptr inbounds float, ptr addrspace(1) %in0, i32"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("!invariant.load"), std::string::npos);
+  EXPECT_NE(e->ptx.find("ld.global.nc.f32"), std::string::npos) << e->ptx;
+  EXPECT_NE(e->ptx.find("st.global.f32"), std::string::npos) << e->ptx;
+  EXPECT_EQ(e->ir.find("nvptx-f32ftz"), std::string::npos);
+}
+
+TEST(CudaKernelEmitter, BroadcastAddReadsStrideZero) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {6, 40}));
+  ValueId b = g.add_input(tt(f, {40}));
+  ValueId a = g.add_node1(OpKind::Add, {x, b}, {dt(f)}, tt(f, {6, 40}));
+  g.add_output(a);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  const FusedKernel& k = p.kernels[0];
+  ASSERT_EQ(k.sizes.size(), 2u) << p.str(g);
+  for (bool generic : {false, true}) {
+    auto e = emit(g, k, true, generic);
+    expect_abi(*e, k);
+    // The flat index splits into (row, col) by the inner size.
+    EXPECT_NE(e->ir.find(generic ? "urem i64" : "urem i32 %"), std::string::npos) << e->ir;
+    EXPECT_EQ(count(e->ptx, "ld.global.nc.f32"), 2u) << e->ptx;
+  }
+}
+
+TEST(CudaKernelEmitter, CastsToHalfAndBFloat16) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {100}));
+  ValueId h = g.add_node1(OpKind::Cast, {x}, {dt(DType::Float16)}, tt(DType::Float16, {100}));
+  ValueId bf = g.add_node1(OpKind::Cast, {x}, {dt(DType::BFloat16)}, tt(DType::BFloat16, {100}));
+  ValueId h2 = g.add_node1(OpKind::Mul, {h, h}, {dt(DType::Float16)}, tt(DType::Float16, {100}));
+  g.add_output(h2);
+  g.add_output(bf);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  auto e = emit(g, p.kernels[0], true);
+  expect_abi(*e, p.kernels[0]);
+  EXPECT_NE(e->ir.find("fptrunc float"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("to half"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("store i16"), std::string::npos) << e->ir;  // bf16's memory form
+  EXPECT_NE(e->ptx.find("st.global.b16"), std::string::npos) << e->ptx;
+}
+
+TEST(CudaKernelEmitter, WhereOfACompare) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {3, 7}));
+  ValueId y = g.add_input(tt(f, {3, 7}));
+  ValueId c = g.add_node1(OpKind::Gt, {x, y}, {dt(f)}, tt(DType::Bool, {3, 7}));
+  ValueId w = g.add_node1(OpKind::Where, {c, x, y}, {dt(f)}, tt(f, {3, 7}));
+  ValueId cl = g.add_node1(OpKind::Clamp, {w, x}, {dt(f), Attr{int64_t{1}}}, tt(f, {3, 7}));
+  g.add_output(cl);
+  g.add_output(c);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  auto e = emit(g, p.kernels[0], true);
+  expect_abi(*e, p.kernels[0]);
+  EXPECT_NE(e->ir.find("fcmp ogt float"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("select i1"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("store i8"), std::string::npos) << e->ir;  // the bool output
+}
+
+TEST(CudaKernelEmitter, CatPiecesInAnIfChain) {
+  for (int64_t dim : {0, 1}) {
+    ir::Graph g;
+    auto shape = [&](int64_t n) { return dim == 0 ? std::vector<int64_t>{n, 5} : std::vector<int64_t>{5, n}; };
+    ValueId a = g.add_input(tt(f, shape(3)));
+    ValueId b = g.add_input(tt(f, shape(4)));
+    ValueId na = g.add_node1(OpKind::Neg, {a}, {dt(f)}, tt(f, shape(3)));
+    ValueId c = g.add_node1(OpKind::Cat, {na, b}, {dt(f), Attr{dim}}, tt(f, shape(7)));
+    ValueId two = g.add_scalar(DType::Float64);
+    ValueId y = g.add_node1(OpKind::Mul, {c, two}, {dt(f)}, tt(f, shape(7)));
+    g.add_output(y);
+    Plan p = plan_graph(g);
+    const FusedKernel* cat = nullptr;
+    for (const FusedKernel& k : p.kernels)
+      if (k.cat_dim >= 0) cat = &k;
+    ASSERT_TRUE(cat) << p.str(g);
+    for (bool generic : {false, true}) {
+      auto e = emit(g, *cat, true, generic);
+      expect_abi(*e, *cat);
+      EXPECT_NE(e->ir.find("piece0:"), std::string::npos) << e->ir;
+      EXPECT_EQ(e->ir.find("piece1:"), std::string::npos) << e->ir;  // the last piece needs no test
+      EXPECT_NE(e->ir.find("pieces.end:"), std::string::npos) << e->ir;
+      EXPECT_EQ(count(e->ptx, "ld.global.nc.f32"), 2u) << e->ptx;  // one load per piece
+    }
+  }
+}
+
+// softmax(x) over the last dim (and without exp, one that llc takes whole).
+ir::Graph softmax(bool with_exp, std::vector<int64_t> shape = {8, 1000}) {
+  ir::Graph g;
+  std::vector<int64_t> row = shape;
+  row.back() = 1;
+  const int64_t last = static_cast<int64_t>(shape.size()) - 1;
+  ValueId x = g.add_input(tt(f, shape));
+  ValueId mx = g.add_node1(OpKind::ReduceMax, {x}, {dt(f), dims_attr({last})}, tt(f, row));
+  ValueId d = g.add_node1(OpKind::Sub, {x, mx}, {dt(f)}, tt(f, shape));
+  ValueId e = with_exp ? g.add_node1(OpKind::Exp, {d}, {dt(f)}, tt(f, shape)) : d;
+  ValueId s = g.add_node1(OpKind::ReduceSum, {e}, {dt(f), dims_attr({last})}, tt(f, row));
+  ValueId o = g.add_node1(OpKind::Div, {e, s}, {dt(f)}, tt(f, shape));
+  g.add_output(o);
+  return g;
+}
+
+const FusedKernel& only_row_kernel(const Plan& p, const ir::Graph& g) {
+  const FusedKernel* r = nullptr;
+  for (const FusedKernel& k : p.kernels)
+    if (k.row) {
+      EXPECT_EQ(r, nullptr) << p.str(g);
+      r = &k;
+    }
+  if (!r) throw std::runtime_error("no row kernel in\n" + p.str(g));
+  return *r;
+}
+
+TEST(CudaKernelEmitter, SoftmaxRowKernel) {
+  ir::Graph g = softmax(true);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = only_row_kernel(p, g);
+  for (bool generic : {false, true}) {
+    auto e = emit(g, k, false, generic);
+    expect_abi(*e, k);
+    // Two block reductions: 5 butterfly steps per warp level, two levels each.
+    EXPECT_EQ(count(e->ir, "call float @llvm.nvvm.shfl.sync.bfly.f32"), 20u) << e->ir;
+    EXPECT_NE(e->ir.find("call float @llvm.maximum.f32"), std::string::npos) << e->ir;
+    EXPECT_EQ(count(e->ir, "call void @llvm.nvvm.barrier0()"), 4u) << e->ir;
+    EXPECT_NE(e->ir.find("@" + k.name + "_k.partials = internal addrspace(3) global [8 x i64]"), std::string::npos)
+        << e->ir;
+    EXPECT_NE(e->ir.find("llvm.exp.f32"), std::string::npos) << e->ir;  // for the target's libdevice pass
+  }
+  // The same rows without exp: all the way to PTX.
+  ir::Graph g2 = softmax(false);
+  Plan p2 = plan_graph(g2);
+  const FusedKernel& k2 = only_row_kernel(p2, g2);
+  for (bool generic : {false, true}) {
+    auto e = emit(g2, k2, true, generic);
+    expect_abi(*e, k2);
+    EXPECT_NE(e->ptx.find("shfl.sync.bfly.b32"), std::string::npos) << e->ptx;
+    EXPECT_NE(e->ptx.find("bar.sync"), std::string::npos) << e->ptx;
+    EXPECT_NE(e->ptx.find(".shared"), std::string::npos) << e->ptx;
+  }
+}
+
+TEST(CudaKernelEmitter, SumOverTheLastTwoDimsOfA3dTensor) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {4, 6, 9000}));
+  ValueId sq = g.add_node1(OpKind::Mul, {x, x}, {dt(f)}, tt(f, {4, 6, 9000}));
+  ValueId s = g.add_node1(OpKind::ReduceSum, {sq}, {dt(f), dims_attr({1, 2})}, tt(f, {4, 1, 1}));
+  g.add_output(s);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = only_row_kernel(p, g);
+  ASSERT_EQ(k.reduce_rank, 1) << p.str(g);  // coalesced: [4, 54000]
+  for (bool generic : {false, true}) {
+    auto e = emit(g, k, true, generic);
+    expect_abi(*e, k);
+    // float32 accumulators (no float64 sum blocks on the GPU), 32-bit indices when exact.
+    EXPECT_NE(e->ir.find("fadd reassoc float"), std::string::npos) << e->ir;
+    EXPECT_EQ(e->ir.find("fadd reassoc double"), std::string::npos) << e->ir;
+    EXPECT_EQ(e->ir.find("i32 %col.i") != std::string::npos, !generic) << e->ir;
+    EXPECT_EQ(count(e->ir, "call float @llvm.nvvm.shfl.sync.bfly.f32"), 10u) << e->ir;
+    // Thread 0 stores the row's sum.
+    EXPECT_NE(e->ir.find("store.rows:"), std::string::npos) << e->ir;
+  }
+}
+
+TEST(CudaKernelEmitter, Int64MaxRowKernelShufflesHalves) {
+  const DType i64 = DType::Int64;
+  ir::Graph g;
+  ValueId x = g.add_input(tt(i64, {5, 33}));
+  ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {dt(i64), dims_attr({1})}, tt(i64, {5, 1}));
+  ValueId d = g.add_node1(OpKind::Sub, {x, m}, {dt(i64)}, tt(i64, {5, 33}));
+  g.add_output(d);
+  g.add_output(m);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = only_row_kernel(p, g);
+  for (bool generic : {false, true}) {
+    auto e = emit(g, k, true, generic);
+    expect_abi(*e, k);
+    EXPECT_EQ(count(e->ir, "call i32 @llvm.nvvm.shfl.sync.bfly.i32"), 20u) << e->ir;  // 2 halves x 5 x 2 levels
+    EXPECT_NE(e->ir.find("call i64 @llvm.smax.i64"), std::string::npos) << e->ir;
+    EXPECT_NE(e->ptx.find("max.s64"), std::string::npos) << e->ptx;
+    EXPECT_NE(e->ptx.find("st.global.u64"), std::string::npos) << e->ptx;
+  }
+}
+
+TEST(CudaKernelEmitter, ShapeGenericReadsItsShapeFromDims) {
+  ir::Graph g;
+  ValueId x = g.add_input(ir::TensorType{f, {4, 8}, {1, 4}});  // transposed: stride 4
+  ValueId y = g.add_input(tt(f, {4, 8}));
+  ValueId a = g.add_node1(OpKind::Add, {x, y}, {dt(f)}, tt(f, {4, 8}));
+  g.add_output(a);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  const FusedKernel& k = p.kernels[0];
+  auto exact = emit(g, k, true, false);
+  auto generic = emit(g, k, true, true);
+  expect_abi(*exact, k);
+  expect_abi(*generic, k);
+  // Exact code: constants; generic code: sizes and the stride 4 from dims.
+  EXPECT_EQ(exact->ir.find("getelementptr inbounds i64, ptr %dims"), std::string::npos) << exact->ir;
+  EXPECT_NE(generic->ir.find("getelementptr inbounds i64, ptr %dims"), std::string::npos) << generic->ir;
+  EXPECT_EQ(generic->ir.find("ptr addrspace(1) %in0, i32"), std::string::npos) << generic->ir;
+  EXPECT_EQ(generic->ir.find("urem i32"), std::string::npos) << generic->ir;
+  EXPECT_NE(generic->ir.find("udiv i64"), std::string::npos) << generic->ir;
+  EXPECT_NE(exact->ir.find("urem i32"), std::string::npos) << exact->ir;
+}
+
+TEST(CudaKernelEmitter, LargeExactKernelsIndexIn64Bits) {
+  ir::Graph g;
+  const int64_t n = int64_t{1} << 16;
+  ValueId x = g.add_input(tt(f, {n, n}));
+  ValueId r = g.add_node1(OpKind::Neg, {x}, {dt(f)}, tt(f, {n, n}));
+  g.add_output(r);
+  FusedKernel k;
+  k.sizes = {n, n};
+  k.nodes = {g.value(r).node};
+  Access a{};
+  a.operand = a.value = x;
+  a.dtype = f;
+  a.strides = {n, 1};
+  k.loads = {a};
+  k.stores = {r};
+  k.name = "fused_big";
+  auto e = emit(g, k, true);
+  expect_abi(*e, k);
+  EXPECT_NE(e->ir.find("getelementptr inbounds float, ptr addrspace(1) %in0, i64"), std::string::npos) << e->ir;
+  // A far offset alone also needs 64 bits.
+  k.sizes = {4, 4};
+  k.loads[0].strides = {4, 1};
+  k.loads[0].offset = int64_t{1} << 31;
+  auto far = emit(g, k, true);
+  EXPECT_NE(far->ir.find("getelementptr inbounds float, ptr addrspace(1) %in0, i64"), std::string::npos) << far->ir;
+  k.loads[0].offset = 16;
+  auto near = emit(g, k, true);
+  EXPECT_NE(near->ir.find("getelementptr inbounds float, ptr addrspace(1) %in0, i32"), std::string::npos) << near->ir;
+}
+
+TEST(CudaKernelEmitter, CheckStoresFlagsNonFiniteFloats) {
+  ir::Graph g = softmax(false);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = only_row_kernel(p, g);
+  cuda::KernelConfig cfg;
+  cfg.check_stores = true;
+  auto e = emit(g, k, cfg, true);
+  expect_abi(*e, k, /*check_stores=*/true);
+  EXPECT_NE(e->ir.find("and i32 %"), std::string::npos) << e->ir;
+  EXPECT_NE(e->ir.find("2139095040"), std::string::npos) << e->ir;  // 0x7f800000
+  EXPECT_NE(e->ir.find("store i32 1, ptr addrspace(1) %nonfinite"), std::string::npos) << e->ir;
+}
+
+TEST(CudaKernelEmitter, ZeroDimKernelAndFaults) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {}));
+  ValueId r = g.add_node1(OpKind::Add, {x, x}, {dt(f)}, tt(f, {}));
+  g.add_output(r);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  auto e = emit(g, p.kernels[0], true);
+  expect_abi(*e, p.kernels[0]);
+  cuda::KernelConfig cfg;
+  cfg.opts.fault = "add";
+  auto bad = emit(g, p.kernels[0], cfg, true);
+  EXPECT_NE(bad->ir.find("1.250000e+00"), std::string::npos) << bad->ir;
+  EXPECT_EQ(e->ir.find("1.250000e+00"), std::string::npos) << e->ir;
+}
+
+TEST(CudaKernelEmitter, UnsupportedThrowsNamingTheKernelAndLeavesTheModule) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {8}));
+  ValueId r = g.add_node1(OpKind::Add, {x, x}, {dt(DType::Complex64)}, tt(f, {8}));
+  g.add_output(r);
+  FusedKernel k;
+  k.sizes = {8};
+  k.nodes = {g.value(r).node};
+  Access a{};
+  a.operand = a.value = x;
+  a.dtype = f;
+  a.strides = {1};
+  k.loads = {a};
+  k.stores = {r};
+  k.name = "fused_7";
+  llvm::LLVMContext ctx;
+  llvm::Module m("t", ctx);
+  m.setTargetTriple(kTriple);
+  m.setDataLayout(nvptx().createDataLayout());
+  try {
+    cuda::emit_kernel(m, g, k, "sym", {});
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel fused_7: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c64"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(m.getFunction("sym"), nullptr);
+  EXPECT_EQ(m.getNamedMetadata("nvvm.annotations"), nullptr);
+}
+
+}  // namespace
+}  // namespace lazyjit::lowering
+
+namespace lazyjit::lowering {
+namespace {
+
+// Every lowerable dtype through every reduction: the block reduction's
+// shuffles and shared partials on each register form, down to PTX.
+TEST(CudaKernelEmitter, ReductionsOfEveryDtype) {
+  for (DType t : {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::Float16,
+                  DType::BFloat16, DType::Float32, DType::Float64})
+    for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMax, OpKind::ReduceMin}) {
+      SCOPED_TRACE(std::string(ir::dtype_name(t)) + " " + std::string(ir::op_name(op)));
+      ir::Graph g;
+      ValueId x = g.add_input(tt(t, {3, 50}));
+      ValueId r = g.add_node1(op, {x}, {dt(t), dims_attr({1})}, tt(t, {3, 1}));
+      g.add_output(r);
+      Plan p = plan_graph(g);
+      const FusedKernel& k = only_row_kernel(p, g);
+      for (bool generic : {false, true}) {
+        auto e = emit(g, k, true, generic);
+        expect_abi(*e, k);
+        EXPECT_NE(e->ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+      }
+    }
+}
+
+// Float ops whose lowering is not one PTX instruction (maximum on f64, half
+// arithmetic) still make PTX without libdevice; frem becomes libm's fmod (for
+// the target's libdevice pass), never NVPTX's inexact expansion.
+TEST(CudaKernelEmitter, FloatOpsWithoutLibdevice) {
+  for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+    for (OpKind op : {OpKind::Remainder, OpKind::DivFloor, OpKind::DivTrunc, OpKind::Maximum, OpKind::Div}) {
+      SCOPED_TRACE(std::string(ir::dtype_name(t)) + " " + std::string(ir::op_name(op)));
+      ir::Graph g;
+      ValueId x = g.add_input(tt(t, {64}));
+      ValueId y = g.add_input(tt(t, {64}));
+      ValueId r = g.add_node1(op, {x, y}, {dt(t)}, tt(t, {64}));
+      g.add_output(r);
+      Plan p = plan_graph(g);
+      ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+      const bool rem = op == OpKind::Remainder || op == OpKind::DivFloor;
+      auto e = emit(g, p.kernels[0], !rem);
+      EXPECT_EQ(e->ir.find(" frem "), std::string::npos) << e->ir;
+      if (rem) {
+        EXPECT_NE(e->ir.find(t == DType::Float64 ? "call double @fmod(" : "call float @fmodf("), std::string::npos)
+            << e->ir;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace lazyjit::lowering
