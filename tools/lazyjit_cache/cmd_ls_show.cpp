@@ -92,10 +92,19 @@ int cmd_show(const Common& c, const ShowOptions& o) {
     else llvm_note = "cache entries hold object code, not LLVM IR; run the program with LAZYJIT_DUMP=<dir> and pass "
                      "--dump-dir <dir> (looked for " + (dir.empty() ? std::string("$LAZYJIT_DUMP unset") : path) + ")";
   }
+  // A CUDA entry (its kernels' PTX and cubins, lowering/cuda/cuda_target.cpp)
+  // always shows its kernels' launch shapes; --asm adds their PTX and SASS.
+  const bool cuda_entry = m.value("code_fingerprint", std::string()).rfind("cuda;", 0) == 0;
+  ObjectCode obj;
+  if (o.asm_ || cuda_entry) obj = object_code(read_whole_file(e.path), e.key, m);
+  CudaView cuda;
+  std::string cuda_error;
+  if (obj.format == ObjectCode::Format::Cuda && obj.error.empty()) cuda = cuda_view(obj, o.asm_);
+  else if (cuda_entry && !obj.error.empty()) cuda_error = obj.error;
   if (o.asm_) {
-    ObjectCode obj = object_code(read_whole_file(e.path), e.key, m);
     if (!obj.error.empty()) asm_note = obj.error;
     else if (obj.bytes.empty()) asm_note = "no object code: every step of this program is a library (ATen) call";
+    else if (obj.format == ObjectCode::Format::Cuda) asm_text = cuda.listing;
     else
       for (const ObjectCode::Unit& u : obj.units) {
         std::string text = disassemble(u.object, &asm_note);
@@ -109,9 +118,13 @@ int cmd_show(const Common& c, const ShowOptions& o) {
                 {"manifest", m}};
     if (o.llvm) out["llvm"] = llvm_text.empty() ? json(nullptr) : json(llvm_text);
     if (o.asm_) out["asm"] = asm_text.empty() ? json(nullptr) : json(asm_text);
-    if (!llvm_note.empty() || !asm_note.empty()) out["notes"] = json::array();
+    if (obj.format == ObjectCode::Format::Cuda && obj.error.empty()) out["cuda"] = cuda.json;
+    else if (!cuda_error.empty()) out["cuda"] = {{"error", cuda_error}};
+    if (!cuda_error.empty() && asm_note.empty()) cuda.notes.insert(cuda.notes.begin(), cuda_error);
+    if (!llvm_note.empty() || !asm_note.empty() || !cuda.notes.empty()) out["notes"] = json::array();
     if (!llvm_note.empty()) out["notes"].push_back(llvm_note);
     if (!asm_note.empty()) out["notes"].push_back(asm_note);
+    for (const std::string& n : cuda.notes) out["notes"].push_back(n);
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -132,6 +145,10 @@ int cmd_show(const Common& c, const ShowOptions& o) {
   std::printf("fingerprint %s\n", m.value("code_fingerprint", std::string("?")).c_str());
   print_section("IR", m.value("ir", std::string()));
   print_section("plan", m.value("plan", std::string()));
+  if (cuda_entry || obj.format == ObjectCode::Format::Cuda)
+    print_section("CUDA kernels", !cuda_error.empty() ? cuda_error
+                                  : obj.bytes.empty() ? "no kernels: every step of this program is a library call"
+                                                      : cuda.table);
   if (o.llvm) print_section("LLVM IR", llvm_text.empty() ? llvm_note : llvm_text);
   if (o.asm_) print_section("assembly", asm_text.empty() ? asm_note : asm_text);
   return 0;

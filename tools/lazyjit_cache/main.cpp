@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   auto* show_cmd = app.add_subcommand("show", "one entry: manifest, IR, plan");
   show_cmd->add_option("key", show.key, "key, unique prefix or short key")->required();
   show_cmd->add_flag("--llvm", show.llvm, "the LLVM IR (from a LAZYJIT_DUMP directory: entries do not store it)");
-  show_cmd->add_flag("--asm", show.asm_, "disassemble the object code (llvm-objdump)");
+  show_cmd->add_flag("--asm", show.asm_, "disassemble the object code (llvm-objdump; CUDA entries: PTX, and SASS by nvdisasm)");
   show_cmd->add_option("--dump-dir", show.dump_dir, "LAZYJIT_DUMP directory for --llvm (default: $LAZYJIT_DUMP)")->type_name("D");
 
   int top = 10;

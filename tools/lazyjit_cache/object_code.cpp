@@ -52,6 +52,42 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
   }
   out.bytes.assign(payload.substr(start, n));
   if (out.bytes.empty()) return out;
+  const std::string tag = out.bytes.substr(0, 4);
+  if (tag == "LJCU") {
+    out.format = ObjectCode::Format::Cuda;
+    try {
+      ir::ByteReader r(out.bytes);
+      r.expect_header("LJCU", 1, "CUDA kernel archive");
+      out.arch = r.str();
+      out.ptx_isa = r.u32();
+      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4).
+      size_t units = r.count(38, "CUDA kernel units");
+      for (size_t u = 0; u < units; ++u) {
+        r.u64();
+        r.u64();
+        ObjectCode::Unit unit;
+        unit.generic = r.boolean();
+        unit.symbol = r.str();
+        uint8_t grid = r.u8();
+        if (grid > 1) r.fail("unknown grid kind " + std::to_string(grid) + " of CUDA kernel " + unit.symbol);
+        unit.grid = grid ? "rows" : "elements";
+        unit.block = r.i32();
+        unit.shared_bytes = r.i32();
+        unit.ptx = r.str();
+        unit.cubin = r.str();
+        out.units.push_back(std::move(unit));
+      }
+      out.kernel_units = r.u32s();
+      r.expect_end("CUDA kernel archive");
+      for (uint32_t u : out.kernel_units)
+        if (u >= out.units.size()) r.fail("kernel unit " + std::to_string(u) + " out of range");
+    } catch (const std::exception& e) {
+      out.error = "CUDA kernel archive (LJCU) is damaged: " + std::string(e.what()) + "; " +
+                  std::to_string(out.units.size()) + " kernels read before it";
+    }
+    return out;
+  }
+  if (tag == "LJKO") out.format = ObjectCode::Format::Cpu;
   try {
     ir::ByteReader r(out.bytes);
     r.expect_header("LJKO", 1, "kernel objects");
@@ -65,7 +101,7 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
       unit.object = r.str();
       out.units.push_back(std::move(unit));
     }
-    r.u32s();
+    out.kernel_units = r.u32s();
     r.expect_end("kernel objects");
   } catch (const std::exception& e) {
     out.error = std::string("object code is not a kernel archive: ") + e.what();

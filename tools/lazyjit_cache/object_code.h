@@ -4,11 +4,20 @@
 // the object file as a u32-length-prefixed string, then a u64 checksum. The
 // graph and plan before it need lowering's readers (LLVM), so instead the
 // object is found from the end: the manifest's object_bytes says its length,
-// and the u32 just before it must say the same. That string holds one object
-// file per compiled kernel, in the CPU target's kernel archive
-// (lowering/cpu/cpu_target.cpp):
+// and the u32 just before it must say the same. That string is the kernel
+// archive of the target that compiled the program, told apart by its tag:
+//
+// the CPU target's (lowering/cpu/cpu_target.cpp), one object file per kernel:
 //   "LJKO" u32 version 1, u32 unit count, per unit: u64 key lo, u64 key hi,
 //   u8 generic, str symbol, str object; then u32 kernel count + u32 unit each.
+//
+// the CUDA target's (lowering/cuda/cuda_target.cpp), PTX and cubin per kernel:
+//   "LJCU" u32 version 1, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
+//   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
+//   1: Rows), i32 block, i32 shared bytes, str PTX, str cubin; then u32 kernel
+//   count + u32 unit each.
+//
+// Both are read here byte by byte: the tool links no LLVM and no lowering.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,13 +26,25 @@
 namespace lazyjit::cache_tool {
 
 struct ObjectCode {
+  enum class Format { None, Cpu, Cuda };
   std::string bytes;  // the archive; empty: the program has no kernels
+  Format format = Format::None;  // from the archive's tag (None: empty, or a tag this tool does not know)
+  // CUDA: what every unit was compiled for.
+  std::string arch;       // "sm_90"
+  uint32_t ptx_isa = 0;   // 78: PTX ISA 7.8
   struct Unit {
     std::string symbol;  // the kernel function (named for the kernel it was first compiled for)
     bool generic = false;  // shape-generic code (serves other sizes)
-    std::string object;  // a relocatable object file
+    std::string object;  // CPU: a relocatable object file
+    // CUDA: the launch shape and the code.
+    std::string grid;        // "elements" (one thread per element) or "rows" (one block per row)
+    int32_t block = 0;       // threads per block
+    int32_t shared_bytes = 0;  // dynamic shared memory per block
+    std::string ptx;
+    std::string cubin;       // an ELF for `arch`
   };
   std::vector<Unit> units;  // distinct compiled kernels, in the archive's order
+  std::vector<uint32_t> kernel_units;  // per plan kernel, its unit (equal kernels share one)
   std::string error;  // set when the entry does not hold what its manifest says
 };
 
@@ -33,5 +54,26 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
 // `llvm-objdump-19 -d` (or llvm-objdump, objdump) of the object; empty with
 // *note set when no disassembler is installed or it fails.
 std::string disassemble(const std::string& object, std::string* note);
+
+// "7.8" for 78.
+std::string ptx_isa_text(uint32_t isa);
+
+// The program that prints a cubin's SASS: nvdisasm, else cuobjdump, looked
+// for on PATH, then in $CUDA_HOME/bin and /usr/local/cuda/bin. Empty when
+// neither is found; *looked then says where it looked.
+std::string find_sass_tool(std::string* looked);
+// The SASS of a cubin by `tool` (find_sass_tool's): `nvdisasm -c`, or
+// `cuobjdump -sass`. Empty with *note set when it fails.
+std::string disassemble_cubin(const std::string& tool, const std::string& cubin, std::string* note);
+
+// show's views of a CUDA entry's kernels (obj.format == Cuda, no error), each
+// cubin disassembled at most once. `code`: with each kernel's PTX and SASS.
+struct CudaView {
+  std::string table;    // target line and one row per compiled kernel: symbol, generic, launch shape, sizes
+  std::string listing;  // with `code`: per kernel a header (symbol, generic, arch, PTX ISA, launch), PTX, SASS
+  nlohmann::json json;  // {arch, ptx_isa, sass_tool, kernels: [...], plan_kernels: [unit, ...]}
+  std::vector<std::string> notes;  // no SASS disassembler (naming what to install), one that failed
+};
+CudaView cuda_view(const ObjectCode& obj, bool code);
 
 }  // namespace lazyjit::cache_tool
