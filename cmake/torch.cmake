@@ -11,7 +11,7 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
-  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp
+  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/execution_device.cpp executor/device_launch.cpp
   executor/collective_step.cpp executor/collective_in_flight.cpp
   runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
@@ -46,7 +46,8 @@ set_tests_properties(e2e_debug_level1 PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off;
 
 add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp
                tests/executor/buffer_pool_test.cpp tests/executor/background_compiles_test.cpp
-               tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp)
+               tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp
+               tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_BACKGROUND_COMPILE=off")

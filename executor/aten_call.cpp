@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "bridge/aten_ir.h"
+#include "executor/execution_device.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -63,8 +64,9 @@ AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms) : o
             a.kind = type.find('?') != std::string::npos ? Arg::Kind::OptionalTensorList : Arg::Kind::TensorList;
             for (int32_t k : x.indices) a.operands.push_back(operand(k, arg));
           } else if constexpr (std::is_same_v<T, std::string>) {
-            // Device arguments name the lazyjit device; the step runs on the CPU.
-            a.constant = type.find("Device") != std::string::npos ? c10::IValue(c10::Device(c10::kCPU))
+            // Device arguments name the lazyjit device; the step runs where
+            // programs run (the CPU, or the GPU under the CUDA target).
+            a.constant = type.find("Device") != std::string::npos ? c10::IValue(execution_device())
                                                                   : c10::IValue(x);
           } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
             if (type.rfind("bool[", 0) == 0) {

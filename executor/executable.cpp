@@ -11,6 +11,7 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/collective_in_flight.h"
+#include "executor/device_launch.h"
 #include "executor/op_by_op_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
@@ -90,6 +91,13 @@ void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Binding
   }
   switch (s.kind) {
     case Step::Kind::Kernel:
+      // The CUDA target's kernels (loaded into the current context) run on the GPU.
+      if (const lowering::DeviceKernel* dk = p.code ? p.code->device_kernel(s.kernel) : nullptr) {
+        if (launch_device_kernel(p.plan.kernels[s.kernel], *dk, dims_[s.kernel], p.graph, env, b.scalars, b.into,
+                                 p.plan.check_stores))
+          *nonfinite = true;
+        break;
+      }
       if (p.plan.check_stores) {
         // The kernel's dims and, one past them, its NaN/Inf flag (this run's own).
         std::vector<int64_t> dims = dims_[s.kernel];

@@ -1,6 +1,7 @@
 // A program made ready to run: built once from a lowering::Program (ATen
 // operators resolved, their arguments prepared), then run any number of times,
-// from any number of threads, on CPU tensors.
+// from any number of threads, on CPU tensors (the CUDA target's kernels: on
+// CUDA tensors, launched on PyTorch's current stream, executor/device_launch.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 

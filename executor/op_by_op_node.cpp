@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "bridge/aten_ir.h"
+#include "executor/execution_device.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -115,7 +116,7 @@ void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Te
   for (ir::ValueId v : n.operands) in.push_back(operand(g, v, env, scalars));
   at::Tensor r;
   if (n.kind == OpKind::Full) {
-    r = at::full(out.sizes, in.at(0).item(), at::TensorOptions().dtype(out_t));
+    r = at::full(out.sizes, in.at(0).item(), at::TensorOptions().dtype(out_t).device(execution_device()));
   } else if (ir::is_reduction(n.kind)) {
     r = reduce(n, in.at(0));
   } else {
@@ -159,7 +160,7 @@ void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Te
     env[n.outputs[0]] = std::move(r);
     return;
   }
-  at::Tensor dense = at::empty_strided(out.sizes, out.strides, at::TensorOptions().dtype(out_t));
+  at::Tensor dense = at::empty_strided(out.sizes, out.strides, r.options().dtype(out_t));
   dense.copy_(r.expand(out.sizes));
   env[n.outputs[0]] = dense;
 }

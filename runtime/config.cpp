@@ -67,9 +67,11 @@ const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_P
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
                               "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_CHECK", "LAZYJIT_FAULT", "LAZYJIT_TRACE", "LAZYJIT_DEBUG", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET", "LAZYJIT_REMOTE_CACHE",
-                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE", "LAZYJIT_SMALL_GEMM"};
-// Read by others: the test hooks (cache/disk_store.h), the bench, the build scripts.
-const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS"};
+                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE", "LAZYJIT_SMALL_GEMM", "LAZYJIT_TARGET"};
+// Read by others: the test hooks (cache/disk_store.h), the bench, the build
+// scripts, the CUDA target's toolkit paths (lowering/cuda/toolkit.h).
+const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS", "LAZYJIT_LIBDEVICE",
+                                      "LAZYJIT_PTXAS"};
 bool is_op_name(const std::string& s) {
   for (int k = 0; k <= static_cast<int>(ir::kLastOpKind); ++k)
     if (ir::op_name(static_cast<ir::OpKind>(k)) == s) return true;
@@ -103,6 +105,8 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   };
   if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
   else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
+  if (std::string t = env("LAZYJIT_TARGET"); t == "cuda") c.target = t;
+  else if (!t.empty() && t != "cpu") bad("LAZYJIT_TARGET", t, "cpu or cuda", "cpu");
   c.dump_dir = env("LAZYJIT_DUMP");
   for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
     if (what == "recompiles") c.log_recompiles = true;
@@ -230,10 +234,12 @@ Config Config::from_env() {
 }
 
 std::string Config::codegen_text() const {
-  // Vector width reaches the code through the target's own fingerprint.
+  // Vector width and the target's CPU features or GPU architecture reach the
+  // code through the target's own fingerprint.
   std::string s = "passes off:";
   for (const std::string& p : disabled_passes) s += p + ",";
   if (!fault.empty()) s += ";fault:" + fault;  // faulty code never shares a key with good code
+  if (target != "cpu") s += ";target:" + target;  // GPU code never shares a key with CPU code (CPU keys as before)
   return s;
 }
 

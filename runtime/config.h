@@ -17,6 +17,9 @@ enum class RecompileStance { Warn, Error, OpByOp };
 
 struct Config {
   bool step_mode = false;                    // LAZYJIT_MODE=step: run each op eagerly (debug)
+  // LAZYJIT_TARGET=cpu|cuda: what kernels are compiled for: the host CPU (LLVM
+  // ORC), or NVIDIA GPUs (LLVM NVPTX, run on PyTorch's current CUDA stream).
+  std::string target = "cpu";
   std::string dump_dir;                      // LAZYJIT_DUMP=<dir>: graph, pass, plan, LLVM dumps
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts

@@ -54,7 +54,8 @@ struct Block {
 };
 
 bool as_block(const at::Tensor& t, Block* b) {
-  if (!t.is_non_overlapping_and_dense()) return false;
+  // Read on the host: GPU memory (the CUDA target) takes ATen's test.
+  if (!t.is_cpu() || !t.is_non_overlapping_and_dense()) return false;
   // Its numel elements fill one block from data_ptr.
   *b = Block{t.const_data_ptr(), t.numel() * (at::isComplexType(t.scalar_type()) ? 2 : 1), 0, 0};
   switch (t.scalar_type()) {

@@ -32,9 +32,12 @@
 // With hooks on compiled ops or the compiled-vs-eager check, run() goes through
 // run_observed() instead (observed_run.cpp): the same lookup, every value kept.
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/version.h>
 
 #include <optional>
 
+#include "cuda_driver/driver.h"
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
@@ -48,6 +51,35 @@
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
+
+namespace {
+
+// LAZYJIT_TARGET: the host CPU, or the GPU PyTorch uses (its CUDA build, the
+// driver, a GPU: each checked here, so that a missing one is one clear error
+// at the first op, not a failure in the first compile or launch).
+std::unique_ptr<lowering::Target> make_target(const Config& config, const lowering::CodegenOptions& codegen) {
+  if (config.target != "cuda") return lowering::make_cpu_target(codegen);
+  // PyTorch first: with a CPU-only build no driver or GPU would help.
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA))
+    throw std::runtime_error("LAZYJIT_TARGET=cuda needs a CUDA build of PyTorch; this one (" TORCH_VERSION
+                             ") is CPU-only");
+  std::string why;
+  if (!cuda_driver::available(&why)) throw std::runtime_error("LAZYJIT_TARGET=cuda: no CUDA GPU is usable: " + why);
+  lowering::CudaOptions cuda;
+  cuda.codegen = codegen;
+  std::unique_ptr<lowering::Target> target;
+  try {
+    target = lowering::make_cuda_target(cuda);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("LAZYJIT_TARGET=cuda: ") + e.what());
+  }
+  // Programs run on the GPU PyTorch has current (its results, ATen steps'
+  // devices, the tracer's storages: executor/execution_device.h).
+  executor::set_execution_device(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice());
+  return target;
+}
+
+}  // namespace
 
 Runtime& Runtime::get() {
   static Runtime* rt = new Runtime(process_config());  // outlives static tensors
@@ -64,7 +96,7 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   // The text of every module costs memory, its assembly a second codegen:
   // only when dumping them (LAZYJIT_DUMP, LAZYJIT_DEBUG=3; not at level 2).
   codegen.keep_llvm_ir = codegen.keep_asm = !config_.dump_dir.empty() && config_.dump_llvm;
-  target_ = lowering::make_cpu_target(codegen);
+  target_ = make_target(config_, codegen);
   // Everything that changes the code a key stands for.
   code_fingerprint_ = target_->fingerprint() + ";lazyjit " LAZYJIT_VERSION ";" + config_.codegen_text();
   code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());

@@ -156,7 +156,7 @@ std::string write_repro(const std::string& root, const ir::Graph& graph, const e
     write_file(d / "graph.bin", bytes);
     write_file(d / "graph.txt", graph.str());
     for (size_t i = 0; i < bindings.inputs.size(); ++i) {
-      at::Tensor t = bindings.inputs[i].contiguous();
+      at::Tensor t = bindings.inputs[i].cpu().contiguous();  // GPU inputs (the CUDA target) copied to the host
       write_file(d / ("input" + std::to_string(i) + ".bin"),
                  std::string(static_cast<const char*>(t.const_data_ptr()), t.nbytes()));
     }

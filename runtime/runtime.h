@@ -21,6 +21,7 @@
 
 #include "cache/compile_cache.h"
 #include "executor/executable.h"
+#include "executor/execution_device.h"
 #include "executor/store_in_place.h"
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"

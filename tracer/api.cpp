@@ -2,6 +2,7 @@
 // Modes and op hooks live with step mode (step_mode.cpp).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -47,10 +48,13 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   // an allocator that remembers it, so is_pinned() holds (tracer/pinned_memory.h).
   bool isPinnedPtr(const void* data) const override { return tracer::is_pinned_ptr(data); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return tracer::pinned_allocator(); }
-  // Random ops on lazyjit draw from the CPU generator, so a seeded program gives
-  // the CPU's numbers.
+  // Random ops on lazyjit draw from the generator of where data lives
+  // (device_ops.cpp): the CPU's, so a seeded program gives the CPU's numbers;
+  // under the CUDA target the GPU's.
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
-    return at::detail::getDefaultCPUGenerator();
+    const c10::Device d = tracer::data_device();
+    return d.is_cuda() ? at::detail::getCUDAHooks().getDefaultGenerator(d.index())
+                       : at::detail::getDefaultCPUGenerator();
   }
 };
 
@@ -119,9 +123,19 @@ void sync() {
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
+std::string target() { return runtime::process_config().target; }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
 int64_t wait_for_compiles() { return runtime::Runtime::get().wait_for_compiles(); }
-void stop_background_compiles() { runtime::Runtime::get().stop_background_compiles(); }
+void stop_background_compiles() {
+  // At exit: a runtime that cannot start (LAZYJIT_TARGET=cuda without a GPU)
+  // has nothing to stop; its error was raised where lazyjit was first used.
+  try {
+    runtime::Runtime::get();
+  } catch (const std::exception&) {
+    return;
+  }
+  runtime::Runtime::get().stop_background_compiles();
+}
 
 namespace {
 void mark(const at::Tensor& t, int64_t dim, uint8_t m, const char* what) {

@@ -48,7 +48,7 @@ uint64_t capture_signature(const std::vector<CaptureArg>& args) {
     if (const int64_t* v = std::get_if<int64_t>(&a)) {
       s.words.append({1, *v});
     } else if (const at::Tensor* t = std::get_if<at::Tensor>(&a)) {
-      if (t->defined() && t->device().type() == c10::DeviceType::CPU) s.tensor(t->scalar_type(), t->sizes(), t->strides());
+      if (t->defined() && t->device() == tracer::data_device()) s.tensor(t->scalar_type(), t->sizes(), t->strides());
       else s.words.push_back(3);
     } else {
       s.words.push_back(0);
@@ -98,7 +98,7 @@ at::Tensor Capture::placeholder(const at::Tensor& example) {
   // now, so that tensor argument k is bound to graph input k.
   at::Tensor t = tracer::make_tensor(tracer::make_storage(spec.span, spec.dtype), spec.dtype, spec.sizes,
                                      spec.strides, 0);
-  ctx.assign_data(t, at::empty({spec.span}, at::TensorOptions().dtype(spec.dtype)));
+  ctx.assign_data(t, at::empty({spec.span}, tracer::on_device(spec.dtype)));
   const size_t input = ctx.inputs_.size();
   ir::ValueId v = ctx.read(t);
   TORCH_CHECK(ctx.inputs_.size() == input + 1, "lazyjit: a torch.compile placeholder was not read as an input");
@@ -165,6 +165,13 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
   }
   g_->ops_ = graph.nodes().size() - graph.inputs().size() - graph.scalars().size();
   g_->fixed_inputs_ = ctx.inputs_;
+  // Programs run where the runtime runs them: under the CUDA target, what the
+  // trace read (constants, data moved to lazyjit while tracing) moves to the
+  // GPU once, here, not on every run.
+  g_->device_ = tracer::data_device();
+  if (!g_->device_.is_cpu())
+    for (at::Tensor& t : g_->fixed_inputs_)
+      if (t.defined() && t.device() != g_->device_) t = t.to(g_->device_);
   g_->scalars_ = ctx.scalars_;
   runtime::Runtime& rt = runtime::Runtime::get();
   g_->threads_ = rt.threads();
@@ -197,7 +204,7 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
       if (!v || *v != spec.value) return std::nullopt;
     } else if (spec.kind == ArgSpec::Tensor) {
       const at::Tensor* t = std::get_if<at::Tensor>(&args[i]);
-      if (!t || !t->defined() || t->device().type() != c10::DeviceType::CPU || t->scalar_type() != spec.dtype ||
+      if (!t || !t->defined() || t->device() != device_ || t->scalar_type() != spec.dtype ||
           !t->sizes().equals(spec.sizes) || !t->strides().equals(spec.strides))
         return std::nullopt;
       at::Tensor& in = b.inputs[arg_input_[tensor]];
@@ -205,7 +212,10 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
       ++tensor;
     }
   }
-  for (const auto& [input, draw] : redraws_) b.inputs[input] = draw();
+  for (const auto& [input, draw] : redraws_) {
+    b.inputs[input] = draw();
+    if (b.inputs[input].device() != device_) b.inputs[input] = b.inputs[input].to(device_);
+  }
   // In-place updates of arguments computed where they are, unless another
   // input shares the argument's memory (it may be read after the update).
   std::vector<bool> stored(write_back_.size());

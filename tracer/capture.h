@@ -1,6 +1,6 @@
 // A function captured once, on placeholder tensors, as one lazyjit program, and
-// then run on CPU tensors with no recording (torch.compile(backend="lazyjit"),
-// python/lazyjit/dynamo.py):
+// then run on CPU tensors (CUDA tensors under the CUDA target) with no
+// recording (torch.compile(backend="lazyjit"), python/lazyjit/dynamo.py):
 //
 //   Capture c;                                  // syncs what the thread recorded; no sync may happen inside
 //   at::Tensor x = c.placeholder(example);      // one per tensor argument, in argument order
@@ -58,6 +58,7 @@ class CapturedGraph {
     int64_t span = 0;                     // that span's length, in elements
     int64_t value = 0;                    // an int's
   };
+  c10::Device device_{c10::DeviceType::CPU};  // where its tensors live: executor::execution_device() at capture
   std::vector<ArgSpec> args_;
   std::vector<size_t> arg_input_;                  // per tensor argument: its graph input
   std::vector<at::Tensor> fixed_inputs_;           // every graph input as bound while tracing

@@ -78,7 +78,9 @@ bool named_dtype(const at::Tensor& t) { return bridge::from_aten(t.scalar_type()
 
 void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   TraceContext& ctx = TraceContext::get();
-  if (!is_lazy(dst)) {  // to the CPU: a sync point; the CPU's copy_ applies the bits
+  if (!is_lazy(dst)) {  // to the CPU (or a GPU): a sync point; that copy_ applies the bits
+    // From the data where it lives: under the CUDA target, to the host is one
+    // device-to-host copy and .to("cuda") one device-to-device copy.
     dst.copy_(with_math_bits(ctx.cpu_view(src, "copy to cpu"), src));
     return;
   }
@@ -93,7 +95,9 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   if (is_lazy(src) && (reinterprets(src) || !named_dtype(src)))  // the graph has no bitcast, no such dtypes
     return copy_into(dst, ctx.cpu_view(src, "copy of a dtype-reinterpreting view").clone());
   if (!is_lazy(src)) {
-    at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
+    // Into new data where data lives: from the CPU one host-to-device copy
+    // under the CUDA target, from a CUDA tensor one device-to-device copy.
+    at::Tensor buf = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(data_device()));
     buf.copy_(src);
     bool whole_storage = dst.storage_offset() == 0 && dst.is_non_overlapping_and_dense() &&
                          static_cast<size_t>(dst.numel() * dst.element_size()) == dst.storage().nbytes();
@@ -108,7 +112,7 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
       ctx.assign_data(dst, buf);
     } else if (reinterprets(dst) || !named_dtype(dst)) {
       // Into part of a storage through a view of another dtype, or of a dtype
-      // the graph does not carry: the CPU's copy_ writes the elements in place,
+      // the graph does not carry: eager's copy_ writes the elements in place,
       // as run_eager's kernels do.
       if (ctx.has_pending()) ctx.sync("copy into a dtype-reinterpreting view", ctx.call_site());
       ctx.prepare_write(dst);
@@ -136,7 +140,7 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
   DType dt = bridge::from_aten(dst.scalar_type());
   ir::TensorType vt = g.value(v).type;
   if (vt.dtype != dt && !(runtime::kernels_support(dt) && runtime::kernels_support(vt.dtype))) {
-    // Complex and other unlowered conversions: convert on the CPU.
+    // Complex and other unlowered conversions: converted by eager's copy_.
     at::Tensor cpu = ctx.cpu_view(src, "copy between unlowered dtypes");
     return copy_into(dst, cpu);
   }
@@ -299,7 +303,7 @@ bool special_op(const std::string& name, Stack* stack) {
     at::Tensor t = s[s.size() - (name == "aten::zero_" ? 1 : 2)].toTensor();
     if (!is_lazy(t) || reinterprets(t) || !named_dtype(t) || has_math_bits(t) || !ctx.is_fresh(t)) return false;
     c10::Scalar v = name == "aten::zero_" ? c10::Scalar(int64_t{0}) : s.back().toScalar();
-    at::Tensor buf = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+    at::Tensor buf = at::empty_strided(t.sizes(), t.strides(), t.options().device(data_device()));
     buf.fill_(v);
     ctx.assign_data(t, buf);
     s.erase(s.end() - (name == "aten::zero_" ? 1 : 2), s.end());
@@ -420,9 +424,11 @@ bool special_op(const std::string& name, Stack* stack) {
 }
 
 // Random ops whose draws do not depend on tensor values are drawn at trace time
-// from the CPU generator, in program order, exactly as eager on the CPU would
-// draw them; the graph reads the draws as an input. A seeded program therefore
-// gives the CPU's numbers, and the draws never cut the graph.
+// from the generator of where data lives (data_device()), in program order,
+// exactly as eager there would draw them; the graph reads the draws as an
+// input. A seeded program therefore gives the CPU's numbers on the CPU target
+// (under the CUDA target, the CUDA generator's), and the draws never cut the
+// graph.
 namespace {
 const std::unordered_set<std::string>& inplace_draws() {
   static const std::unordered_set<std::string> s = {
@@ -447,7 +453,7 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     if (!is_lazy(self)) return false;
     for (size_t i = s.size() - nargs + 1; i < s.size(); ++i)
       if (s[i].isTensor() && is_lazy(s[i].toTensor())) return false;
-    at::Tensor buf = at::empty(self.sizes(), self.options().device(at::kCPU));
+    at::Tensor buf = at::empty(self.sizes(), self.options().device(data_device()));
     Stack cpu(s.end() - nargs, s.end());
     cpu[0] = buf;
     if (ctx.capturing()) {
@@ -474,8 +480,10 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     double p = s[s.size() - 2].toDouble();
     bool train = s.back().isNone() || s.back().toBool();
     if (!is_lazy(input) || !train || !at::isFloatingType(input.scalar_type())) return false;
-    // As ATen's native_dropout_cpu: mask ~ Bernoulli(1 - p), out = x * mask / (1 - p).
-    at::Tensor noise = at::empty(input.sizes(), input.options().device(at::kCPU)).bernoulli_(1 - p);
+    // As ATen's native_dropout_cpu: mask ~ Bernoulli(1 - p), out = x * mask / (1 - p)
+    // (under the CUDA target drawn by the CUDA generator: not CUDA eager's
+    // fused dropout draws, which no other op reproduces).
+    at::Tensor noise = at::empty(input.sizes(), input.options().device(data_device())).bernoulli_(1 - p);
     at::Tensor lnoise = make_tensor(make_storage(noise.numel(), noise.scalar_type()), noise.scalar_type(),
                                     noise.sizes(), noise.strides(), 0);
     ctx.assign_data(lnoise, noise);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "runtime/runtime.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -58,6 +59,14 @@ at::Tensor make_tensor(c10::Storage storage, at::ScalarType dtype, at::IntArrayR
 
 bool is_lazy(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+c10::Device data_device() {
+  // Under the CUDA target, data made before the first op started the runtime
+  // (a torch.compile placeholder) must not land on the CPU.
+  static const bool cuda = runtime::process_config().target != "cpu";
+  if (cuda) runtime::Runtime::get();
+  return executor::execution_device();
 }
 
 LazyStorage& storage_of(const at::Tensor& t) {

@@ -5,11 +5,14 @@
 // A LazyStorage holds its elements in one of three ways:
 //  - pending: `value` in the graph `owner` records (while `epoch` is that
 //    graph's), whose flat slots in memory order are the storage's elements;
-//  - materialized: `data`, a 1-D CPU tensor of `numel` elements;
+//  - materialized: `data`, a 1-D tensor of `numel` elements on data_device():
+//    the CPU, or the GPU under the CUDA target (PyTorch's caching allocator);
 //  - uninitialized: neither (fresh from empty()).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/core/Storage.h>
+#include <c10/core/TensorOptions.h>
 
 #include <memory>
 #include <string>
@@ -53,5 +56,15 @@ LazyStorage& storage_of(const at::Tensor& t);
 bool is_lazy(const at::Tensor& t);
 
 c10::Allocator* lazy_allocator();
+
+// Where materialized data lives and what the op-by-op paths (step mode,
+// run_eager) run on: where programs run, executor::execution_device() (the
+// CPU; the current CUDA device under LAZYJIT_TARGET=cuda, then the runtime is
+// started first, since it sets that device).
+c10::Device data_device();
+// New data of `dtype` there.
+inline at::TensorOptions on_device(at::ScalarType dtype) {
+  return at::TensorOptions().dtype(dtype).device(data_device());
+}
 
 }  // namespace lazyjit::tracer

@@ -36,10 +36,14 @@ void step_region_enter();
 void step_region_exit();
 Mode mode();
 
+// What kernels are compiled for: "cpu" or "cuda" (LAZYJIT_TARGET, read once,
+// before the first op; docs/switches.md). Reading it starts nothing.
+std::string target();
+
 struct OpEvent {
   std::string op;                   // schema name, e.g. "aten::add.Tensor"
-  std::vector<c10::IValue> inputs;  // tensors as CPU tensors (copies)
-  std::vector<c10::IValue> outputs; // tensors as CPU tensors
+  std::vector<c10::IValue> inputs;  // tensors as CPU tensors (copies; CUDA tensors under LAZYJIT_TARGET=cuda)
+  std::vector<c10::IValue> outputs; // tensors as CPU tensors (CUDA tensors under LAZYJIT_TARGET=cuda)
   std::string site;                 // the caller's file:line when known
   // Lazy events (add_op_hook(hook, true)): one per op recorded into a compiled
   // graph, after the graph ran, in recording order. Their inputs are what the op

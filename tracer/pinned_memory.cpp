@@ -1,10 +1,13 @@
 #include "tracer/pinned_memory.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <mutex>
 #include <unordered_set>
+
+#include "tracer/lazy_storage.h"
 
 namespace lazyjit::tracer {
 
@@ -31,7 +34,12 @@ struct PinnedAllocator final : c10::Allocator {
   }
 
   c10::DataPtr allocate(size_t n) override {
-    auto cpu = c10::GetCPUAllocator()->allocate(n);
+    // Under the CUDA target, page-locked memory from CUDA's host allocator, so
+    // that copies from it to the GPU run at full speed (and asynchronously
+    // where PyTorch's CUDA copies are asked to).
+    static const bool cuda = data_device().is_cuda();
+    c10::Allocator* host = cuda ? at::detail::getCUDAHooks().getPinnedMemoryAllocator() : c10::GetCPUAllocator();
+    auto cpu = host->allocate(n);
     void* data = cpu.get();
     if (data == nullptr) return cpu;  // zero bytes: nothing to remember
     {

@@ -1,7 +1,9 @@
-// Pinned host memory for the lazyjit device: host memory like any other (lazyjit's
-// copies are synchronous), handed out by an allocator that remembers what it
-// allocated, so that tensor.is_pinned() is true for it, as PyTorch code that pins
-// a buffer for a device (DDP's reducer, DataLoader's pin_memory) expects.
+// Pinned host memory for the lazyjit device: host memory like any other on the
+// CPU target (lazyjit's copies are synchronous), page-locked memory from CUDA's
+// host allocator under the CUDA target, handed out by an allocator that
+// remembers what it allocated, so that tensor.is_pinned() is true for it, as
+// PyTorch code that pins a buffer for a device (DDP's reducer, DataLoader's
+// pin_memory) expects.
 #pragma once
 
 namespace c10 {

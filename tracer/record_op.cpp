@@ -59,7 +59,8 @@ void move_cpu_indices(Stack* stack, Stack* args) {
   }
 }
 
-// PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d.
+// PyTorch's rule, as on CUDA: a lazyjit op accepts CPU tensors only when 0-d,
+// and tensors of no other device (copies are the device's own ops, earlier).
 void check_devices(const Stack& args) {
   // Lazy tensors among a Tensor?[]'s elements alone do not make the check apply.
   bool lazy = false;
@@ -72,6 +73,9 @@ void check_devices(const Stack& args) {
         TORCH_CHECK(false,
                     "Expected all tensors to be on the same device, but found at least two "
                     "devices, lazyjit:0 and cpu!");
+      if (t.defined() && t.is_cuda())
+        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, lazyjit:0 and ",
+                    t.device(), "!");
     });
 }
 

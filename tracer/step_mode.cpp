@@ -122,7 +122,7 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   if (!step) debug::Metrics::get().fallback(name, reason, site);
   if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
   Stack args = *stack;
-  // The CPU kernel writes these arguments' elements in place.
+  // The kernel writes these arguments' elements in place.
   for (size_t i = 0; i < schema.arguments().size() && i < args.size(); ++i) {
     const auto* ai = schema.arguments()[i].alias_info();
     if (ai && ai->isWrite())
@@ -133,8 +133,9 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
         ctx.prepare_write(t);
       });
   }
-  // The CPU kernel sees what eager's would: the elements, conj/neg bits included;
-  // sparse tensors are copied to the CPU.
+  // The kernel of where data lives (data_device(): the CPU, or the GPU under
+  // the CUDA target) sees what eager's would: the elements, conj/neg bits
+  // included; sparse tensors are copied out of lazyjit's storages.
   auto to_cpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!is_lazy(t)) return t;
     if (is_sparse_layout(t)) return sparse_to_cpu(t);
@@ -142,7 +143,7 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   };
   Stack cpu;
   for (const IValue& v : args) {
-    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(c10::Device(at::kCPU));
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(data_device());
     else cpu.push_back(map_tensors(v, to_cpu));
   }
   OpEvent event;
@@ -156,8 +157,8 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   auto t0 = std::chrono::steady_clock::now();
   op.callBoxed(&cpu);
   if (hooked) event.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // out= arguments the CPU kernel resized got new CPU memory: the lazyjit
-  // tensor follows, as it would on any device.
+  // out= arguments the kernel resized got new memory: the lazyjit tensor
+  // follows, as it would on any device.
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const auto* ai = schema.arguments()[i].alias_info();
     if (!ai || !ai->isWrite() || !args[i].isTensor() || !is_lazy(args[i].toTensor())) continue;

@@ -124,11 +124,11 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
     if (shared) return shared_[&s] = v;
     s.value = v;
   } else {
-    // Uninitialized memory (any content is valid): zeros made on the CPU, read
-    // as an input like any storage's data, so that a graph reading a fresh
+    // Uninitialized memory (any content is valid): zeros made where data lives,
+    // read as an input like any storage's data, so that a graph reading a fresh
     // storage is the graph that reads it once it holds data (DDP's gradient
     // buckets, new at its first steps, then filled: one program for both).
-    s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
+    s.data = at::zeros({s.numel}, on_device(s.dtype));
     return storage_value(s, hint);
   }
   touch(s);
@@ -174,7 +174,11 @@ bool TraceContext::is_fresh(const at::Tensor& t) {
 void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   LazyStorage& s = storage_of(t);
   claim(s, true);
-  s.data = cpu.as_strided({cpu.numel()}, {1}, cpu.storage_offset());
+  // Data lives where programs run (a CPU result of a kernel run op by op under
+  // the CUDA target moves there; on the CPU target nothing moves).
+  const c10::Device dev = data_device();
+  at::Tensor d = cpu.device() == dev ? cpu : cpu.to(dev);
+  s.data = d.as_strided({d.numel()}, {1}, d.storage_offset());
   s.numel = cpu.numel();
   s.dtype = cpu.scalar_type();
   s.epoch = 0;
@@ -214,6 +218,9 @@ ValueId TraceContext::scalar_tensor(const at::Tensor& cpu) {
   TORCH_CHECK(ir::is_floating(dt) || ir::is_integral(dt, true),
               "lazyjit: 0-d CPU tensor operand of dtype ", cpu.scalar_type(), " is not supported yet");
   // Read the element directly: item() would go through the dispatcher (~1 us).
+  // Only a CPU tensor's element can be read here (check_devices refuses others).
+  TORCH_CHECK(cpu.is_cpu(), "lazyjit: a 0-d tensor operand on ", cpu.device(),
+              " (only 0-d CPU tensors may join lazyjit tensors)");
   c10::Scalar value;
   switch (cpu.scalar_type()) {
     case at::kDouble: value = *cpu.const_data_ptr<double>(); break;
@@ -478,11 +485,11 @@ at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
   if (!s.data.defined()) {
     s.dtype = t.scalar_type();
     s.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
-    s.data = at::zeros({s.numel}, at::TensorOptions().dtype(s.dtype));
+    s.data = at::zeros({s.numel}, on_device(s.dtype));
   }
   if (s.dtype != t.scalar_type()) {
     // A tensor of another dtype over this storage (set_, at::storage_copy's
-    // byte views): the same bytes, reinterpreted on the CPU.
+    // byte views): the same bytes, reinterpreted where they are.
     at::Tensor raw = at::empty({0}, s.data.options().dtype(t.scalar_type()));
     size_t byte_offset = s.data.storage_offset() * s.data.element_size();
     TORCH_CHECK(byte_offset % t.element_size() == 0, "lazyjit: misaligned dtype-reinterpreting view");

@@ -80,7 +80,8 @@ class TraceContext {
   // Makes `t`'s elements equal `v` (which has t's sizes); views of the same
   // storage see the change.
   void write(const at::Tensor& t, ir::ValueId v);
-  // Replaces every element of `t`'s storage with the CPU tensor `data` (dense).
+  // Replaces every element of `t`'s storage with the dense tensor `cpu`, moved
+  // to data_device() if it is elsewhere (on the CPU target: a CPU tensor, kept).
   void assign_data(const at::Tensor& t, const at::Tensor& cpu);
   // True when `t` covers all of a storage that holds nothing yet (from empty()).
   bool is_fresh(const at::Tensor& t);
@@ -88,7 +89,7 @@ class TraceContext {
   // `geometry`'s sizes and strides when `v` holds its elements in memory order.
   at::Tensor new_tensor(ir::ValueId v, const at::Tensor& geometry = {});
   ir::ValueId scalar(const c10::Scalar& s);
-  ir::ValueId input(const at::Tensor& cpu);  // a CPU tensor read by the graph
+  ir::ValueId input(const at::Tensor& cpu);  // a tensor on data_device() read by the graph
   ir::ValueId scalar_tensor(const at::Tensor& cpu0d);  // a 0-d CPU tensor operand
 
   // Remembers where and by which thread node `node`, one that can fail on its
@@ -110,13 +111,15 @@ class TraceContext {
   // True when this graph holds `s`'s elements unchanged (read, not written).
   bool reads_only(const LazyStorage& s) const;
 
-  // `t`'s value (a CPU tensor) when it depends on a small part of this graph
+  // `t`'s value (a tensor on data_device()) when it depends on a small part of this graph
   // (read_apart.cpp): that part runs as a program of its own, and the graph
   // records on; nullopt when it does not apply (then cpu_view syncs).
   std::optional<at::Tensor> evaluate_apart(const at::Tensor& t);
-  // A CPU tensor viewing `t`'s materialized elements; syncs first if needed.
+  // A tensor viewing `t`'s materialized elements, on data_device() (a CPU
+  // tensor on the CPU target, a CUDA one under the CUDA target); syncs first
+  // if needed.
   at::Tensor cpu_view(const at::Tensor& t, const char* reason);
-  // Before a CPU kernel writes `t`'s materialized elements in place: no graph
+  // Before an eager kernel writes `t`'s materialized elements in place: no graph
   // may still read them (another graph that read them keeps a copy).
   void prepare_write(const at::Tensor& t);
 

@@ -19,7 +19,7 @@ from . import distributed  # the "lazyjit" torch.distributed backend (python/laz
 # ones dropped) while the interpreter and LLVM are whole.
 atexit.register(_C.stop_background_compiles)
 
-__all__ = ["device", "sync", "set_mode", "mode", "add_op_hook", "metrics", "reset_metrics",
+__all__ = ["device", "sync", "set_mode", "mode", "target", "add_op_hook", "metrics", "reset_metrics",
            "metrics_report", "clear_cache", "wait_for_compiles"]
 
 
@@ -43,6 +43,17 @@ def mode() -> str:
     return _C.mode()
 
 
+def target() -> str:
+    """What kernels are compiled for: ``"cpu"`` (the default) or ``"cuda"``.
+
+    Set by ``LAZYJIT_TARGET`` in the environment before the first lazyjit op
+    (it is read once; there is no ``set_target``: programs, caches and the
+    compile worker belong to one target). ``LAZYJIT_TARGET=cuda`` needs a CUDA
+    build of PyTorch, the CUDA driver and a GPU; without them the first op
+    raises ``RuntimeError`` saying which is missing."""
+    return _C.target()
+
+
 def _takes_info(fn) -> bool:
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -56,7 +67,8 @@ def _takes_info(fn) -> bool:
 
 def add_op_hook(fn, lazy: bool = False):
     """Calls fn(op_name, inputs, outputs) for every op run in step mode, in order.
-    Tensors arrive as CPU tensors. Returns a handle with .remove().
+    Tensors arrive as CPU tensors (CUDA tensors under LAZYJIT_TARGET=cuda: where
+    lazyjit keeps its data). Returns a handle with .remove().
 
     With ``lazy=True`` also for every op of every compiled graph, after the
     graph ran, in recording order, with the values the compiled code computed
@@ -248,23 +260,31 @@ class _DeviceModule:
     def _lazy_init() -> None:
         pass
 
-    # Random ops on lazyjit draw from the CPU generator (see docs/design.md), which
-    # torch.manual_seed seeds before it calls this.
+    # Random ops on lazyjit draw from the generator of where its data lives (see
+    # docs/design.md): the CPU's, which torch.manual_seed seeds before it calls
+    # this; under LAZYJIT_TARGET=cuda the current GPU's.
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        pass
+        if target() == "cuda":
+            torch.cuda.manual_seed(seed)
 
     @staticmethod
     def manual_seed(seed: int) -> None:
-        torch.default_generator.manual_seed(seed)
+        if target() == "cuda":
+            torch.cuda.manual_seed(seed)
+        else:
+            torch.default_generator.manual_seed(seed)
 
     @staticmethod
     def get_rng_state(device=None):
-        return torch.get_rng_state()
+        return torch.cuda.get_rng_state() if target() == "cuda" else torch.get_rng_state()
 
     @staticmethod
     def set_rng_state(state, device=None) -> None:
-        torch.set_rng_state(state)
+        if target() == "cuda":
+            torch.cuda.set_rng_state(state)
+        else:
+            torch.set_rng_state(state)
 
     @staticmethod
     def synchronize(device=None) -> None:

@@ -7,7 +7,8 @@ which records it as a lazyjit graph (the same recording as on the device), and
 becomes one lazyjit program through the same passes, kernels and compile cache
 as a sync's (tracer/capture.h). After that a call binds the CPU tensors it is
 given straight to the program's inputs and returns its outputs: no per-op
-recording, no copies.
+recording, no copies. Under LAZYJIT_TARGET=cuda the same holds for CUDA
+tensors: the program's kernels run on the GPU, and its outputs are CUDA tensors.
 
 - Sizes: a program serves the sizes, strides and ints it was captured with. A
   call with others (Dynamo's dynamic dims: an int argument and tensors of
@@ -26,6 +27,7 @@ The backend is registered with Dynamo through the `torch_dynamo_backends` entry
 point (pyproject.toml), so torch.compile finds it without `import lazyjit`.
 """
 import copy
+import functools
 import re
 import struct
 import warnings
@@ -65,19 +67,28 @@ _LAZY = torch.device("lazyjit", 0)
 _SITE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
+@functools.lru_cache(maxsize=None)
+def _home() -> str:
+    """The device type whose tensors a capture runs on: where lazyjit runs its
+    programs ("cpu", or "cuda" under LAZYJIT_TARGET=cuda)."""
+    return "cuda" if _C.target() == "cuda" else "cpu"
+
+
 def _on_lazyjit(x):
     if isinstance(x, torch.device):
-        return _LAZY if x.type == "cpu" else x
+        return _LAZY if x.type == _home() else x
     return x
 
 
 def _str_on_lazyjit(x):
-    return _LAZY if isinstance(x, str) and x == "cpu" else _on_lazyjit(x)
+    if isinstance(x, str) and x.split(":")[0] == _home():
+        return _LAZY
+    return _on_lazyjit(x)
 
 
 def _lazy_module(gm: torch.fx.GraphModule):
-    """`gm` for recording: factory ops (device=cpu) and moves to the CPU stay on
-    lazyjit, and the tensors it reads as attributes (an optimizer's parameters
+    """`gm` for recording: factory ops (device=cpu; device=cuda under the CUDA
+    target) and moves there stay on lazyjit, and the tensors it reads as attributes (an optimizer's parameters
     and state, constants) become extra arguments after its own, so that each call
     binds them as they are then and in-place updates reach them. Returns the
     module and those tensors."""
@@ -89,7 +100,7 @@ def _lazy_module(gm: torch.fx.GraphModule):
         if node.op == "placeholder":
             last_placeholder = node
     for node in list(graph.nodes):
-        if node.op == "call_method" and node.target == "cpu":  # x.cpu(): stays on lazyjit while recorded
+        if node.op == "call_method" and node.target == _home():  # x.cpu() (x.cuda()): stays on lazyjit while recorded
             node.target, node.args = "to", (node.args[0], _LAZY)
         elif node.op in ("call_function", "call_method"):  # torch.ones(..., device=cpu), x.to("cpu")
             to = _str_on_lazyjit if node.target == "to" else _on_lazyjit
@@ -179,7 +190,7 @@ class LazyjitGraph:
             out = self._run_captured(full)
             if out is not None:
                 return out
-            if all(a.device.type == "cpu" for a in full if isinstance(a, torch.Tensor)):
+            if all(a.device.type == _home() for a in full if isinstance(a, torch.Tensor)):
                 p = self._capture(full)
                 if p is not None:
                     graph, template = p

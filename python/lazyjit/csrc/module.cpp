@@ -156,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
     lazyjit::set_mode(mode);
   });
   m.def("mode", [] { return lazyjit::mode() == lazyjit::Mode::Step ? "step" : "lazy"; });
+  m.def("target", &lazyjit::target);
   py::class_<lazyjit::HookHandle>(m, "HookHandle").def("remove", &lazyjit::HookHandle::remove);
   m.def("add_op_hook", [](py::function fn, bool lazy, bool with_info) {
     auto holder = std::make_shared<py::function>(std::move(fn));

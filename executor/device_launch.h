@@ -1,0 +1,44 @@
+// Runs one fused kernel the CUDA target compiled (lowering/device_kernel.h) on
+// PyTorch's current CUDA stream: the GPU counterpart of launch_kernel
+// (kernel_launch.h). Nothing here links CUDA: tensors come through ATen's
+// dispatch (PyTorch's CUDA caching allocator), streams through c10's device
+// guard interface, the launch through the driver API (cuda_driver/driver.h).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "lowering/device_kernel.h"
+#include "lowering/plan.h"
+
+namespace lazyjit::executor {
+
+// The kernel runs on the device of its first buffer load that is a CUDA tensor
+// (the current CUDA device when none is); a load elsewhere (a CPU tensor) is
+// copied there first. Its stores are new tensors on that device (a store listed
+// in `into` goes into that tensor when it is on that device, contiguous and of
+// the value's type). `dims` is lowering::kernel_dims(k). With `check_stores`
+// (Plan::check_stores) the kernel gets a NaN/Inf flag, read back after it ran
+// (a stream sync): returns whether it stored a NaN or Inf; false otherwise.
+// The launch is asynchronous on the stream, as PyTorch's own kernels are.
+bool launch_device_kernel(const lowering::FusedKernel& k, const lowering::DeviceKernel& dk,
+                          const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
+                          const std::vector<int64_t>& scalars,
+                          const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores);
+
+// How many blocks a launch of `dk` over `total` work items (elements, or rows)
+// gets; 0: no launch. Kernels loop grid-stride, so a cap only bounds the grid.
+uint32_t device_grid(const lowering::DeviceKernel& dk, int64_t total);
+
+// The work items of `k` on a GPU (device_kernel.h's `total`): its elements
+// (Grid::Elements) or its rows (Grid::Rows).
+int64_t device_total(const lowering::FusedKernel& k, lowering::DeviceKernel::Grid grid);
+
+// `dims` (kernel_dims(k)) with each scalar load's slot holding the scalar's own
+// 64 bits instead of its index into `scalars`: the GPU reads scalars there.
+std::vector<int64_t> device_dims(const lowering::FusedKernel& k, const std::vector<int64_t>& dims,
+                                 const std::vector<int64_t>& scalars);
+
+}  // namespace lazyjit::executor

@@ -1,0 +1,44 @@
+"""GPU tests: lazyjit's CUDA target against CUDA eager, on a machine with an
+NVIDIA GPU and a CUDA build of PyTorch (scripts/device/run.sh runs them on the
+lent H200; docs/gpu.md). Without a GPU every test here is skipped: the CPU
+suite (tests/python, ctest) covers everything up to the PTX and ptxas.
+
+The process runs with LAZYJIT_TARGET=cuda, set before lazyjit is imported.
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+os.environ.setdefault("LAZYJIT_TARGET", "cuda")
+os.environ.setdefault("LAZYJIT_CACHE", "off")
+os.environ.setdefault("LAZYJIT_BACKGROUND_COMPILE", "off")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+HAS_GPU = torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU here (torch.cuda.is_available() is False): "
+                                   "GPU tests run on the device machine, docs/gpu.md")
+    for item in items:
+        if "tests/gpu" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def lazyjit():
+    import lazyjit as lj
+    return lj
+
+
+# CUDA-vs-CUDA tolerances: both sides run float32 on the same GPU, but with
+# other reduction orders and libdevice against CUDA's math library.
+def assert_close(actual, expected, rtol=1e-5, atol=1e-5):
+    assert actual.device == expected.device, (actual.device, expected.device)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
