@@ -6,3 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 (cd build && ctest --output-on-failure -j2)
 PYTHONPATH=python .venv/bin/python -m pytest -q tests/python "$@"
+# The GPU tests, in a process of their own (they set LAZYJIT_TARGET=cuda): run
+# on a GPU machine (docs/gpu.md); here they are collected and skip.
+PYTHONPATH=python .venv/bin/python -m pytest -q tests/gpu
