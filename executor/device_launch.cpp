@@ -29,6 +29,9 @@ int64_t device_total(const lowering::FusedKernel& k, DeviceKernel::Grid grid) {
 uint32_t device_grid(const DeviceKernel& dk, int64_t total) {
   if (total <= 0) return 0;
   if (dk.grid == DeviceKernel::Grid::Rows) return static_cast<uint32_t>(std::min<int64_t>(total, INT32_MAX));
+  // Vectorized kernels take elements_per_thread consecutive elements a thread.
+  const int64_t ept = std::max<int32_t>(dk.elements_per_thread, 1);
+  total = (total + ept - 1) / ept;
   // Grid-stride: past 2^20 blocks (2^28 threads of 256, more than any GPU
   // holds at once) each thread takes more than one element instead.
   const int64_t block = std::max<int32_t>(dk.block, 1);

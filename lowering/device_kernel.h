@@ -14,7 +14,8 @@
 //     scalar's slot entry replaced by the scalar's own 64 bits (a double's bits
 //     for a floating scalar, an int64 otherwise): the GPU reads scalars there.
 // A kernel never reads past `total` and is correct for any grid size (it loops
-// over its work grid-stride), so a launch picks the grid freely.
+// over its work grid-stride), so a launch picks the grid freely; a plain kernel
+// needs no more than ceil(total / elements_per_thread) threads.
 #pragma once
 #include <cstdint>
 
@@ -29,6 +30,11 @@ struct DeviceKernel {
   Grid grid = Grid::Elements;
   int32_t block = 256;       // threads per block (a multiple of 32)
   int32_t shared_bytes = 0;  // dynamic shared memory per block
+  // Grid::Elements: consecutive elements one thread takes per step of its
+  // grid-stride loop (vectorized kernels, lowering/cuda/kernel_emitter.h: 4 for
+  // float32, 8 for float16). A launch needs only ceil(total / this) threads
+  // (more are harmless: they find no work). Always 1 for Grid::Rows.
+  int32_t elements_per_thread = 1;
 };
 
 }  // namespace lazyjit::lowering

@@ -83,10 +83,12 @@ using KernelRef = std::shared_ptr<const KernelCode>;
 // The code of a plan (what Program bytes carry), as one blob:
 //   "LJCU" u32 version, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
 //   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
-//   1: Rows), i32 block, i32 shared bytes, str PTX, str cubin; then u32 kernel
-//   count, per kernel: u32 unit.
+//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, str PTX,
+//   str cubin; then u32 kernel count, per kernel: u32 unit.
+// Version 2 added elements per thread (vectorized element kernels); other
+// versions are refused (their code would be launched with the wrong grid).
 constexpr std::string_view kArchiveTag = "LJCU";
-constexpr uint32_t kArchiveVersion = 1;
+constexpr uint32_t kArchiveVersion = 2;
 
 // The dump text (IR or PTX) of a plan's kernels, one section per plan kernel
 // under its name in this plan (as cpu_target.cpp's kernel_texts).
@@ -143,6 +145,7 @@ class CudaCode : public CompiledCode {
       w.u8(u->launch.grid == DeviceKernel::Grid::Rows ? 1 : 0);
       w.i32(u->launch.block);
       w.i32(u->launch.shared_bytes);
+      w.i32(u->launch.elements_per_thread);
       w.str(u->ptx);
       w.str(u->cubin);
     }
@@ -207,9 +210,11 @@ class CudaTarget : public Target {
   }
 
   std::string fingerprint() const override {
-    return "cuda;arch=" + o_.arch + ";ptx=" + cuda::ptx_isa_text(isa_) + ";llvm " + LLVM_VERSION_STRING +
+    // "name value" parts, as the CPU's: the disk tier's manifest splits them
+    // into its `target` fields (lazyjit-cache explain compares those).
+    return "target cuda;arch " + o_.arch + ";ptx " + cuda::ptx_isa_text(isa_) + ";llvm " + LLVM_VERSION_STRING +
            ";libdevice " + libdevice_->hash + ";ptxas " + ptxas_version_ + ";driver " +
-           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";" +
+           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";archive " + std::to_string(kArchiveVersion) + ";" +
            o_.codegen.str();
   }
 
@@ -299,8 +304,8 @@ class CudaTarget : public Target {
       throw std::runtime_error("lazyjit: CUDA kernels compiled for " + arch + " (PTX " +
                                cuda::ptx_isa_text(static_cast<int>(isa)) + "), this target makes " + o_.arch +
                                " (PTX " + cuda::ptx_isa_text(isa_) + ") code: not loaded");
-    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4).
-    size_t nunits = r.count(38, "CUDA kernel units");
+    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4).
+    size_t nunits = r.count(42, "CUDA kernel units");
     std::vector<KernelRef> units;
     int loaded = 0;
     for (size_t u = 0; u < nunits; ++u) {
@@ -317,6 +322,10 @@ class CudaTarget : public Target {
         r.fail("block of " + std::to_string(c->launch.block) + " threads for CUDA kernel " + c->symbol);
       c->launch.shared_bytes = r.i32();
       if (c->launch.shared_bytes < 0) r.fail("negative shared memory for CUDA kernel " + c->symbol);
+      c->launch.elements_per_thread = r.i32();
+      if (c->launch.elements_per_thread < 1 || c->launch.elements_per_thread > 64 ||
+          (grid && c->launch.elements_per_thread != 1))
+        r.fail(std::to_string(c->launch.elements_per_thread) + " elements per thread for CUDA kernel " + c->symbol);
       c->ptx = r.str();
       c->cubin = r.str();
       if (c->cubin.size() < 4 || c->cubin.compare(0, 4, "\x7f" "ELF") != 0)

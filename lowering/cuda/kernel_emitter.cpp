@@ -3,6 +3,7 @@
 // row_kernel.cpp).
 #include "lowering/cuda/kernel_emitter.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -16,6 +17,12 @@ namespace emit {
 namespace {
 constexpr unsigned kGlobal = 1;  // NVPTX address spaces
 constexpr int64_t kI32Limit = int64_t{1} << 31;
+// Vectorized plain kernels: bytes of the widest vector access (ld.global.v4.f32),
+// most lanes per chunk, and most node copies the lanes of a chunk may take
+// (V copies of the element code: LLVM's time grows faster than the function).
+constexpr int32_t kVectorBytes = 16;
+constexpr int32_t kMaxLanes = 16;
+constexpr size_t kMaxLaneNodes = 256;
 }  // namespace
 
 DeviceKernel KernelEmitter::emit() {
@@ -49,6 +56,7 @@ DeviceKernel KernelEmitter::emit() {
   dk.grid = k_.row ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements;
   dk.block = cfg_.block;
   dk.shared_bytes = 0;  // the row kernels' partials are static shared memory
+  dk.elements_per_thread = k_.row ? 1 : lanes_;
   return dk;
 }
 
@@ -211,6 +219,9 @@ void KernelEmitter::emit_elements() {
   Value* start = b_.CreateAdd(b_.CreateMul(ctaid, ntid, "", true, true), tid, "", true, true);
   Value* step = b_.CreateMul(nctaid, ntid, "", true, true);
   const size_t rank = sizes_.size();
+  // Vectorized: the full chunks first; the scalar loop then takes the rest.
+  lanes_ = vector_width();
+  if (lanes_ > 1) start = emit_vector_elements(start, step, lanes_);
   // The flat index loops in 64 bits (start + step may pass 2^31 even when the
   // elements do not); the index arithmetic is in it_.
   emit_stride_loop(start, total_, step, "elem", [&](Value* i) {
@@ -244,13 +255,136 @@ void KernelEmitter::emit_elements() {
   });
 }
 
-void KernelEmitter::emit_body(Value* flat) {
+void KernelEmitter::clear_element_values() {
   values_.clear();
   for (auto it = loaded_.begin(); it != loaded_.end();)
     it = k_.loads[it->first].scalar_index >= 0 ? std::next(it) : loaded_.erase(it);
+}
+
+void KernelEmitter::emit_body(Value* flat) {
+  clear_element_values();
   for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
   // Stores are contiguous over the kernel's sizes: the flat index.
   for (size_t s = 0; s < k_.stores.size(); ++s) store_at(s, store_value(s), flat);
+}
+
+int32_t KernelEmitter::vector_width() {
+  vec_load_.assign(k_.loads.size(), false);
+  if (k_.row || k_.cat_dim >= 0 || k_.stores.empty()) return 1;
+  const size_t rank = sizes_.size();
+  const bool generic = cfg_.generic;
+  // Exact code: the contiguous strides of the sizes (dims of size 1 take any stride).
+  std::vector<int64_t> contiguous(rank, 1);
+  __int128 total = 1;
+  for (size_t d = rank; d-- > 0;) {
+    contiguous[d] = static_cast<int64_t>(total);
+    total *= sizes_[d] < 0 ? 0 : sizes_[d];
+  }
+  int64_t widest = 0;  // bytes of the widest vector-accessed element
+  for (ValueId v : k_.stores) widest = std::max(widest, ir::element_size(g_.value(v).type.dtype));
+  for (size_t li = 0; li < k_.loads.size(); ++li) {
+    const Access& a = k_.loads[li];
+    if (a.scalar_index >= 0) continue;
+    bool broadcast = true, contiguous_load = true;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t s = d < a.strides.size() ? a.strides[d] : 0;
+      if (generic) {
+        // Only what the stride classes (kernel_key.h) hold for every kernel this code serves.
+        broadcast &= s == 0;
+        contiguous_load &= rank == 1 && s == 1;
+      } else if (sizes_[d] != 1) {
+        broadcast &= s == 0;
+        contiguous_load &= s == contiguous[d];
+      }
+    }
+    if (broadcast) continue;  // one scalar load per chunk
+    if (!contiguous_load) {
+      vec_load_.assign(k_.loads.size(), false);
+      return 1;
+    }
+    vec_load_[li] = true;
+    widest = std::max(widest, ir::element_size(a.dtype));
+  }
+  if (widest == 0) return 1;
+  int32_t v = std::min<int32_t>(kMaxLanes, kVectorBytes / static_cast<int32_t>(widest));
+  const size_t nodes = std::max<size_t>(k_.nodes.size(), 1);
+  while (v > 1 && static_cast<size_t>(v) * nodes > kMaxLaneNodes) v /= 2;
+  if (!generic && total < v) v = 1;  // not one full chunk
+  if (v <= 1) {
+    vec_load_.assign(k_.loads.size(), false);
+    return 1;
+  }
+  return v;
+}
+
+Value* KernelEmitter::emit_vector_elements(Value* start, Value* step, int32_t v) {
+  auto* i64 = b_.getInt64Ty();
+  const size_t nstores = k_.stores.size();
+  // Once per thread: every vector-accessed address (buffer + offset) aligned to
+  // its V elements, else no chunk runs vectorized.
+  Value* misaligned = b_.getInt64(0);
+  auto check = [&](Value* buffer, DType t, Value* offset) {
+    Value* p = offset ? b_.CreateInBoundsGEP(mem_type(b_, t), buffer, offset) : buffer;
+    const int64_t bytes = static_cast<int64_t>(v) * ir::element_size(t);
+    misaligned = b_.CreateOr(misaligned, b_.CreateAnd(b_.CreatePtrToInt(p, i64), b_.getInt64(bytes - 1)));
+  };
+  for (size_t li = 0; li < k_.loads.size(); ++li)
+    if (vec_load_[li]) check(fn_->getArg(buffer_of_[li]), k_.loads[li].dtype, offset_v_[li]);
+  for (size_t s = 0; s < nstores; ++s)
+    check(fn_->getArg(nbuf_ - nstores + s), g_.value(k_.stores[s]).type.dtype, nullptr);
+  Value* aligned = b_.CreateICmpEQ(misaligned, b_.getInt64(0), "aligned");
+  Value* chunks = b_.CreateSelect(aligned, b_.CreateUDiv(total_, b_.getInt64(v)), b_.getInt64(0), "chunks");
+  emit_stride_loop(start, chunks, step, "chunk", [&](Value* c) {
+    emit_chunk(b_.CreateMul(b_.CreateZExtOrTrunc(c, it_), ival(v), "", true, true), v);
+  });
+  // The thread's first element past the chunks.
+  return b_.CreateAdd(b_.CreateMul(chunks, b_.getInt64(v), "", true, true), start, "", true, true);
+}
+
+void KernelEmitter::emit_chunk(Value* base, int32_t v) {
+  // Broadcast loads read their offset (their strides, if any, are over dims of size 1).
+  idx_.assign(sizes_.size(), ival(0));
+  clear_element_values();
+  std::unordered_map<int32_t, TV> once;        // broadcast loads: one element per chunk
+  std::vector<Value*> vec(k_.loads.size(), nullptr);  // contiguous loads: <V x T>
+  for (size_t li = 0; li < k_.loads.size(); ++li) {
+    const Access& a = k_.loads[li];
+    if (a.scalar_index >= 0) continue;
+    const auto l = static_cast<int32_t>(li);
+    if (!vec_load_[li]) {
+      once[l] = load(l);
+      continue;
+    }
+    llvm::Type* mt = mem_type(b_, a.dtype);
+    Value* at = offset_v_[li] ? b_.CreateAdd(offset_v_[li], base, "", false, true) : base;
+    Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), at);
+    llvm::LoadInst* ld = b_.CreateAlignedLoad(llvm::FixedVectorType::get(mt, v), p,
+                                              llvm::Align(static_cast<uint64_t>(v * ir::element_size(a.dtype))));
+    // Inputs never change during the kernel: ld.global.nc.v4.
+    ld->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+    vec[li] = ld;
+  }
+  // Lane by lane, the element code; each output gathered into one vector.
+  std::vector<Value*> out(k_.stores.size());
+  for (size_t s = 0; s < out.size(); ++s)
+    out[s] = llvm::PoisonValue::get(
+        llvm::FixedVectorType::get(mem_type(b_, g_.value(k_.stores[s]).type.dtype), v));
+  for (int32_t j = 0; j < v; ++j) {
+    clear_element_values();
+    for (const auto& [l, tv] : once) loaded_[l] = tv;
+    for (size_t li = 0; li < vec.size(); ++li)
+      if (vec[li]) {
+        DType t = k_.loads[li].dtype;
+        loaded_[static_cast<int32_t>(li)] = {from_memory(b_, b_.CreateExtractElement(vec[li], uint64_t(j)), t), t};
+      }
+    for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
+    for (size_t s = 0; s < out.size(); ++s) out[s] = b_.CreateInsertElement(out[s], store_value(s), uint64_t(j));
+  }
+  for (size_t s = 0; s < out.size(); ++s) {
+    DType t = g_.value(k_.stores[s]).type.dtype;
+    Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s), base);
+    b_.CreateAlignedStore(out[s], p, llvm::Align(static_cast<uint64_t>(v * ir::element_size(t))));
+  }
 }
 
 // --- elements -----------------------------------------------------------------

@@ -11,6 +11,24 @@
 // the index falls in (an if-chain over cat_ends) and emits the body once per
 // piece, each Cat node being that piece's operand.
 //
+// Vectorized plain kernels: when every buffer load of a non-cat plain kernel
+// is contiguous over the flat index (element offset + flat) or reads one
+// element for the whole space (every stride of a dim wider than 1 is 0), each
+// thread takes chunks of V consecutive elements (DeviceKernel::
+// elements_per_thread = V: 16 bytes over the size of the widest element it
+// loads or stores as vectors (4 for float32, 8 for float16, 2 for float64),
+// halved while V copies of the nodes would pass 256). Exact code decides on the real strides; shape-generic code
+// only where the stride classes guarantee it (rank 1, stride 1 or 0). Once per
+// thread the kernel tests that every vector-accessed address (buffer + offset)
+// is aligned to V elements; when so, a grid-stride loop over the full chunks
+// [c*V, c*V+V) loads each contiguous operand as one `<V x T>` load
+// (!invariant.load, align V*size: ld.global.nc.v4.f32 and the like), computes
+// the nodes lane by lane (the scalar element code, V times) and stores each
+// output as one `<V x T>` store; broadcast operands are one scalar load per
+// chunk. The elements after the last full chunk (or all of them, when an
+// address is misaligned) run the scalar grid-stride loop, which is correct
+// for any grid.
+//
 // Row kernels (Grid::Rows, row_kernel.cpp): one block per row (grid-stride over
 // rows), the block's threads striding over the row's flattened cols. The
 // schedule's steps run in order; a col loop computes the full-space nodes it
@@ -118,6 +136,14 @@ class KernelEmitter {
   // --- plain kernels ---------------------------------------------------------
   void emit_elements();
   void emit_body(Value* flat);  // every node, then every store at `flat`
+  // Vectorized plain kernels: the lanes per chunk (1: the scalar path only),
+  // with vec_load_ set; the chunk loop; one chunk at element `base` (it_).
+  int32_t vector_width();
+  // Returns the first element of the thread's scalar loop after the chunks.
+  Value* emit_vector_elements(Value* start, Value* step, int32_t v);
+  void emit_chunk(Value* base, int32_t v);
+  // Forgets the values of the last element (scalar arguments are kept).
+  void clear_element_values();
 
   // --- row kernels (row_kernel.cpp) -------------------------------------------
   void emit_rows();
@@ -157,6 +183,8 @@ class KernelEmitter {
   std::vector<int64_t> sizes_;       // k_.sizes, {1} for a 0-d kernel
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
   std::vector<int> buffer_of_;       // per load: its parameter, -1 for scalars
+  std::vector<bool> vec_load_;       // vectorized kernels, per load: read as <V x T> (contiguous)
+  int32_t lanes_ = 1;                // plain kernels: elements per thread per chunk (V)
   llvm::Argument* flag_ = nullptr;   // check_stores: the int32 flag
   llvm::Argument* total_ = nullptr;
   llvm::Argument* dims_ = nullptr;

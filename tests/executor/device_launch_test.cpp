@@ -67,6 +67,12 @@ TEST(DeviceLaunch, GridCoversTheWorkUpToACap) {
   EXPECT_EQ(executor::device_grid(elems, 256), 1u);
   EXPECT_EQ(executor::device_grid(elems, 257), 2u);
   EXPECT_EQ(executor::device_grid(elems, int64_t{1} << 40), 1u << 20);  // grid-stride beyond
+  DeviceKernel vec = elems;  // a vectorized kernel: 4 elements a thread
+  vec.elements_per_thread = 4;
+  EXPECT_EQ(executor::device_grid(vec, 3), 1u);
+  EXPECT_EQ(executor::device_grid(vec, 1024), 1u);
+  EXPECT_EQ(executor::device_grid(vec, 1025), 2u);
+  EXPECT_EQ(executor::device_grid(vec, int64_t{1} << 40), 1u << 20);
   DeviceKernel rows;
   rows.grid = DeviceKernel::Grid::Rows;
   rows.block = 128;

@@ -5,16 +5,30 @@
 // needs libdevice, linked by the target, not the emitter), taken to PTX by
 // LLVM's NVPTX back end. No GPU needed.
 //
+// Vectorized element kernels are also run on the CPU (CpuKernel: the kernel's
+// IR, its special registers made globals, JIT-compiled for the host and called
+// once per thread of a simulated grid), for what PTX text cannot show: the
+// tail after the last full chunk, misaligned buffers, any grid.
+//
 // LAZYJIT_TEST_PTX_DIR: also write each PTX and its IR there (<n>_<symbol>.ptx, .ll),
 // for ptxas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <regex>
 #include <string>
 
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -24,6 +38,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 
 #include "lowering/cuda/kernel_emitter.h"
@@ -517,6 +532,346 @@ TEST(CudaKernelEmitter, FloatOpsWithoutLibdevice) {
             << e->ir;
       }
     }
+}
+
+}  // namespace
+}  // namespace lazyjit::lowering
+
+namespace lazyjit::lowering {
+namespace {
+
+// A kernel as emit_kernel makes it for the GPU, run on the CPU: every
+// llvm.nvvm.read.ptx.sreg.* call becomes a load of a global the run sets per
+// simulated thread, the dims parameter a plain pointer; the module is then
+// JIT-compiled for the host. Threads run one after another: a plain kernel's
+// threads write disjoint elements.
+class CpuKernel {
+ public:
+  CpuKernel(const ir::Graph& g, const FusedKernel& k, bool generic) {
+    static const bool init = [] {
+      llvm::InitializeNativeTarget();
+      llvm::InitializeNativeTargetAsmPrinter();
+      return true;
+    }();
+    (void)init;
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto m = std::make_unique<llvm::Module>("cpu_run", *ctx);
+    m->setTargetTriple(kTriple);
+    m->setDataLayout(nvptx().createDataLayout());
+    cuda::KernelConfig cfg;
+    cfg.generic = generic;
+    dk = cuda::emit_kernel(*m, g, k, "kern", cfg);
+    nbuf_ = buffer_loads(k) + k.stores.size();
+    m->setTargetTriple(llvm::sys::getProcessTriple());
+    m->setDataLayout("");
+    if (llvm::NamedMDNode* md = m->getNamedMetadata("nvvm.annotations")) m->eraseNamedMetadata(md);
+    std::vector<llvm::Function*> sregs;
+    for (llvm::Function& f : *m)
+      if (f.getName().starts_with("llvm.nvvm.read.ptx.sreg.")) sregs.push_back(&f);
+    for (llvm::Function* f : sregs) {
+      std::string name = "sreg_" + f->getName().drop_front(std::strlen("llvm.nvvm.read.ptx.sreg.")).str();
+      for (char& c : name) c = c == '.' ? '_' : c;
+      auto* i32 = llvm::Type::getInt32Ty(*ctx);
+      auto* gv = new llvm::GlobalVariable(*m, i32, false, llvm::GlobalValue::ExternalLinkage,
+                                          llvm::ConstantInt::get(i32, 0), name);
+      std::vector<llvm::CallInst*> calls;
+      for (llvm::User* u : f->users()) calls.push_back(llvm::cast<llvm::CallInst>(u));
+      for (llvm::CallInst* c : calls) {
+        llvm::IRBuilder<> b(c);
+        c->replaceAllUsesWith(b.CreateLoad(i32, gv));
+        c->eraseFromParent();
+      }
+      f->eraseFromParent();
+    }
+    llvm::Function* fn = m->getFunction("kern");
+    fn->removeParamAttr(fn->arg_size() - 1, llvm::Attribute::ByVal);
+    std::string err;
+    llvm::raw_string_ostream es(err);
+    if (llvm::verifyModule(*m, &es)) throw std::runtime_error("CpuKernel: " + es.str());
+    jit_ = llvm::cantFail(llvm::orc::LLJITBuilder().create());
+    llvm::cantFail(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))));
+    fn_ = llvm::cantFail(jit_->lookup("kern")).toPtr<void*>();
+    for (const char* r : {"tid_x", "ntid_x", "ctaid_x", "nctaid_x"}) {
+      auto a = jit_->lookup(std::string("sreg_") + r);
+      sreg_[r] = a ? a->toPtr<int32_t*>() : nullptr;
+      if (!a) llvm::consumeError(a.takeError());
+    }
+  }
+
+  // bufs: one per buffer load, then one per store (device_kernel.h's order).
+  void run(const std::vector<void*>& bufs, int64_t total, const std::vector<int64_t>& dims, uint32_t grid,
+           uint32_t block) {
+    ASSERT_EQ(bufs.size(), nbuf_);
+    for (uint32_t c = 0; c < grid; ++c)
+      for (uint32_t t = 0; t < block; ++t) {
+        set("tid_x", t);
+        set("ntid_x", block);
+        set("ctaid_x", c);
+        set("nctaid_x", grid);
+        switch (bufs.size()) {
+          case 2:
+            reinterpret_cast<void (*)(void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], total,
+                                                                                    dims.data());
+            break;
+          case 3:
+            reinterpret_cast<void (*)(void*, void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], bufs[2],
+                                                                                          total, dims.data());
+            break;
+          default:
+            FAIL() << bufs.size() << " buffers";
+        }
+      }
+  }
+
+  DeviceKernel dk;
+
+ private:
+  void set(const char* r, uint32_t v) {
+    if (int32_t* p = sreg_[r]) *p = static_cast<int32_t>(v);
+  }
+  size_t nbuf_ = 0;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  void* fn_ = nullptr;
+  std::map<std::string, int32_t*> sreg_;
+};
+
+// 16-byte aligned float storage; at(shift) is `shift` floats past the aligned start.
+struct Floats {
+  explicit Floats(size_t n, float fill = 0) : v((n + 8) / 4 + 1) { std::fill_n(at(0), n + 4, fill); }
+  float* at(size_t shift) { return reinterpret_cast<float*>(v.data()) + shift; }
+  struct alignas(16) Quad { float f[4]; };
+  std::vector<Quad> v;
+};
+
+// relu(x * y + x) over float32 x, y of `n` elements (exact in float: small
+// multiples of 1/2).
+ir::Graph f32_chain(int64_t n) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {n}));
+  ValueId y = g.add_input(tt(f, {n}));
+  ValueId m = g.add_node1(OpKind::Mul, {x, y}, {dt(f)}, tt(f, {n}));
+  ValueId a = g.add_node1(OpKind::Add, {m, x}, {dt(f)}, tt(f, {n}));
+  g.add_output(g.add_node1(OpKind::Relu, {a}, {dt(f)}, tt(f, {n})));
+  return g;
+}
+float xv(int64_t i) { return static_cast<float>(i % 97) * 0.5f - 20.0f; }
+float yv(int64_t i) { return static_cast<float>(i % 7) - 3.0f; }
+
+TEST(CudaKernelEmitter, Float32ChainLoadsAndStoresFourWide) {
+  const int64_t n = 1003;  // not a multiple of 4: a tail of 3
+  ir::Graph g = f32_chain(n);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  const FusedKernel& k = p.kernels[0];
+  ASSERT_EQ(k.sizes, std::vector<int64_t>{n});
+  for (bool generic : {false, true}) {
+    SCOPED_TRACE(generic ? "generic" : "exact");
+    auto e = emit(g, k, true, generic);
+    expect_abi(*e, k);
+    EXPECT_EQ(e->dk.elements_per_thread, 4);
+    EXPECT_EQ(count(e->ir, "load <4 x float>"), 2u) << e->ir;
+    EXPECT_EQ(count(e->ir, "align 16, !invariant.load"), 2u) << e->ir;
+    EXPECT_EQ(count(e->ir, "store <4 x float>"), 1u) << e->ir;
+    // 16-byte, non-coherent (read-only) loads and one 16-byte store per chunk...
+    EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 2u) << e->ptx;
+    EXPECT_EQ(count(e->ptx, "st.global.v4.f32"), 1u) << e->ptx;
+    // ...and the scalar loop for the tail (and misaligned buffers).
+    EXPECT_EQ(count(e->ptx, "ld.global.nc.f32"), 2u) << e->ptx;
+    EXPECT_EQ(count(e->ptx, "st.global.f32"), 1u) << e->ptx;
+  }
+}
+
+TEST(CudaKernelEmitter, VectorizedKernelsCoverEveryElementOnAnyGridAndAlignment) {
+  const int64_t n = 1003;
+  ir::Graph g = f32_chain(n);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  const FusedKernel& k = p.kernels[0];
+  const std::vector<int64_t> dims = kernel_dims(k);
+  for (bool generic : {false, true}) {
+    CpuKernel ck(g, k, generic);
+    ASSERT_EQ(ck.dk.elements_per_thread, 4);
+    // The launcher's grid (ceil(n / 4) threads), fewer threads (grid-stride), more.
+    for (auto [grid, block] : {std::pair<uint32_t, uint32_t>{1, 256}, {1, 32}, {3, 64}, {2, 1024}})
+      // Aligned buffers, then each one misaligned (the scalar loop takes everything).
+      for (int shifted = -1; shifted < 3; ++shifted) {
+        SCOPED_TRACE(std::string(generic ? "generic" : "exact") + ", grid " + std::to_string(grid) + " x " +
+                     std::to_string(block) + ", shifted buffer " + std::to_string(shifted));
+        Floats x(n), y(n), out(n, -12345.f);
+        float* px = x.at(shifted == 0 ? 1 : 0);
+        float* py = y.at(shifted == 1 ? 2 : 0);
+        float* po = out.at(shifted == 2 ? 3 : 0);
+        for (int64_t i = 0; i < n; ++i) px[i] = xv(i), py[i] = yv(i);
+        ck.run({px, py, po}, n, dims, grid, block);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          float want = std::max(xv(i) * yv(i) + xv(i), 0.f);
+          if (po[i] != want && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << po[i] << ", want " << want;
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(po[n], -12345.f) << "wrote past total";
+      }
+  }
+}
+
+TEST(CudaKernelEmitter, HalfAndBFloat16ChainsAreEightWideFloat64TwoWide) {
+  struct Case {
+    DType t;
+    int32_t lanes;
+    const char* ir_load;
+    std::regex load, store;
+  };
+  const std::vector<Case> cases = {
+      // 16 bytes of 16-bit elements: four 32-bit words (packed pairs).
+      {DType::Float16, 8, "load <8 x half>", std::regex("ld\\.global\\.nc\\.v4\\.[bu]32"),
+       std::regex("st\\.global\\.v4\\.[bu]32")},
+      {DType::BFloat16, 8, "load <8 x i16>", std::regex("ld\\.global\\.nc\\.v4\\.[bu]32"),
+       std::regex("st\\.global\\.v4\\.[bu]32")},
+      {DType::Float64, 2, "load <2 x double>", std::regex("ld\\.global\\.nc\\.v2\\.f64"),
+       std::regex("st\\.global\\.v2\\.f64")},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ir::dtype_name(c.t));
+    ir::Graph g;
+    ValueId x = g.add_input(tt(c.t, {4096}));
+    ValueId y = g.add_input(tt(c.t, {4096}));
+    ValueId m = g.add_node1(OpKind::Mul, {x, y}, {dt(c.t)}, tt(c.t, {4096}));
+    g.add_output(g.add_node1(OpKind::Sub, {m, y}, {dt(c.t)}, tt(c.t, {4096})));
+    Plan p = plan_graph(g);
+    ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+    for (bool generic : {false, true}) {
+      auto e = emit(g, p.kernels[0], true, generic);
+      expect_abi(*e, p.kernels[0]);
+      EXPECT_EQ(e->dk.elements_per_thread, c.lanes);
+      EXPECT_EQ(count(e->ir, c.ir_load), 2u) << e->ir;
+      EXPECT_EQ(count(e->ir, ", align 16, !invariant.load"), 2u) << e->ir;
+      auto n = [&](const std::regex& r) {
+        return std::distance(std::sregex_iterator(e->ptx.begin(), e->ptx.end(), r), std::sregex_iterator());
+      };
+      EXPECT_EQ(n(c.load), 2) << e->ptx;
+      EXPECT_EQ(n(c.store), 1) << e->ptx;
+    }
+  }
+  // float32 in, bool out: the widest element (4 bytes) sets the lanes; the
+  // bools go out 4 bytes a chunk.
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {4096}));
+  ValueId y = g.add_input(tt(f, {4096}));
+  g.add_output(g.add_node1(OpKind::Gt, {x, y}, {dt(f)}, tt(DType::Bool, {4096})));
+  Plan p = plan_graph(g);
+  auto e = emit(g, p.kernels[0], true);
+  EXPECT_EQ(e->dk.elements_per_thread, 4);
+  EXPECT_NE(e->ir.find("store <4 x i8> "), std::string::npos) << e->ir;
+  EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 2u) << e->ptx;
+}
+
+TEST(CudaKernelEmitter, BroadcastScalarLikeOperandStaysAScalarLoad) {
+  ir::Graph g;
+  const int64_t n = 1001;
+  ValueId x = g.add_input(tt(f, {n}));
+  ValueId b = g.add_input(tt(f, {1}));  // broadcast over all of x: stride 0
+  g.add_output(g.add_node1(OpKind::Sub, {x, b}, {dt(f)}, tt(f, {n})));
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  const FusedKernel& k = p.kernels[0];
+  for (bool generic : {false, true}) {
+    SCOPED_TRACE(generic ? "generic" : "exact");
+    auto e = emit(g, k, true, generic);
+    expect_abi(*e, k);
+    EXPECT_EQ(e->dk.elements_per_thread, 4);
+    EXPECT_EQ(count(e->ir, "load <4 x float>"), 1u) << e->ir;  // x only
+    EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 1u) << e->ptx;
+    EXPECT_EQ(count(e->ptx, "st.global.v4.f32"), 1u) << e->ptx;
+    EXPECT_GE(count(e->ptx, "ld.global.nc.f32"), 2u) << "b in the chunk loop and the tail\n" << e->ptx;
+    // b misaligned does not matter (it is no vector access); x misaligned does.
+    CpuKernel ck(g, k, generic);
+    for (int shift_b : {0, 1})
+      for (int shift_x : {0, 2}) {
+        Floats xs(n), bs(1), out(n, -1.f);
+        float* px = xs.at(shift_x);
+        float* pb = bs.at(shift_b);
+        for (int64_t i = 0; i < n; ++i) px[i] = xv(i);
+        *pb = 2.5f;
+        ck.run({px, pb, out.at(0)}, n, kernel_dims(k), 1, 64);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.at(0)[i], xv(i) - 2.5f) << i;
+        EXPECT_EQ(out.at(0)[n], -1.f);
+      }
+  }
+}
+
+// A contiguous load at an offset (a folded slice): its own address + offset is
+// what must be aligned.
+TEST(CudaKernelEmitter, ContiguousLoadAtAnOffsetIsCheckedAtItsOffset) {
+  ir::Graph g;
+  const int64_t n = 1002;
+  ValueId x = g.add_input(tt(f, {n + 8}));
+  ValueId r = g.add_node1(OpKind::Neg, {x}, {dt(f)}, tt(f, {n}));
+  g.add_output(r);
+  FusedKernel k;
+  k.sizes = {n};
+  k.nodes = {g.value(r).node};
+  Access a{};
+  a.operand = a.value = x;
+  a.dtype = f;
+  a.strides = {1};
+  k.loads = {a};
+  k.stores = {r};
+  k.name = "fused_slice";
+  for (int64_t offset : {0, 1, 4, 6})
+    for (bool generic : {false, true}) {
+      SCOPED_TRACE("offset " + std::to_string(offset) + (generic ? ", generic" : ", exact"));
+      k.loads[0].offset = offset;
+      auto e = emit(g, k, true, generic);
+      EXPECT_EQ(e->dk.elements_per_thread, 4);
+      EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 1u) << e->ptx;
+      CpuKernel ck(g, k, generic);
+      Floats xs(n + 8), out(n, 7.f);
+      for (int64_t i = 0; i < n + 8; ++i) xs.at(0)[i] = xv(i);
+      ck.run({xs.at(0), out.at(0)}, n, kernel_dims(k), 2, 32);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.at(0)[i], -xv(i + offset)) << i;
+      EXPECT_EQ(out.at(0)[n], 7.f);
+    }
+}
+
+// The scalar path only: strided (transposed) inputs, broadcast rows, cat
+// kernels, row kernels, and exact kernels smaller than one chunk.
+TEST(CudaKernelEmitter, NonContiguousKernelsKeepOneElementPerThread) {
+  auto scalar_only = [](const Emitted& e) {
+    EXPECT_EQ(e.dk.elements_per_thread, 1);
+    EXPECT_EQ(e.ir.find(" x float>"), std::string::npos) << e.ir;
+    EXPECT_EQ(e.ptx.find(".v4."), std::string::npos) << e.ptx;
+    EXPECT_EQ(e.ptx.find(".v2."), std::string::npos) << e.ptx;
+  };
+  {
+    ir::Graph g;
+    ValueId x = g.add_input(ir::TensorType{f, {40, 64}, {1, 40}});  // transposed
+    ValueId y = g.add_input(tt(f, {40, 64}));
+    g.add_output(g.add_node1(OpKind::Add, {x, y}, {dt(f)}, tt(f, {40, 64})));
+    Plan p = plan_graph(g);
+    ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+    for (bool generic : {false, true}) scalar_only(*emit(g, p.kernels[0], true, generic));
+  }
+  {
+    ir::Graph g;
+    ValueId x = g.add_input(tt(f, {64, 40}));
+    ValueId b = g.add_input(tt(f, {40}));  // a row broadcast: neither contiguous nor one element
+    g.add_output(g.add_node1(OpKind::Mul, {x, b}, {dt(f)}, tt(f, {64, 40})));
+    Plan p = plan_graph(g);
+    ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+    for (bool generic : {false, true}) scalar_only(*emit(g, p.kernels[0], true, generic));
+  }
+  {
+    ir::Graph g = f32_chain(3);  // exact: no full chunk
+    Plan p = plan_graph(g);
+    ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+    scalar_only(*emit(g, p.kernels[0], true, false));
+  }
+  {
+    ir::Graph g = softmax(false);
+    Plan p = plan_graph(g);
+    auto e = emit(g, only_row_kernel(p, g), false);
+    EXPECT_EQ(e->dk.elements_per_thread, 1);
+  }
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ struct Unit {
   bool generic;
   std::string symbol;
   uint8_t grid;
-  int32_t block, shared;
+  int32_t block, shared, elements_per_thread;
   std::string ptx, cubin;
 };
 struct Archive {
@@ -61,7 +61,7 @@ struct Archive {
 };
 Archive read_archive(const std::string& object) {
   ir::ByteReader r(object);
-  r.expect_header("LJCU", 1, "CUDA kernels");
+  r.expect_header("LJCU", 2, "CUDA kernels");
   Archive a;
   a.arch = r.str();
   a.isa = r.u32();
@@ -75,6 +75,7 @@ Archive read_archive(const std::string& object) {
     u.grid = r.u8();
     u.block = r.i32();
     u.shared = r.i32();
+    u.elements_per_thread = r.i32();
     u.ptx = r.str();
     u.cubin = r.str();
     a.units.push_back(std::move(u));
@@ -156,6 +157,11 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
     EXPECT_EQ(u.cubin.compare(0, 4, "\x7f" "ELF"), 0) << "cubin is no ELF";
     EXPECT_EQ(cubin_sm(u.cubin), sm) << "ptxas ran for another arch";
     EXPECT_EQ(u.block, 256);
+    // Row kernels take a row a block; element kernels 1, 2, 4, 8 or 16 elements a thread.
+    if (u.grid == 1) EXPECT_EQ(u.elements_per_thread, 1);
+    EXPECT_TRUE(u.elements_per_thread >= 1 && u.elements_per_thread <= 16 &&
+                (u.elements_per_thread & (u.elements_per_thread - 1)) == 0)
+        << u.elements_per_thread;
   }
   // The PTX dump: one section per plan kernel.
   const std::string& a = c.code->assembly();
@@ -383,6 +389,10 @@ TEST_P(CudaTarget, ElementwiseMathFloat32AndFloat64) {
     EXPECT_TRUE(c.code->all_generic());
     ASSERT_EQ(c.archive.units.size(), 1u);
     EXPECT_EQ(c.archive.units[0].grid, 0);  // Grid::Elements
+    // Contiguous [4, 1000] (one dim after coalescing): 16-byte chunks.
+    EXPECT_EQ(c.archive.units[0].elements_per_thread, dtype == DType::Float32 ? 4 : 2);
+    EXPECT_NE(c.archive.units[0].ptx.find(dtype == DType::Float32 ? "ld.global.nc.v4.f32" : "ld.global.nc.v2.f64"),
+              std::string::npos);
     // IR kept (keep_llvm_ir is on by default): the mapped calls before O3
     const std::string& ir = c.code->llvm_ir();
     EXPECT_NE(ir.find("; ---- after optimization"), std::string::npos);
@@ -427,6 +437,56 @@ TEST_P(CudaTarget, CastsToHalfAndBFloat16) {
   EXPECT_NE(all.find("cvt.rn.f16.f32"), std::string::npos);
   // bfloat16 is rounded in integer ops (element/dtype_emitter.cpp), stored as 16 bits
   EXPECT_TRUE(std::regex_search(all, std::regex("st\\.global\\.[ub]16"))) << all;
+}
+
+// Elementwise kernels over contiguous tensors load and store 16 bytes a thread
+// (kernel_emitter.h), through O3, libdevice and ptxas for both archs.
+TEST_P(CudaTarget, ContiguousElementKernelsAreVectorized) {
+  const std::string arch = GetParam();
+  auto t = cuda_target(arch);
+  ASSERT_TRUE(t);
+  struct Case {
+    DType t;
+    int32_t lanes;
+    std::regex load, store;
+  };
+  const std::vector<Case> cases = {
+      {DType::Float32, 4, std::regex("ld\\.global\\.nc\\.v4\\.f32"), std::regex("st\\.global\\.v4\\.f32")},
+      {DType::Float16, 8, std::regex("ld\\.global\\.nc\\.v4\\.[bu]32"), std::regex("st\\.global\\.v4\\.[bu]32")},
+      {DType::BFloat16, 8, std::regex("ld\\.global\\.nc\\.v4\\.[bu]32"), std::regex("st\\.global\\.v4\\.[bu]32")},
+  };
+  for (const Case& c : cases)
+    for (Shapes shapes : {Shapes::Auto, Shapes::Off}) {
+      SCOPED_TRACE(std::string(ir::dtype_name(c.t)) + (shapes == Shapes::Off ? " exact" : " generic"));
+      ir::Graph g;
+      auto ty = tt(c.t, {3, 1001});  // 3003 elements: a tail after the last chunk
+      ValueId x = g.add_input(ty);
+      ValueId y = g.add_input(ty);
+      ValueId v = g.add_node1(OpKind::Tanh, {g.add_node1(OpKind::Mul, {x, y}, {dt(c.t)}, ty)}, {dt(c.t)}, ty);
+      g.add_output(g.add_node1(OpKind::Add, {v, x}, {dt(c.t)}, ty));
+      Compiled cc = compile_and_check(*t, g, arch, shapes);
+      ASSERT_TRUE(cc.code);
+      ASSERT_EQ(cc.archive.units.size(), 1u);
+      const Unit& u = cc.archive.units[0];
+      EXPECT_EQ(u.grid, 0);
+      EXPECT_EQ(u.elements_per_thread, c.lanes);
+      EXPECT_TRUE(std::regex_search(u.ptx, c.load)) << u.ptx;
+      EXPECT_TRUE(std::regex_search(u.ptx, c.store)) << u.ptx;
+      // The scalar loop for the tail and misaligned buffers.
+      EXPECT_TRUE(std::regex_search(u.ptx, std::regex(c.t == DType::Float32 ? "ld\\.global\\.nc\\.f32"
+                                                                             : "ld\\.global\\.nc\\.[bu]16")))
+          << u.ptx;
+    }
+  // A transposed input: one element a thread, no vector access.
+  ir::Graph g;
+  ValueId x = g.add_input(ir::TensorType{DType::Float32, {64, 48}, {1, 64}});
+  ValueId y = g.add_input(tt(DType::Float32, {64, 48}));
+  g.add_output(g.add_node1(OpKind::Add, {x, y}, {dt(DType::Float32)}, tt(DType::Float32, {64, 48})));
+  Compiled cc = compile_and_check(*t, g, arch);
+  ASSERT_TRUE(cc.code);
+  ASSERT_EQ(cc.archive.units.size(), 1u);
+  EXPECT_EQ(cc.archive.units[0].elements_per_thread, 1);
+  EXPECT_EQ(cc.archive.units[0].ptx.find(".v4."), std::string::npos) << cc.archive.units[0].ptx;
 }
 
 TEST_P(CudaTarget, ObjectRoundTripsThroughLoad) {
@@ -504,6 +564,12 @@ TEST_P(CudaTarget, CorruptArchivesAndOtherArchsAreRefused) {
                 e.find("truncated program bytes") != std::string::npos)
         << "cut at " << cut << ": " << e;
   }
+  // An archive of another format version (1: before elements per thread).
+  std::string v1 = object;
+  v1[4] = 1;
+  Plan r1 = plan_graph(g);
+  std::string e1 = error_of([&] { t->load(v1, r1); });
+  EXPECT_NE(e1.find("CUDA kernels bytes have format version 1; this build reads version 2"), std::string::npos) << e1;
   std::string other_tag = object;
   other_tag.replace(0, 4, "LJKO");
   Plan r = plan_graph(g);
@@ -527,7 +593,7 @@ TEST(CudaTargetFingerprint, NamesArchPtxAndToolkit) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->fingerprint(), b->fingerprint());
   std::string fp = b->fingerprint();
-  for (const char* part : {"cuda;arch=sm_90;", "ptx=7.8;", "llvm 19", ";libdevice ", ";ptxas ", ";driver none;", ";rev "})
+  for (const char* part : {"target cuda;arch sm_90;", "ptx 7.8;", "llvm 19", ";libdevice ", ";ptxas ", ";driver none;", ";rev "})
     EXPECT_NE(fp.find(part), std::string::npos) << part << " in " << fp;
   EXPECT_EQ(fp.find(";rev "), fp.rfind(";rev "));
 }

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -223,6 +224,9 @@ class CudaCacheShow : public ::testing::Test {
   static inline std::string error_, key_, damaged_key_, object_;
   static inline std::vector<std::string> symbols_;
   static inline std::map<std::string, std::string> grid_of_;  // symbol -> "rows" or "elements"
+  // symbol -> elements a thread: the softmax's rows 1, the contiguous float32
+  // elementwise kernel 4 (vectorized, lowering/cuda/kernel_emitter.h).
+  static int per_thread(const std::string& symbol) { return grid_of_[symbol] == "rows" ? 1 : 4; }
 };
 
 TEST_F(CudaCacheShow, TableNamesEachKernelsLaunchShapeAndArch) {
@@ -236,7 +240,10 @@ TEST_F(CudaCacheShow, TableNamesEachKernelsLaunchShapeAndArch) {
     std::string row = table.substr(at + 1, table.find('\n', at + 1) - at - 1);
     EXPECT_NE(row.find(" " + grid_of_[s] + " "), std::string::npos) << row;
     EXPECT_NE(row.find(" 256 "), std::string::npos) << "block of 256 threads\n" << row;
+    EXPECT_TRUE(std::regex_search(row, std::regex(" 0 B +" + std::to_string(per_thread(s)) + " ")))
+        << "elements per thread after the shared bytes\n" << table;
   }
+  EXPECT_NE(table.find("PER THREAD"), std::string::npos) << table;
   EXPECT_EQ(out.find(".entry"), std::string::npos) << "PTX only with --asm\n" << out;
 }
 
@@ -252,7 +259,7 @@ TEST_F(CudaCacheShow, AsmPrintsPtxAndSassOrSaysWhatToInstall) {
   }
   for (const std::string& s : symbols_)
     EXPECT_NE(listing.find("== kernel " + s + " (shape-generic): sm_90, PTX ISA 7.8, grid " + grid_of_[s] +
-                           ", block 256, shared 0 B\n"),
+                           ", block 256, shared 0 B, " + std::to_string(per_thread(s)) + " per thread\n"),
               std::string::npos)
         << s << "\n" << listing;
   EXPECT_NE(listing.find(".target sm_90"), std::string::npos) << listing;
@@ -286,6 +293,7 @@ TEST_F(CudaCacheShow, JsonHasKernelsPtxAndSassOrANote) {
     std::string symbol = k["symbol"];
     EXPECT_NE(k["ptx"].get<std::string>().find(".entry " + symbol), std::string::npos) << symbol;
     EXPECT_EQ(k["block"], 256);
+    EXPECT_EQ(k["elements_per_thread"], per_thread(symbol)) << symbol;
     EXPECT_EQ(k["arch"], "sm_90");
     EXPECT_GT(k["cubin_bytes"].get<size_t>(), 0u);
     grids.insert(k["grid"].get<std::string>());

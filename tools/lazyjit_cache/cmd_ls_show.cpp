@@ -94,7 +94,7 @@ int cmd_show(const Common& c, const ShowOptions& o) {
   }
   // A CUDA entry (its kernels' PTX and cubins, lowering/cuda/cuda_target.cpp)
   // always shows its kernels' launch shapes; --asm adds their PTX and SASS.
-  const bool cuda_entry = m.value("code_fingerprint", std::string()).rfind("cuda;", 0) == 0;
+  const bool cuda_entry = m.value("code_fingerprint", std::string()).rfind("target cuda;", 0) == 0;
   ObjectCode obj;
   if (o.asm_ || cuda_entry) obj = object_code(read_whole_file(e.path), e.key, m);
   CudaView cuda;

@@ -50,7 +50,8 @@ std::string base_name(const std::string& path) {
 }
 
 std::string launch_text(const ObjectCode::Unit& u) {
-  return "grid " + u.grid + ", block " + std::to_string(u.block) + ", shared " + human_bytes(u.shared_bytes);
+  return "grid " + u.grid + ", block " + std::to_string(u.block) + ", shared " + human_bytes(u.shared_bytes) +
+         ", " + std::to_string(u.elements_per_thread) + " per thread";
 }
 
 }  // namespace
@@ -118,18 +119,19 @@ CudaView cuda_view(const ObjectCode& obj, bool code) {
 
   json kernels = json::array();
   Table t;
-  t.headers = {"KERNEL", "GENERIC", "GRID", "BLOCK", "SHARED", "PTX", "CUBIN", "RUNS AS"};
-  t.right = {false, false, false, true, true, true, true, true};
+  t.headers = {"KERNEL", "GENERIC", "GRID", "BLOCK", "SHARED", "PER THREAD", "PTX", "CUBIN", "RUNS AS"};
+  t.right = {false, false, false, true, true, true, true, true, true};
   t.max_width = 64;
   std::string failed;  // the first disassembler failure, noted once
   for (size_t i = 0; i < obj.units.size(); ++i) {
     const ObjectCode::Unit& u = obj.units[i];
     const int runs = serves.count(static_cast<uint32_t>(i)) ? serves[static_cast<uint32_t>(i)] : 0;
     t.rows.push_back({u.symbol, u.generic ? "yes" : "no", u.grid, std::to_string(u.block), human_bytes(u.shared_bytes),
-                      human_bytes(u.ptx.size()), human_bytes(u.cubin.size()),
+                      std::to_string(u.elements_per_thread), human_bytes(u.ptx.size()), human_bytes(u.cubin.size()),
                       std::to_string(runs) + (runs == 1 ? " kernel" : " kernels")});
     json k = {{"symbol", u.symbol}, {"generic", u.generic}, {"arch", obj.arch},     {"ptx_isa", isa},
               {"grid", u.grid},     {"block", u.block},     {"shared_bytes", u.shared_bytes},
+              {"elements_per_thread", u.elements_per_thread},
               {"ptx_bytes", u.ptx.size()}, {"cubin_bytes", u.cubin.size()}, {"plan_kernels", runs}};
     if (code) {
       std::string sass, why;

@@ -57,11 +57,16 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
     out.format = ObjectCode::Format::Cuda;
     try {
       ir::ByteReader r(out.bytes);
-      r.expect_header("LJCU", 1, "CUDA kernel archive");
+      for (int i = 0; i < 4; ++i) r.u8();  // the tag, checked above
+      // Version 1 had no elements per thread (every kernel took 1); 2 added it.
+      const uint32_t version = r.u32();
+      if (version != 1 && version != 2)
+        r.fail("CUDA kernel archive format version " + std::to_string(version) +
+               "; this tool reads versions 1 and 2");
       out.arch = r.str();
       out.ptx_isa = r.u32();
-      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4).
-      size_t units = r.count(38, "CUDA kernel units");
+      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 [+ 4] + 4 + 4).
+      size_t units = r.count(version == 1 ? 38 : 42, "CUDA kernel units");
       for (size_t u = 0; u < units; ++u) {
         r.u64();
         r.u64();
@@ -73,6 +78,7 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
         unit.grid = grid ? "rows" : "elements";
         unit.block = r.i32();
         unit.shared_bytes = r.i32();
+        if (version >= 2) unit.elements_per_thread = r.i32();
         unit.ptx = r.str();
         unit.cubin = r.str();
         out.units.push_back(std::move(unit));

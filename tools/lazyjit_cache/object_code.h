@@ -12,10 +12,11 @@
 //   u8 generic, str symbol, str object; then u32 kernel count + u32 unit each.
 //
 // the CUDA target's (lowering/cuda/cuda_target.cpp), PTX and cubin per kernel:
-//   "LJCU" u32 version 1, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
+//   "LJCU" u32 version 2, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
 //   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
-//   1: Rows), i32 block, i32 shared bytes, str PTX, str cubin; then u32 kernel
-//   count + u32 unit each.
+//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, str PTX,
+//   str cubin; then u32 kernel count + u32 unit each. Version 1 (still read
+//   here) had no elements per thread: every kernel took one.
 //
 // Both are read here byte by byte: the tool links no LLVM and no lowering.
 #pragma once
@@ -40,6 +41,7 @@ struct ObjectCode {
     std::string grid;        // "elements" (one thread per element) or "rows" (one block per row)
     int32_t block = 0;       // threads per block
     int32_t shared_bytes = 0;  // dynamic shared memory per block
+    int32_t elements_per_thread = 1;  // consecutive elements a thread takes per step (vectorized kernels)
     std::string ptx;
     std::string cubin;       // an ELF for `arch`
   };
