@@ -12,7 +12,8 @@
 #   cpp_tests  lowering_tests, executor_tests' CudaDriver* and DeviceLaunch* tests, and
 #              every test target named gpu*tests/cuda*tests (LAZYJIT_DEVICE_CPP_TESTS
 #              replaces the first two: NAME or NAME=GTEST_FILTER, space-separated)
-#   py_smoke   import lazyjit; one small graph on the CPU target
+#   py_smoke   import lazyjit; one small graph on the CPU target, then the CUDA
+#              target step by step ("gpu_smoke: <step>: ok|FAIL")
 #   gpu_tests  pytest tests/gpu (PYTHONPATH=python)
 #   bench      bench/gpu_bench.py, else bench/gpu_chain.py (absent: skipped, said so)
 # No phase starts after LAZYJIT_DEVICE_SOFT_S (480 s) and none runs past
@@ -179,6 +180,42 @@ lazyjit.wait_for_compiles()
 print("py_smoke: ok; torch", torch.__version__, "cuda available", torch.cuda.is_available())
 print("metrics:", {k: v for k, v in lazyjit.metrics().items() if k in ("ops_traced", "compiles", "llvm_compiles", "fallbacks")})
 '
+  # The CUDA target, one step at a time, each step's outcome on a line of its
+  # own ("gpu_smoke: <step>: ok|FAIL ..."), so that the summary says where the
+  # GPU path first breaks even when the tests below cannot tell.
+  cd /tmp && PYTHONPATH="$REPO/python:$SITE" LAZYJIT_CACHE=off LAZYJIT_TARGET=cuda "$PY" -c '
+import traceback, torch
+def step(name, fn):
+    try:
+        r = fn()
+        print("gpu_smoke:", name + ": ok", "" if r is None else r, flush=True)
+        return True
+    except Exception as e:
+        print("gpu_smoke:", name + ": FAIL", type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "", flush=True)
+        traceback.print_exc()
+        return False
+import lazyjit
+step("target", lambda: lazyjit.target())
+x = torch.randn(4099, device="cuda")
+def device_route():
+    y = ((x.to("lazyjit") * 2 + 1).relu()).to("cuda")
+    torch.testing.assert_close(y, (x * 2 + 1).relu())
+    return {k: lazyjit.metrics()[k] for k in ("compiles", "llvm_compiles", "fallbacks")}
+step("device route, element kernel", device_route)
+def rows():
+    a = torch.randn(37, 1000, device="cuda")
+    torch.testing.assert_close(torch.softmax(a.to("lazyjit"), -1).to("cuda"), torch.softmax(a, -1))
+step("device route, row kernel (softmax)", rows)
+def library():
+    a, b = torch.randn(64, 32, device="cuda"), torch.randn(32, 16, device="cuda")
+    torch.testing.assert_close((a.to("lazyjit") @ b.to("lazyjit")).relu().to("cuda"), (a @ b).relu())
+step("device route, ATen matmul + kernel", library)
+def backend():
+    f = torch.compile(lambda t: torch.tanh(t) * 3 + t.sum(), backend="lazyjit")
+    torch.testing.assert_close(f(x), torch.tanh(x) * 3 + x.sum())
+    return lazyjit.dynamo.stats()
+step("torch.compile backend", backend)
+'
 }
 ph_gpu_tests() {
   [ -d tests/gpu ] || { echo "no tests/gpu"; return 0; }
@@ -225,7 +262,7 @@ fi
 phase build 330 "$OUT/build.log" ph_build
 phase cpp_tests 90 "$OUT/tests.log" ph_cpp_tests
 if [ "$NOTORCH" = 0 ]; then
-  phase py_smoke 60 "$OUT/tests.log" ph_py_smoke
+  phase py_smoke 90 "$OUT/tests.log" ph_py_smoke
   phase gpu_tests 240 "$OUT/gpu_tests.log" ph_gpu_tests
   phase bench 150 "$OUT/bench.log" ph_bench
 else
@@ -250,7 +287,7 @@ cp "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" "$LAZYJIT_DEVICE_MORE/" 2>/dev/nul
   grep -m5 -A12 '^FAILED:' "$OUT/build.log" | grep -E 'error|FAILED|undefined' | head -20
   grep -m3 -B3 -A20 'CMake Error' "$OUT/build.log" | head -40
   echo "cpp tests: $(grep -E '^----|^\[  (PASSED|FAILED)  \]|tests? ran' "$OUT/tests.log" | tr '\n' ' ')"
-  grep -E '^py_smoke|^metrics|Error' "$OUT/tests.log" | head -5
+  grep -E '^py_smoke|^metrics|^gpu_smoke|Error' "$OUT/tests.log" | head -12
   echo "gpu tests: $(grep -E '(passed|failed|error|skipped|no tests ran)' "$OUT/gpu_tests.log" | tail -1)"
   grep -E '^(FAILED|ERROR) ' "$OUT/gpu_tests.log" | head -20
   echo
