@@ -16,6 +16,7 @@ torch='ATen/|c10/|torch/'
 forbid graph_ir "$torch|llvm/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any other layer"
 forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or any other layer"
 forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"
+forbid cuda_driver "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any layer (it is the driver API alone)"
 forbid lowering "$torch|cache/|executor/|runtime/|tracer/|bridge/" "libtorch or the layers above it"
 forbid lowering "llvm/" "LLVM outside the targets (lowering/cpu/, lowering/cuda/) and their shared element emitters (lowering/element/)" "^lowering/(cpu|cuda|element)/"
 # The two targets are siblings: neither includes the other.
