@@ -8,35 +8,20 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Transforms/Utils/Cloning.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
-#include <atomic>
-#include <exception>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 
 #include "debug/trace.h"
 #include "graph_ir/bytes.h"
 #include "lowering/cpu/codegen.h"
-#include "lowering/compile_threads.h"
 #include "lowering/cpu/jit.h"
-#include "lowering/interrupt.h"
-#include "lowering/kernel_key.h"
+#include "lowering/kernel_jobs.h"
 #include "lowering/target.h"
 
 namespace lazyjit::lowering {
-
-namespace {
-thread_local int t_serial_compile = 0;
-}
-SerialCompileScope::SerialCompileScope() { ++t_serial_compile; }
-SerialCompileScope::~SerialCompileScope() { --t_serial_compile; }
-bool serial_compile() { return t_serial_compile > 0; }
 
 std::string CodegenOptions::str() const {
   return "O" + std::to_string(opt_level) + ",vecmath=" + (vectorize_math ? "1" : "0") +
@@ -74,13 +59,6 @@ std::string assembly_text(const llvm::Module& m, cpu::Jit& j) {
   return object_file(*copy, *tm, llvm::CodeGenFileType::AssemblyFile);
 }
 
-// Mixed into the keys of kernels compiled with Plan::check_stores.
-constexpr uint64_t kCheckedStores = 0x6e616e636865636bull;
-
-struct Hash128Hash {
-  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
-};
-
 // One compiled kernel: its object, linked into a JITDylib of its own.
 struct KernelCode {
   std::shared_ptr<cpu::Jit> jit;  // outlives the dylib
@@ -103,30 +81,6 @@ using KernelRef = std::shared_ptr<const KernelCode>;
 //   u8 generic, str symbol, str object; then u32 kernel count, per kernel: u32 unit.
 constexpr std::string_view kArchiveTag = "LJKO";
 constexpr uint32_t kArchiveVersion = 1;
-
-// The dump text (IR or assembly) of a plan's kernels, one section per plan
-// kernel under its name in this plan. A kernel found compiled (the kernel
-// cache) shows the text kept when it was compiled, under the symbol it got
-// then; one linked from the on-disk cache has none; equal kernels of one plan
-// share one compile and one section.
-std::string kernel_texts(const Plan& plan, const std::vector<KernelRef>& refs, const std::vector<bool>& reused,
-                         std::string KernelCode::*text, const std::string& comment) {
-  std::string out;
-  std::unordered_map<const KernelCode*, size_t> first;
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const KernelCode& k = *refs[i];
-    out += comment + " ==== " + plan.kernels[i].name + (k.generic ? " (shape-generic)\n" : "\n");
-    if (auto [it, fresh] = first.emplace(&k, i); !fresh) {
-      out += comment + " the same code as " + plan.kernels[it->second].name + " (equal kernels compile once)\n";
-      continue;
-    }
-    if (reused[i])
-      out += comment + " not compiled for this program: found compiled (the kernel cache), as " + k.symbol + "\n";
-    if ((k.*text).empty()) out += comment + " no text kept: linked from the on-disk cache, not compiled in this process\n";
-    out += k.*text;
-  }
-  return out;
-}
 
 class CpuCode : public CompiledCode {
  public:
@@ -185,77 +139,31 @@ class CpuTarget : public Target {
     plan.kernel_fns.clear();
     const size_t n = plan.kernels.size();
     if (n == 0) return std::make_unique<CpuCode>(std::vector<KernelRef>());
-    // Per kernel: found, or the job that compiles it (equal jobs shared).
-    struct Job {
-      size_t kernel;  // the first kernel that needs it
-      ir::Hash128 key;
-      bool generic;
-      KernelRef code;
-      std::exception_ptr error;
-    };
-    std::vector<KernelRef> found(n);
-    std::vector<int> job_of(n, -1);
-    std::vector<Job> jobs;
-    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
-    int hits = 0;
-    std::vector<KernelKey> keys;
-    keys.reserve(n);
-    for (const FusedKernel& k : plan.kernels) {  // hashing needs no lock
-      keys.push_back(kernel_key(g, k));
-      if (plan.check_stores) {  // the same kernel with its stores tested is other code
-        keys.back().generic.lo ^= kCheckedStores;
-        keys.back().exact.lo ^= kCheckedStores;
-      }
+    KernelJobs<KernelCode> work(g, plan, shapes, cache_);
+    work.trace_cached([&](size_t i) { return debug::TraceArgs{{"shared_with", work.shared_with(i)}}; });
+    if (!work.jobs.empty()) {
+      cpu::Jit& j = jit();
+      work.compile(
+          opts_.compile_threads,
+          [&](const auto& job) { return debug::TraceArgs{{"nodes", plan.kernels[job.kernel].nodes.size()}}; },
+          [&](const auto& job) {
+            return compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores);
+          });
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < n; ++i) {
-        const KernelKey& key = keys[i];
-        // Code for exact sizes serves whoever finds it (Off compiled it, or a
-        // program read from disk brought it); Off uses nothing else.
-        if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
-        const bool generic = shapes != Shapes::Off;
-        if (generic)
-          if (KernelRef c = use(key.generic)) { found[i] = c; ++hits; continue; }
-        ir::Hash128 k = generic ? key.generic : key.exact;
-        auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
-        if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
-        else ++hits;
-        job_of[i] = it->second;
-      }
-    }
-    if (debug::trace_enabled())  // the kernels this plan found compiled (those compiled say so in compile_jobs)
-      for (size_t i = 0; i < n; ++i)
-        if (job_of[i] < 0 || static_cast<size_t>(jobs[job_of[i]].kernel) != i)
-          debug::trace_instant("compile", "kernel " + plan.kernels[i].name + " (cached)",
-                               {{"kernel", plan.kernels[i].name}, {"kernel_cache_hit", true},
-                                {"shared_with", job_of[i] < 0 ? std::string("a kernel compiled before")
-                                                              : plan.kernels[jobs[job_of[i]].kernel].name}});
-    compile_jobs(g, plan, jobs);
-    std::vector<KernelRef> refs(n);
+    work.keep(cache_);
+    std::vector<KernelRef> refs = work.refs();
     std::vector<KernelFn> fns(n);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (Job& j : jobs) keep(j.code);
-    }
-    int generic_compiles = 0;
-    for (const Job& j : jobs) generic_compiles += j.generic;
-    for (size_t i = 0; i < n; ++i) {
-      refs[i] = found[i] ? found[i] : jobs[job_of[i]].code;
-      fns[i] = refs[i]->fn;
-    }
+    for (size_t i = 0; i < n; ++i) fns[i] = refs[i]->fn;
     plan.kernel_fns = std::move(fns);
     std::string ir, assembly;
     if (opts_.keep_llvm_ir || opts_.keep_asm) {
-      std::vector<bool> reused(n);
-      for (size_t i = 0; i < n; ++i) reused[i] = found[i] != nullptr;
-      if (opts_.keep_llvm_ir) ir = kernel_texts(plan, refs, reused, &KernelCode::ir, ";");
-      if (opts_.keep_asm) assembly = kernel_texts(plan, refs, reused, &KernelCode::assembly, "#");
+      std::vector<bool> reused = work.reused();
+      std::vector<std::string> names = kernel_names(plan);
+      if (opts_.keep_llvm_ir) ir = kernel_texts(names, refs, reused, &KernelCode::ir, ";");
+      if (opts_.keep_asm) assembly = kernel_texts(names, refs, reused, &KernelCode::assembly, "#");
     }
     auto code = std::make_unique<CpuCode>(std::move(refs), std::move(ir), std::move(assembly));
-    code->llvm_compiles = static_cast<int>(jobs.size());
-    code->kernel_hits = hits;
-    code->generic_compiles = generic_compiles;
+    work.count(*code);
     return code;
   }
 
@@ -275,8 +183,8 @@ class CpuTarget : public Target {
       c->symbol = r.str();
       c->object = r.str();
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (KernelRef have = use(c->key)) {
+        std::lock_guard<std::mutex> lock(cache_.mu);
+        if (KernelRef have = cache_.use(c->key)) {
           units.push_back(have);
           continue;
         }
@@ -285,8 +193,8 @@ class CpuTarget : public Target {
       ++linked;
       KernelRef ref = std::move(c);
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        keep(ref);
+        std::lock_guard<std::mutex> lock(cache_.mu);
+        cache_.keep(ref);
       }
       units.push_back(std::move(ref));
     }
@@ -308,9 +216,8 @@ class CpuTarget : public Target {
   }
 
   void clear_kernels() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    kernels_.clear();
-    lru_.clear();
+    std::lock_guard<std::mutex> lock(cache_.mu);
+    cache_.clear();
   }
 
   void warm_up() override {
@@ -327,73 +234,8 @@ class CpuTarget : public Target {
   }
 
  private:
-  static constexpr size_t kMaxKernels = 4096;  // kept for reuse; least recently used go first
-
-  struct Kept {
-    KernelRef code;
-    std::list<ir::Hash128>::iterator at;
-  };
-  // Caller holds mu_.
-  KernelRef use(const ir::Hash128& key) {
-    auto it = kernels_.find(key);
-    if (it == kernels_.end()) return nullptr;
-    lru_.splice(lru_.end(), lru_, it->second.at);
-    return it->second.code;
-  }
-  void keep(const KernelRef& c) {
-    if (!c || kernels_.count(c->key)) return;
-    lru_.push_back(c->key);
-    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
-    while (kernels_.size() > kMaxKernels) {
-      kernels_.erase(lru_.front());
-      lru_.pop_front();
-    }
-  }
-
-  template <class Jobs>
-  void compile_jobs(const ir::Graph& g, const Plan& plan, Jobs& jobs) {
-    if (jobs.empty()) return;
-    cpu::Jit& j = jit();
-    const std::thread::id caller = std::this_thread::get_id();
-    auto one = [&](auto& job) {
-      std::optional<debug::TraceSpan> span;
-      if (debug::trace_enabled()) {
-        if (std::this_thread::get_id() != caller)
-          debug::name_trace_thread("tbb worker " + std::to_string(tbb::this_task_arena::current_thread_index()));
-        span.emplace("compile", "kernel " + plan.kernels[job.kernel].name,
-                     debug::TraceArgs{{"kernel", plan.kernels[job.kernel].name}, {"kernel_cache_hit", false},
-                                      {"generic", job.generic}, {"nodes", plan.kernels[job.kernel].nodes.size()}});
-      }
-      try {
-        job.code = compile_one(j, g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores);
-      } catch (...) {
-        job.error = std::current_exception();
-      }
-    };
-    int threads = opts_.compile_threads > 0 ? opts_.compile_threads
-                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (jobs.size() == 1 || threads == 1 || serial_compile()) {
-      for (auto& job : jobs) one(job);
-    } else {
-      // Workers only read the interrupt flag; the caller's own thread polls (the
-      // poll may need the caller's interpreter lock).
-      // Never destroyed: a background compile may use it while the process exits.
-      static tbb::task_arena& arena = *new tbb::task_arena(threads);
-      arena.execute([&] {
-        tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t i) {
-          std::optional<NoPollScope> quiet;
-          if (std::this_thread::get_id() != caller) quiet.emplace();
-          one(jobs[i]);
-        });
-      });
-    }
-    throw_if_interrupted();
-    for (auto& job : jobs)
-      if (job.error) std::rethrow_exception(job.error);
-  }
-
-  KernelRef compile_one(cpu::Jit& j, const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
-                        bool generic, bool check_stores) {
+  std::shared_ptr<KernelCode> compile_one(cpu::Jit& j, const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
+                                          bool generic, bool check_stores) {
     cpu::CodegenConfig cfg{opts_, j.has_libmvec(), "", generic, check_stores};
     // Phases as trace spans: where a kernel's compile time goes.
     std::optional<debug::TraceSpan> phase;
@@ -441,9 +283,7 @@ class CpuTarget : public Target {
   CodegenOptions opts_;
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
-  std::mutex mu_;
-  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
-  std::list<ir::Hash128> lru_;
+  KernelCache<KernelCode> cache_;  // kept for reuse
 };
 
 }  // namespace

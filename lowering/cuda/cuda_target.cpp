@@ -13,29 +13,22 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <cctype>
-#include <exception>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 
 #include "cuda_driver/driver.h"
 #include "debug/trace.h"
 #include "graph_ir/bytes.h"
-#include "lowering/compile_threads.h"
 #include "lowering/cuda/kernel_emitter.h"
 #include "lowering/cuda/libdevice.h"
 #include "lowering/cuda/ptx.h"
 #include "lowering/cuda/ptxas.h"
 #include "lowering/cuda/toolkit.h"
-#include "lowering/interrupt.h"
-#include "lowering/kernel_key.h"
+#include "lowering/kernel_jobs.h"
 #include "lowering/target.h"
 
 namespace lazyjit::lowering {
@@ -44,13 +37,6 @@ namespace {
 
 // Threads per block of every kernel (device_kernel.h: a multiple of 32).
 constexpr int32_t kBlock = 256;
-
-// Mixed into the keys of kernels compiled with Plan::check_stores (as on the CPU).
-constexpr uint64_t kCheckedStores = 0x6e616e636865636bull;
-
-struct Hash128Hash {
-  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
-};
 
 std::string module_text(const llvm::Module& m) {
   std::string s;
@@ -89,27 +75,6 @@ using KernelRef = std::shared_ptr<const KernelCode>;
 // versions are refused (their code would be launched with the wrong grid).
 constexpr std::string_view kArchiveTag = "LJCU";
 constexpr uint32_t kArchiveVersion = 2;
-
-// The dump text (IR or PTX) of a plan's kernels, one section per plan kernel
-// under its name in this plan (as cpu_target.cpp's kernel_texts).
-std::string kernel_texts(const std::vector<std::string>& names, const std::vector<KernelRef>& refs,
-                         const std::vector<bool>& reused, std::string KernelCode::*text, const std::string& comment) {
-  std::string out;
-  std::unordered_map<const KernelCode*, size_t> first;
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const KernelCode& k = *refs[i];
-    out += comment + " ==== " + names[i] + (k.generic ? " (shape-generic)\n" : "\n");
-    if (auto [it, fresh] = first.emplace(&k, i); !fresh) {
-      out += comment + " the same code as " + names[it->second] + " (equal kernels compile once)\n";
-      continue;
-    }
-    if (reused[i])
-      out += comment + " not compiled for this program: found compiled (the kernel cache), as " + k.symbol + "\n";
-    if ((k.*text).empty()) out += comment + " no text kept: linked from the on-disk cache, not compiled in this process\n";
-    out += k.*text;
-  }
-  return out;
-}
 
 class CudaCode : public CompiledCode {
  public:
@@ -222,74 +187,24 @@ class CudaTarget : public Target {
     plan.kernel_fns.clear();
     const size_t n = plan.kernels.size();
     if (n == 0) return make_code({}, plan, {});
-    struct Job {
-      size_t kernel;  // the first kernel that needs it
-      ir::Hash128 key;
-      bool generic;
-      std::shared_ptr<KernelCode> code;
-      std::exception_ptr error;
-    };
-    std::vector<KernelRef> found(n);
-    std::vector<int> job_of(n, -1);
-    std::vector<Job> jobs;
-    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
-    int hits = 0;
-    std::vector<KernelKey> keys;
-    keys.reserve(n);
-    for (const FusedKernel& k : plan.kernels) {
-      keys.push_back(kernel_key(g, k));
-      if (plan.check_stores) {
-        keys.back().generic.lo ^= kCheckedStores;
-        keys.back().exact.lo ^= kCheckedStores;
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < n; ++i) {
-        const KernelKey& key = keys[i];
-        // As on the CPU: code for exact sizes serves whoever finds it; Off uses nothing else.
-        if (KernelRef c = use(key.exact)) { found[i] = c; ++hits; continue; }
-        const bool generic = shapes != Shapes::Off;
-        if (generic)
-          if (KernelRef c = use(key.generic)) { found[i] = c; ++hits; continue; }
-        ir::Hash128 k = generic ? key.generic : key.exact;
-        auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
-        if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
-        else ++hits;
-        job_of[i] = it->second;
-      }
-    }
-    if (debug::trace_enabled())
-      for (size_t i = 0; i < n; ++i)
-        if (job_of[i] < 0 || static_cast<size_t>(jobs[job_of[i]].kernel) != i)
-          debug::trace_instant("compile", "kernel " + plan.kernels[i].name + " (cached)",
-                               {{"kernel", plan.kernels[i].name}, {"kernel_cache_hit", true}, {"target", "cuda"}});
-    compile_jobs(g, plan, jobs);
+    KernelJobs<KernelCode> work(g, plan, shapes, cache_);
+    work.trace_cached([](size_t) { return debug::TraceArgs{{"target", "cuda"}}; });
+    work.compile(
+        o_.codegen.compile_threads, [](const auto&) { return debug::TraceArgs{{"target", "cuda"}}; },
+        [&](const auto& job) {
+          return compile_one(g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores,
+                             /*assemble=*/!ptxas_.empty());
+        });
     // On the caller's thread (its CUDA context): the driver's assembler, loading.
-    for (Job& j : jobs) finish(*j.code);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (Job& j : jobs) keep(j.code);
-    }
-    int generic_compiles = 0;
-    for (const Job& j : jobs) generic_compiles += j.generic;
-    std::vector<KernelRef> refs(n);
-    std::vector<bool> reused(n);
-    for (size_t i = 0; i < n; ++i) {
-      refs[i] = found[i] ? found[i] : KernelRef(jobs[job_of[i]].code);
-      reused[i] = found[i] != nullptr;
-    }
+    for (auto& j : work.jobs) finish(*j.code);
+    work.keep(cache_);
+    std::vector<KernelRef> refs = work.refs();
+    std::vector<bool> reused = work.reused();
     std::string ir;
-    if (o_.codegen.keep_llvm_ir) {
-      std::vector<std::string> names;
-      for (const FusedKernel& k : plan.kernels) names.push_back(k.name);
-      ir = kernel_texts(names, refs, reused, &KernelCode::ir, ";");
-    }
+    if (o_.codegen.keep_llvm_ir) ir = kernel_texts(kernel_names(plan), refs, reused, &KernelCode::ir, ";");
     plan.kernel_fns.assign(n, nullptr);  // the executor launches device_kernel(i)
     auto code = make_code(std::move(refs), plan, std::move(reused), std::move(ir));
-    code->llvm_compiles = static_cast<int>(jobs.size());
-    code->kernel_hits = hits;
-    code->generic_compiles = generic_compiles;
+    work.count(*code);
     return code;
   }
 
@@ -331,8 +246,8 @@ class CudaTarget : public Target {
       if (c->cubin.size() < 4 || c->cubin.compare(0, 4, "\x7f" "ELF") != 0)
         r.fail("CUDA kernel " + c->symbol + " has no cubin (no ELF header)");
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (KernelRef have = use(c->key)) {
+        std::lock_guard<std::mutex> lock(cache_.mu);
+        if (KernelRef have = cache_.use(c->key)) {
           units.push_back(have);
           continue;
         }
@@ -341,8 +256,8 @@ class CudaTarget : public Target {
       ++loaded;
       KernelRef ref = c;
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        keep(c);
+        std::lock_guard<std::mutex> lock(cache_.mu);
+        cache_.keep(c);
       }
       units.push_back(std::move(ref));
     }
@@ -363,9 +278,8 @@ class CudaTarget : public Target {
   }
 
   void clear_kernels() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    kernels_.clear();
-    lru_.clear();
+    std::lock_guard<std::mutex> lock(cache_.mu);
+    cache_.clear();
   }
 
   void warm_up() override {
@@ -381,35 +295,10 @@ class CudaTarget : public Target {
   }
 
  private:
-  static constexpr size_t kMaxKernels = 4096;
-
   std::unique_ptr<CudaCode> make_code(std::vector<KernelRef> refs, const Plan& plan, std::vector<bool> reused,
                                       std::string ir = {}) const {
-    std::vector<std::string> names;
-    for (const FusedKernel& k : plan.kernels) names.push_back(k.name);
-    return std::make_unique<CudaCode>(o_.arch, isa_, std::move(refs), std::move(names), std::move(reused),
+    return std::make_unique<CudaCode>(o_.arch, isa_, std::move(refs), kernel_names(plan), std::move(reused),
                                       std::move(ir));
-  }
-
-  struct Kept {
-    KernelRef code;
-    std::list<ir::Hash128>::iterator at;
-  };
-  // Caller holds mu_.
-  KernelRef use(const ir::Hash128& key) {
-    auto it = kernels_.find(key);
-    if (it == kernels_.end()) return nullptr;
-    lru_.splice(lru_.end(), lru_, it->second.at);
-    return it->second.code;
-  }
-  void keep(const KernelRef& c) {
-    if (!c || kernels_.count(c->key)) return;
-    lru_.push_back(c->key);
-    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
-    while (kernels_.size() > kMaxKernels) {
-      kernels_.erase(lru_.front());
-      lru_.pop_front();
-    }
   }
 
   // On the caller's thread: the cubin by the driver when there is no ptxas, and
@@ -424,45 +313,6 @@ class CudaTarget : public Target {
     } catch (const std::exception& e) {
       throw std::runtime_error("CUDA kernel " + c.symbol + ": " + e.what());
     }
-  }
-
-  template <class Jobs>
-  void compile_jobs(const ir::Graph& g, const Plan& plan, Jobs& jobs) {
-    if (jobs.empty()) return;
-    const std::thread::id caller = std::this_thread::get_id();
-    auto one = [&](auto& job) {
-      std::optional<debug::TraceSpan> span;
-      if (debug::trace_enabled()) {
-        if (std::this_thread::get_id() != caller)
-          debug::name_trace_thread("tbb worker " + std::to_string(tbb::this_task_arena::current_thread_index()));
-        span.emplace("compile", "kernel " + plan.kernels[job.kernel].name,
-                     debug::TraceArgs{{"kernel", plan.kernels[job.kernel].name}, {"kernel_cache_hit", false},
-                                      {"generic", job.generic}, {"target", "cuda"}});
-      }
-      try {
-        job.code = compile_one(g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores,
-                               /*assemble=*/!ptxas_.empty());
-      } catch (...) {
-        job.error = std::current_exception();
-      }
-    };
-    int threads = o_.codegen.compile_threads > 0 ? o_.codegen.compile_threads
-                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (jobs.size() == 1 || threads == 1 || serial_compile()) {
-      for (auto& job : jobs) one(job);
-    } else {
-      static tbb::task_arena& arena = *new tbb::task_arena(threads);
-      arena.execute([&] {
-        tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t i) {
-          std::optional<NoPollScope> quiet;
-          if (std::this_thread::get_id() != caller) quiet.emplace();
-          one(jobs[i]);
-        });
-      });
-    }
-    throw_if_interrupted();
-    for (auto& job : jobs)
-      if (job.error) std::rethrow_exception(job.error);
   }
 
   std::shared_ptr<KernelCode> compile_one(const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
@@ -519,9 +369,7 @@ class CudaTarget : public Target {
   std::shared_ptr<const cuda::Libdevice> libdevice_;
   std::string ptxas_;          // empty: the driver assembles
   std::string ptxas_version_;  // "13.0.88", or "driver"
-  std::mutex mu_;
-  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
-  std::list<ir::Hash128> lru_;
+  KernelCache<KernelCode> cache_;
 };
 
 }  // namespace

@@ -1,0 +1,223 @@
+// What the compilation targets (lowering/cpu/cpu_target.cpp,
+// lowering/cuda/cuda_target.cpp) share around their kernel cache: each plan
+// kernel is found compiled by its key (kernel_key.h) or compiled by a job, one
+// job per key (equal kernels of one plan compile once), the jobs in parallel on
+// oneTBB (compile_threads.h). `Code` is a target's compiled kernel; it has an
+// ir::Hash128 `key` (exact, or generic when `generic`), a bool `generic` and a
+// std::string `symbol`.
+#pragma once
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "debug/trace.h"
+#include "lowering/kernel_key.h"
+#include "lowering/plan.h"
+#include "lowering/shapes.h"
+#include "lowering/target.h"
+
+namespace lazyjit::lowering {
+
+struct Hash128Hash {
+  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
+};
+
+// The keys of the plan's kernels; with Plan::check_stores, other keys (the same
+// kernel with its stores tested is other code).
+std::vector<KernelKey> plan_kernel_keys(const ir::Graph& g, const Plan& plan);
+
+// The plan's kernel names, in order (the sections of kernel_texts).
+std::vector<std::string> kernel_names(const Plan& plan);
+
+// Runs one(0) .. one(count - 1): on the calling thread when there is one job,
+// `threads` is 1 or serial_compile(); else on a oneTBB arena of `threads`
+// (0: the hardware's), the workers not polling for interrupts. Then, unless
+// count is 0, throw_if_interrupted().
+void run_compile_jobs(size_t count, int threads, const std::function<void(size_t)>& one);
+
+// A target's compiled kernels by key, for reuse; least recently used go first.
+template <class Code>
+class KernelCache {
+ public:
+  using Ref = std::shared_ptr<const Code>;
+  static constexpr size_t kMaxKernels = 4096;
+
+  std::mutex mu;  // held by the callers of use, keep and clear
+
+  // The kernel kept under `key` (now the most recently used), or null.
+  Ref use(const ir::Hash128& key) {
+    auto it = kernels_.find(key);
+    if (it == kernels_.end()) return nullptr;
+    lru_.splice(lru_.end(), lru_, it->second.at);
+    return it->second.code;
+  }
+  void keep(const Ref& c) {
+    if (!c || kernels_.count(c->key)) return;
+    lru_.push_back(c->key);
+    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
+    while (kernels_.size() > kMaxKernels) {
+      kernels_.erase(lru_.front());
+      lru_.pop_front();
+    }
+  }
+  void clear() {
+    kernels_.clear();
+    lru_.clear();
+  }
+
+ private:
+  struct Kept {
+    Ref code;
+    std::list<ir::Hash128>::iterator at;
+  };
+  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
+  std::list<ir::Hash128> lru_;
+};
+
+// The compile of one plan: per kernel, found in the kernel cache or the job
+// that compiles it.
+template <class Code>
+class KernelJobs {
+ public:
+  using Ref = std::shared_ptr<const Code>;
+  struct Job {
+    size_t kernel;  // the first plan kernel that needs it
+    ir::Hash128 key;
+    bool generic;
+    std::shared_ptr<Code> code;  // once compiled
+    std::exception_ptr error;
+  };
+
+  // Code for exact sizes serves whoever finds it (Off compiled it, or a
+  // program read from disk brought it); Shapes::Off uses nothing else and
+  // compiles for exact sizes, the others look for and compile generic code.
+  // Found kernels, and kernels sharing a job another kernel started, are hits.
+  KernelJobs(const ir::Graph& g, const Plan& plan, Shapes shapes, KernelCache<Code>& cache)
+      : plan_(plan), found_(plan.kernels.size()), job_of_(plan.kernels.size(), -1) {
+    std::vector<KernelKey> keys = plan_kernel_keys(g, plan);  // hashing needs no lock
+    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
+    std::lock_guard<std::mutex> lock(cache.mu);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const KernelKey& key = keys[i];
+      if (Ref c = cache.use(key.exact)) { found_[i] = c; ++hits_; continue; }
+      const bool generic = shapes != Shapes::Off;
+      if (generic)
+        if (Ref c = cache.use(key.generic)) { found_[i] = c; ++hits_; continue; }
+      ir::Hash128 k = generic ? key.generic : key.exact;
+      auto [it, fresh] = job_by_key.emplace(k, static_cast<int>(jobs.size()));
+      if (fresh) jobs.push_back(Job{i, k, generic, nullptr, nullptr});
+      else ++hits_;
+      job_of_[i] = it->second;
+    }
+  }
+
+  // When tracing: a "(cached)" instant per kernel that starts no job (those
+  // compiled say so in compile), its args {kernel, kernel_cache_hit} and then
+  // extra(i)'s.
+  template <class Extra>
+  void trace_cached(Extra extra) const {
+    if (!debug::trace_enabled()) return;
+    for (size_t i = 0; i < found_.size(); ++i)
+      if (job_of_[i] < 0 || jobs[job_of_[i]].kernel != i) {
+        const std::string& name = plan_.kernels[i].name;
+        debug::TraceArgs args{{"kernel", name}, {"kernel_cache_hit", true}};
+        for (debug::TraceArg& a : extra(i)) args.push_back(std::move(a));
+        debug::trace_instant("compile", "kernel " + name + " (cached)", std::move(args));
+      }
+  }
+  // The kernel whose job kernel `i` shares, or "a kernel compiled before".
+  std::string shared_with(size_t i) const {
+    return job_of_[i] < 0 ? std::string("a kernel compiled before") : plan_.kernels[jobs[job_of_[i]].kernel].name;
+  }
+
+  // Runs the jobs (run_compile_jobs): job.code = compile_one(job), each in a
+  // trace span with args {kernel, kernel_cache_hit, generic} and then
+  // extra(job)'s; then rethrows the first job's error.
+  template <class CompileOne, class Extra>
+  void compile(int threads, Extra extra, CompileOne compile_one) {
+    run_compile_jobs(jobs.size(), threads, [&](size_t i) {
+      Job& job = jobs[i];
+      const std::string& name = plan_.kernels[job.kernel].name;
+      std::optional<debug::TraceSpan> span;
+      if (debug::trace_enabled()) {
+        debug::TraceArgs args{{"kernel", name}, {"kernel_cache_hit", false}, {"generic", job.generic}};
+        for (debug::TraceArg& a : extra(job)) args.push_back(std::move(a));
+        span.emplace("compile", "kernel " + name, std::move(args));
+      }
+      try {
+        job.code = compile_one(job);
+      } catch (...) {
+        job.error = std::current_exception();
+      }
+    });
+    for (Job& job : jobs)
+      if (job.error) std::rethrow_exception(job.error);
+  }
+
+  // Keeps the compiled kernels in `cache`.
+  void keep(KernelCache<Code>& cache) const {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    for (const Job& j : jobs) cache.keep(j.code);
+  }
+
+  // Per plan kernel: its code (equal ones shared), and whether it was found.
+  std::vector<Ref> refs() const {
+    std::vector<Ref> r(found_.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = found_[i] ? found_[i] : Ref(jobs[job_of_[i]].code);
+    return r;
+  }
+  std::vector<bool> reused() const {
+    std::vector<bool> r(found_.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = found_[i] != nullptr;
+    return r;
+  }
+
+  // CompiledCode's llvm_compiles, kernel_hits and generic_compiles.
+  void count(CompiledCode& code) const {
+    code.llvm_compiles = static_cast<int>(jobs.size());
+    code.kernel_hits = hits_;
+    code.generic_compiles = 0;
+    for (const Job& j : jobs) code.generic_compiles += j.generic;
+  }
+
+  std::vector<Job> jobs;
+
+ private:
+  const Plan& plan_;
+  std::vector<Ref> found_;   // per plan kernel: found compiled, or null
+  std::vector<int> job_of_;  // per plan kernel not found: its job
+  int hits_ = 0;
+};
+
+// The dump text (IR, assembly, PTX) of a plan's kernels, one section per plan
+// kernel under its name in this plan (`names`). A kernel found compiled (the
+// kernel cache: `reused`) shows the text kept when it was compiled, under the
+// symbol it got then; one linked from the on-disk cache has none; equal
+// kernels of one plan share one compile and one section.
+template <class Code>
+std::string kernel_texts(const std::vector<std::string>& names, const std::vector<std::shared_ptr<const Code>>& refs,
+                         const std::vector<bool>& reused, std::string Code::*text, const std::string& comment) {
+  std::string out;
+  std::unordered_map<const Code*, size_t> first;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const Code& k = *refs[i];
+    out += comment + " ==== " + names[i] + (k.generic ? " (shape-generic)\n" : "\n");
+    if (auto [it, fresh] = first.emplace(&k, i); !fresh) {
+      out += comment + " the same code as " + names[it->second] + " (equal kernels compile once)\n";
+      continue;
+    }
+    if (reused[i])
+      out += comment + " not compiled for this program: found compiled (the kernel cache), as " + k.symbol + "\n";
+    if ((k.*text).empty()) out += comment + " no text kept: linked from the on-disk cache, not compiled in this process\n";
+    out += k.*text;
+  }
+  return out;
+}
+
+}  // namespace lazyjit::lowering
