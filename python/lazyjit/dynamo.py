@@ -219,7 +219,10 @@ class LazyjitGraph:
         _stats["captures"] += 1
         # Random ops draw while the graph is recorded, and again on each run: the
         # generator is put back, so that the first call draws what eager would.
-        rng = torch.get_rng_state()
+        # Under the CUDA target the draws are the current GPU's generator's
+        # (tracer/api.cpp), so that is the one put back.
+        cuda = _home() == "cuda"
+        rng = torch.cuda.get_rng_state() if cuda else torch.get_rng_state()
         cap = _C.Capture()
         try:
             placeholders = []
@@ -259,7 +262,10 @@ class LazyjitGraph:
             return None
         finally:
             cap.close()
-            torch.set_rng_state(rng)
+            if cuda:
+                torch.cuda.set_rng_state(rng)
+            else:
+                torch.set_rng_state(rng)
         in_order = all(k and t == i for i, (k, t) in enumerate(template)) and len(template) == len(lazy)
         return graph, (None if in_order else template)
 

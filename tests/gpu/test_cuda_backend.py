@@ -81,6 +81,24 @@ def test_mlp_training_step_matches_cuda_eager(lazyjit):
         assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_the_capturing_call_draws_what_cuda_eager_draws(lazyjit):
+    # The capture draws from the CUDA generator while it records and puts that
+    # generator back (not the CPU's): every call, the first included, draws
+    # what eager does after the same seed.
+    def f(x):
+        return x + torch.rand_like(x)
+
+    c = _compile(f)
+    eager_before = lazyjit.dynamo.stats()["eager_graphs"]
+    for _ in range(3):  # the first call captures; the others run the program
+        x = torch.zeros(1000, device=DEV)
+        torch.manual_seed(1)
+        want = f(x)
+        torch.manual_seed(1)
+        assert torch.equal(c(x), want)
+    assert lazyjit.dynamo.stats()["eager_graphs"] == eager_before
+
+
 def test_outputs_stay_on_the_gpu_and_inputs_are_not_copied(lazyjit):
     x = torch.randn(1000, device=DEV)
     out = _compile(lambda t: t * 2 + 1)(x)
