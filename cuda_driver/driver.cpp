@@ -50,6 +50,7 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuCtxSynchronize)();
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -118,6 +119,7 @@ const Driver& driver() {
     sym(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     sym(a.cuModuleLoadData, "cuModuleLoadData");
     sym(a.cuModuleUnload, "cuModuleUnload");
+    sym(a.cuCtxSynchronize, "cuCtxSynchronize");
     sym(a.cuModuleGetFunction, "cuModuleGetFunction");
     sym(a.cuFuncSetAttribute, "cuFuncSetAttribute", /*required=*/false);
     sym(a.cuLaunchKernel, "cuLaunchKernel");
@@ -192,6 +194,10 @@ class LoadedModule final : public Module {
     // At exit the driver may be torn down already: nothing to report then.
     try {
       const Api& a = with_context();
+      // Its kernels may still be queued on a stream (a program dropped right
+      // after a run): the driver does not promise to wait for them. Dropping
+      // a program is rare (cache eviction, clear_cache), so a full wait is fine.
+      a.cuCtxSynchronize();
       a.cuModuleUnload(module_);
     } catch (...) {
     }
