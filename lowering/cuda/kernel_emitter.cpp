@@ -459,17 +459,7 @@ bool KernelEmitter::is_scalar_argument(ValueId v) const {
 }
 
 void KernelEmitter::emit_kernel_node(const ir::Node& n) {
-  DType out = g_.value(n.outputs[0]).type.dtype;
-  if (n.kind == ir::OpKind::Cat) {
-    // The piece's operand, read through its own (shifted) load.
-    size_t j = k_.cat_dim >= 0 ? cat_piece_ : 0;
-    int32_t li = k_.load_of(n.operands.at(j), static_cast<int32_t>(j));
-    if (li < 0) unsupported("a cat operand without its piece's load");
-    values_[n.outputs[0]] = {convert(b_, load(li), out), out};
-    return;
-  }
-  TV r = inject_fault(math(), n.kind, emit_elementwise(math(), n, operands()));
-  values_[n.outputs[0]] = {convert(b_, r, out), out};
+  values_[n.outputs[0]] = emit_node(math(), g_, n, k_, cat_piece_, [this](int32_t li) { return load(li); }, operands());
 }
 
 OperandSource KernelEmitter::operands() {

@@ -62,6 +62,20 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
   unsupported(std::string(ir::op_name(n.kind)) + " is not an elementwise op");
 }
 
+TV emit_node(const MathContext& c, const ir::Graph& g, const ir::Node& n, const FusedKernel& k, size_t cat_piece,
+             const std::function<TV(int32_t load)>& load, const OperandSource& in) {
+  DType out = g.value(n.outputs[0]).type.dtype;
+  if (n.kind == OpKind::Cat) {
+    // A kernel that never iterates has no pieces: any operand will do.
+    size_t j = k.cat_dim >= 0 ? cat_piece : 0;
+    int32_t li = k.load_of(n.operands.at(j), static_cast<int32_t>(j));
+    if (li < 0) unsupported("a cat operand without its piece's load");
+    return {convert(c.b, load(li), out), out};
+  }
+  TV r = inject_fault(c, n.kind, emit_elementwise(c, n, in));
+  return {convert(c.b, r, out), out};
+}
+
 TV inject_fault(const MathContext& c, OpKind k, TV r) {
   if (c.opts.fault.empty() || c.opts.fault != ir::op_name(k)) return r;
   Builder& b = c.b;

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "lowering/element/math_emitter.h"
+#include "lowering/plan.h"
 
 namespace lazyjit::lowering::element {
 
@@ -20,6 +21,13 @@ struct OperandSource {
 // An elementwise node's result in its compute dtype (ir::opmath_dtype of its
 // attr 0), or bool for predicates; the caller converts it to the output dtype.
 TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource& in);
+
+// Node `n` of kernel `k` in its output dtype: a Cat is its operand `cat_piece`
+// (0 when `k` has no cat dim), read through that piece's own (shifted) load,
+// `load(index into k.loads)`; any other node is emit_elementwise, made wrong by
+// inject_fault when the options ask. What both targets' emitters compute per node.
+TV emit_node(const MathContext& c, const ir::Graph& g, const ir::Node& n, const FusedKernel& k, size_t cat_piece,
+             const std::function<TV(int32_t load)>& load, const OperandSource& in);
 
 // `r`, the result of a node of kind `k`, made wrong when the options ask for a
 // fault in that kind (CodegenOptions::fault, tests of LAZYJIT_CHECK); else `r`.
