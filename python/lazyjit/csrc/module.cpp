@@ -38,8 +38,19 @@ const std::vector<std::string>& library_dirs() {
 }
 
 // file:line of the innermost Python frame outside torch and lazyjit.
+// Taking the GIL while Python finalizes ends the calling thread (pthread_exit):
+// a C++ thread (autograd's device thread, say) unwound that way through
+// noexcept code calls std::terminate. Such a thread asks nothing of Python then.
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 std::string python_call_site() {
-  if (!Py_IsInitialized()) return {};
+  if (!Py_IsInitialized() || python_finalizing()) return {};
   // A thread that never ran Python (autograd's device thread) has no frame to
   // find; taking the GIL there, under the trace's lock, could only deadlock.
   if (!PyGILState_Check() && !PyGILState_GetThisThreadState()) return {};
@@ -108,6 +119,7 @@ py::list to_py(const std::vector<c10::IValue>& vs) {
 PyObject *g_exc_type = nullptr, *g_exc_value = nullptr, *g_exc_tb = nullptr;
 
 bool poll_interrupt() {
+  if (python_finalizing()) return false;
   py::gil_scoped_acquire gil;
   if (PyErr_CheckSignals() == 0) return false;
   Py_XDECREF(g_exc_type);
