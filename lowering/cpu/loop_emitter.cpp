@@ -207,20 +207,7 @@ Value* LoopEmitter::contiguous_index(size_t first, size_t last) {
 void LoopEmitter::store(size_t s, Value* offset) {
   DType t = g_.value(k_.stores[s]).type.dtype;
   Value* v = to_memory(b_, convert(b_, operand(k_.stores[s]), t), t);
-  if (cfg_.check_stores && (t == DType::Float32 || t == DType::Float64)) {
-    // NaN or Inf: every exponent bit set. Integer ops, so no fast-math flag
-    // can fold it away, and an OR reduction the vectorizer widens.
-    const bool f64 = t == DType::Float64;
-    llvm::Type* I = f64 ? b_.getInt64Ty() : b_.getInt32Ty();
-    Value* exp = llvm::ConstantInt::get(I, f64 ? 0x7ff0000000000000ull : 0x7f800000ull);
-    Value* bad = b_.CreateICmpEQ(b_.CreateAnd(b_.CreateBitCast(v, I), exp), exp);
-    if (!nonfinite_) {
-      llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-      nonfinite_ = eb.CreateAlloca(b_.getInt8Ty(), nullptr, "nonfinite");
-      eb.CreateStore(b_.getInt8(0), nonfinite_);
-    }
-    b_.CreateStore(b_.CreateOr(b_.CreateLoad(b_.getInt8Ty(), nonfinite_), b_.CreateZExt(bad, b_.getInt8Ty())), nonfinite_);
-  }
+  if (cfg_.check_stores) note_nonfinite(b_, fn_, nonfinite_, v, t);
   Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s), offset);
   b_.CreateAlignedStore(v, p, llvm::Align(ir::element_size(t)));
 }

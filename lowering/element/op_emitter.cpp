@@ -76,6 +76,21 @@ TV emit_node(const MathContext& c, const ir::Graph& g, const ir::Node& n, const 
   return {convert(c.b, r, out), out};
 }
 
+void note_nonfinite(Builder& b, llvm::Function* fn, llvm::AllocaInst*& flag, Value* v, DType t) {
+  if (t != DType::Float32 && t != DType::Float64) return;
+  // NaN or Inf: every exponent bit set.
+  const bool f64 = t == DType::Float64;
+  llvm::Type* I = f64 ? b.getInt64Ty() : b.getInt32Ty();
+  Value* exp = llvm::ConstantInt::get(I, f64 ? 0x7ff0000000000000ull : 0x7f800000ull);
+  Value* bad = b.CreateICmpEQ(b.CreateAnd(b.CreateBitCast(v, I), exp), exp);
+  if (!flag) {
+    Builder eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    flag = eb.CreateAlloca(b.getInt8Ty(), nullptr, "nonfinite");
+    eb.CreateStore(b.getInt8(0), flag);
+  }
+  b.CreateStore(b.CreateOr(b.CreateLoad(b.getInt8Ty(), flag), b.CreateZExt(bad, b.getInt8Ty())), flag);
+}
+
 TV inject_fault(const MathContext& c, OpKind k, TV r) {
   if (c.opts.fault.empty() || c.opts.fault != ir::op_name(k)) return r;
   Builder& b = c.b;

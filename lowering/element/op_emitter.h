@@ -29,6 +29,12 @@ TV emit_elementwise(const MathContext& c, const ir::Node& n, const OperandSource
 TV emit_node(const MathContext& c, const ir::Graph& g, const ir::Node& n, const FusedKernel& k, size_t cat_piece,
              const std::function<TV(int32_t load)>& load, const OperandSource& in);
 
+// Plan::check_stores: for `v`, a float32/float64 value in its memory form about
+// to be stored, ORs "it is NaN or Inf" into the i8 `flag`, an entry-block alloca
+// of `fn` made (zeroed) on first use; other dtypes are never checked. Integer
+// ops, so no fast-math flag folds it away, and an OR the vectorizer widens.
+void note_nonfinite(Builder& b, llvm::Function* fn, llvm::AllocaInst*& flag, Value* v, DType t);
+
 // `r`, the result of a node of kind `k`, made wrong when the options ask for a
 // fault in that kind (CodegenOptions::fault, tests of LAZYJIT_CHECK); else `r`.
 TV inject_fault(const MathContext& c, OpKind k, TV r);

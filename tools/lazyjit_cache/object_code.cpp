@@ -12,7 +12,11 @@
 
 namespace lazyjit::cache_tool {
 
-namespace {
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 std::string run_capture(const std::string& command, int* status) {
   std::string out;
@@ -27,8 +31,6 @@ std::string run_capture(const std::string& command, int* status) {
   *status = ::pclose(p);
   return out;
 }
-
-}  // namespace
 
 ObjectCode object_code(const std::string& file, const std::string& key, const nlohmann::json& manifest) {
   ObjectCode out;
@@ -133,7 +135,7 @@ std::string disassemble(const std::string& object, std::string* note) {
     return "";
   }
   ::close(fd);
-  std::string text = run_capture(tool + " -d --no-show-raw-insn '" + path + "' 2>&1", &status);
+  std::string text = run_capture(tool + " -d --no-show-raw-insn " + shell_quote(path) + " 2>&1", &status);
   ::unlink(path);
   if (status != 0) {
     *note = tool + " failed: " + text;

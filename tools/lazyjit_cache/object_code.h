@@ -78,4 +78,9 @@ struct CudaView {
 };
 CudaView cuda_view(const ObjectCode& obj, bool code);
 
+// 'text' for /bin/sh, whatever it holds.
+std::string shell_quote(const std::string& text);
+// `command`'s standard output through /bin/sh; *status is pclose's (-1: not started).
+std::string run_capture(const std::string& command, int* status);
+
 }  // namespace lazyjit::cache_tool
