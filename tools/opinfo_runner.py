@@ -214,6 +214,16 @@ def _run_sample(torch, lazyjit, op, sample, rule=None):
     except _Phase as p:
         return {"status": "fail", "phase": p.phase, "reason": f"[{p.phase}] {_first_line(p.error)}",
                 **({"rule": rule} if rule else {})}
+    return _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in)
+
+
+def _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in):
+    """The lazyjit run of a sample against eager's, by the op's rule (None: the
+    outputs and the mutated arguments, float32 tolerances first, then loose
+    ones): the sample's record. `out` is lazyjit's raw output, `actual` and
+    `actual_in` its outputs and arguments moved to eager's device, `expected`
+    eager's output after output_process_fn_grad (`expected_raw` before), `e_in`
+    eager's arguments after the call."""
     if rule == "uninitialized":
         rec = {"status": "pass", "rule": rule}
         try:

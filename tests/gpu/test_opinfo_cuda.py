@@ -151,9 +151,9 @@ def _worker_main(events_path):
     import torch
     op_db = _op_db()
     import lazyjit
-    from opinfo_compare import _Mismatch, _compare, _describe_sample, _first_line
-    from opinfo_rules import _compare_metadata, _compare_order_undefined, _op_rule
-    from opinfo_runner import _clone_args, _map, _tensors
+    from opinfo_compare import _describe_sample, _first_line
+    from opinfo_rules import _op_rule
+    from opinfo_runner import _clone_args, _compare_sample, _map, _tensors
 
     ev_file = open(events_path, "a", buffering=1)
 
@@ -267,41 +267,7 @@ def _worker_main(events_path):
         if elsewhere:
             return {"status": "fail", "phase": "call",
                     "reason": f"lazyjit's outputs on {sorted(set(elsewhere))}, not the lazyjit device"}
-        if rule == "uninitialized":
-            try:
-                _compare_metadata(out, expected_raw, "out", torch)
-            except _Mismatch as m:
-                return {"status": "fail", "phase": "compare", "rule": rule, "reason": f"mismatch: {m}"}
-            return {"status": "pass", "rule": rule}
-        try:
-            actual = sample.output_process_fn_grad(actual)
-        except Exception:
-            pass
-        if rule == "order_undefined":
-            try:
-                how = _compare_order_undefined(op, sample, actual, expected, torch)
-                _compare(_tensors(actual_in), _tensors(e_in), "input", False, torch)
-            except _Mismatch as m:
-                return {"status": "fail", "phase": "compare", "rule": rule, "reason": f"mismatch: {m}"}
-            except Exception as e:
-                return {"status": "fail", "phase": "compare", "rule": rule, "reason": f"[compare] {_first_line(e)}"}
-            return {"status": "pass", "rule": rule, **({"canonical": True} if how == "canonical" else {})}
-        for loose in (False, True):
-            try:
-                _compare(actual, expected, "out", loose, torch)
-                _compare(_tensors(actual_in), _tensors(e_in), "input", loose, torch)
-            except _Mismatch as m:
-                if loose:
-                    return {"status": "fail", "phase": "compare", "reason": f"mismatch: {m}"}
-                continue
-            except Exception as e:
-                return {"status": "fail", "phase": "compare", "reason": f"[compare] {_first_line(e)}"}
-            rec = {"status": "pass"}
-            if rule:
-                rec["rule"] = rule
-            if loose:
-                rec["loose"] = True
-            return rec
+        return _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in)
 
     send(ev="ready", pid=os.getpid(), torch=torch.__version__, target=lazyjit.target(),
          device=(torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"))
