@@ -50,7 +50,12 @@ at::Tensor to_probe(const at::Tensor& t) {
   return at::zeros(sizes, t.options().device(at::kCPU));
 }
 
-bool probe_worth_it(const c10::FunctionSchema& schema, const Stack& args) {
+bool probe_worth_it(const c10::OperatorHandle& op, const Stack& args) {
+  const c10::FunctionSchema& schema = op.schema();
+  // An op with GPU kernels only (the memory-efficient attention the CUDA
+  // target's attention choice records, tracer/attention_choice.cpp): the CPU
+  // kernel that would answer is not the one that runs, and there is none.
+  if (data_device().is_cuda() && !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
   for (const auto& r : schema.returns())
     if (r.alias_info() && !r.alias_info()->isWrite()) return false;  // views: no kernel
   bool lazy = false;
@@ -175,7 +180,7 @@ std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
 
 // The probe's answer, memoized by what it depends on (meta_key's probe key).
 bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
-  if (!probe_worth_it(op.schema(), args)) return false;
+  if (!probe_worth_it(op, args)) return false;
   ir::Hash128 key;
   if (!meta_key(op, args, &key, /*probe=*/true)) return run_dtype_probe(op, args);
   static auto* memo = new std::unordered_map<ir::Hash128, bool, Hash128Hasher>();  // guarded by the trace lock

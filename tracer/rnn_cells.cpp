@@ -1,11 +1,9 @@
 // Kernels for ops ATen routes differently for out-of-tree devices than for the
 // CPU. The fused RNN cells (used for every device but the CPU, which has no
 // kernels for them) are written as ordinary ops, so they are traced and fused
-// like any other; their workspace layouts are ours. The attention backend choice
-// is the CPU's, so scaled_dot_product_attention runs the CPU's flash kernel as
-// one library step instead of its unfused math decomposition.
+// like any other; their workspace layouts are ours. (The attention backend
+// choice, the other such op, is tracer/attention_choice.cpp.)
 #include <ATen/ATen.h>
-#include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
 namespace lazyjit::tracer {
@@ -75,26 +73,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(const Tenso
           has_bias ? grad_hidden.sum(0) : Tensor()};
 }
 
-int64_t sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
-                   double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), q, k, v, mask,
-                                                dropout_p, is_causal, scale, enable_gqa);
-}
-
-}  // namespace
-}  // namespace lazyjit::tracer
-
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &lazyjit::tracer::sdp_choice)
-}  // namespace at::native
-
-namespace lazyjit::tracer {
-namespace {
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_sdp_choice", &sdp_choice);
   m.impl("_thnn_fused_lstm_cell", &lstm_cell);
   m.impl("_thnn_fused_lstm_cell_backward_impl", &lstm_cell_backward);
   m.impl("_thnn_fused_gru_cell", &gru_cell);
