@@ -28,7 +28,11 @@ int64_t device_total(const lowering::FusedKernel& k, DeviceKernel::Grid grid) {
 
 uint32_t device_grid(const DeviceKernel& dk, int64_t total) {
   if (total <= 0) return 0;
-  if (dk.grid == DeviceKernel::Grid::Rows) return static_cast<uint32_t>(std::min<int64_t>(total, INT32_MAX));
+  if (dk.grid == DeviceKernel::Grid::Rows) {
+    // Warp rows: rows_per_block rows a block (one a warp); block rows: one.
+    const int64_t rows = std::max<int32_t>(dk.rows_per_block, 1);
+    return static_cast<uint32_t>(std::min<int64_t>((total + rows - 1) / rows, INT32_MAX));
+  }
   // Vectorized kernels take elements_per_thread consecutive elements a thread.
   const int64_t ept = std::max<int32_t>(dk.elements_per_thread, 1);
   total = (total + ept - 1) / ept;

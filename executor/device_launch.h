@@ -30,7 +30,8 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const lowering::Device
 
 // How many blocks a launch of `dk` over `total` work items (elements, or rows)
 // gets; 0: no launch. Kernels loop grid-stride, so a cap only bounds the grid.
-// Elements: one thread per dk.elements_per_thread elements.
+// Elements: one thread per dk.elements_per_thread elements; Rows: one block per
+// dk.rows_per_block rows.
 uint32_t device_grid(const lowering::DeviceKernel& dk, int64_t total);
 
 // The work items of `k` on a GPU (device_kernel.h's `total`): its elements

@@ -15,7 +15,8 @@
 //     for a floating scalar, an int64 otherwise): the GPU reads scalars there.
 // A kernel never reads past `total` and is correct for any grid size (it loops
 // over its work grid-stride), so a launch picks the grid freely; a plain kernel
-// needs no more than ceil(total / elements_per_thread) threads.
+// needs no more than ceil(total / elements_per_thread) threads, a row kernel no
+// more than ceil(rows / rows_per_block) blocks.
 #pragma once
 #include <cstdint>
 
@@ -24,7 +25,7 @@ namespace lazyjit::lowering {
 struct DeviceKernel {
   enum class Grid {
     Elements,  // plain kernels: one thread per element of the iteration space
-    Rows,      // row kernels: one block per row; the block's threads share the cols
+    Rows,      // row kernels: rows_per_block rows a block (one block, or one warp, a row)
   };
   void* function = nullptr;  // CUfunction, loaded into PyTorch's current context
   Grid grid = Grid::Elements;
@@ -35,6 +36,9 @@ struct DeviceKernel {
   // float32, 8 for float16). A launch needs only ceil(total / this) threads
   // (more are harmless: they find no work). Always 1 for Grid::Rows.
   int32_t elements_per_thread = 1;
+  // Grid::Rows: rows a block runs at once: block / 32 for warp rows (one warp
+  // a row, LaunchShape::Rows::Warp), 1 for block rows. Always 1 for Elements.
+  int32_t rows_per_block = 1;
 };
 
 }  // namespace lazyjit::lowering

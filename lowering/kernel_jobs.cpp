@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "graph_ir/hash.h"
 #include "lowering/compile_threads.h"
 #include "lowering/interrupt.h"
 
@@ -23,15 +24,37 @@ SerialCompileScope::SerialCompileScope() { ++t_serial_compile; }
 SerialCompileScope::~SerialCompileScope() { --t_serial_compile; }
 bool serial_compile() { return t_serial_compile > 0; }
 
-std::vector<KernelKey> plan_kernel_keys(const ir::Graph& g, const Plan& plan) {
+ir::Hash128 launch_shape_key(const LaunchShape& s, bool row) {
+  ir::BufferHasher h;
+  h.update_str("lazyjit launch shape 1");
+  h.update_i64(s.block);
+  h.update_i64(row);
+  if (row) {
+    h.update_i64(static_cast<int64_t>(s.rows));
+  } else {
+    h.update_i64(s.elements_per_thread);
+    h.update_i64(s.vector_width);
+  }
+  return h.digest128();
+}
+
+std::vector<KernelKey> plan_kernel_keys(const ir::Graph& g, const Plan& plan, bool launch_shapes) {
   std::vector<KernelKey> keys;
   keys.reserve(plan.kernels.size());
   for (const FusedKernel& k : plan.kernels) {
-    keys.push_back(kernel_key(g, k));
+    KernelKey key = kernel_key(g, k);
     if (plan.check_stores) {
-      keys.back().generic.lo ^= kCheckedStores;
-      keys.back().exact.lo ^= kCheckedStores;
+      key.generic.lo ^= kCheckedStores;
+      key.exact.lo ^= kCheckedStores;
     }
+    if (launch_shapes) {
+      const ir::Hash128 s = launch_shape_key(k.launch, k.row);
+      for (ir::Hash128* h : {&key.generic, &key.exact}) {
+        h->lo ^= s.lo;
+        h->hi ^= s.hi;
+      }
+    }
+    keys.push_back(key);
   }
   return keys;
 }

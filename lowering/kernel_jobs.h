@@ -29,8 +29,15 @@ struct Hash128Hash {
 };
 
 // The keys of the plan's kernels; with Plan::check_stores, other keys (the same
-// kernel with its stores tested is other code).
-std::vector<KernelKey> plan_kernel_keys(const ir::Graph& g, const Plan& plan);
+// kernel with its stores tested is other code). With `launch_shapes` (a target
+// whose code follows FusedKernel::launch: the CUDA target), each key also covers
+// the kernel's launch shape (launch_shape_key); the CPU's keys never do.
+std::vector<KernelKey> plan_kernel_keys(const ir::Graph& g, const Plan& plan, bool launch_shapes = false);
+
+// A hash of what `s` changes in a kernel's code, mixed into its keys by
+// plan_kernel_keys(launch_shapes = true). Plain kernels: block, elements per
+// thread, vector width; row kernels: block and row mode.
+ir::Hash128 launch_shape_key(const LaunchShape& s, bool row);
 
 // The plan's kernel names, in order (the sections of kernel_texts).
 std::vector<std::string> kernel_names(const Plan& plan);
@@ -98,9 +105,10 @@ class KernelJobs {
   // program read from disk brought it); Shapes::Off uses nothing else and
   // compiles for exact sizes, the others look for and compile generic code.
   // Found kernels, and kernels sharing a job another kernel started, are hits.
-  KernelJobs(const ir::Graph& g, const Plan& plan, Shapes shapes, KernelCache<Code>& cache)
+  // `launch_shapes`: the target's code follows the plan's launch shapes (plan_kernel_keys).
+  KernelJobs(const ir::Graph& g, const Plan& plan, Shapes shapes, KernelCache<Code>& cache, bool launch_shapes = false)
       : plan_(plan), found_(plan.kernels.size()), job_of_(plan.kernels.size(), -1) {
-    std::vector<KernelKey> keys = plan_kernel_keys(g, plan);  // hashing needs no lock
+    std::vector<KernelKey> keys = plan_kernel_keys(g, plan, launch_shapes);  // hashing needs no lock
     std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
     std::lock_guard<std::mutex> lock(cache.mu);
     for (size_t i = 0; i < keys.size(); ++i) {

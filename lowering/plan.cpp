@@ -365,6 +365,7 @@ Plan plan_graph(const Graph& g, const PlanOptions& opts) {
   for (FusedKernel& k : b.plan.kernels) {
     plan_internal::coalesce(g, k);
     if (k.row) k.schedule = schedule_row(g, k);
+    k.launch = choose_launch_shape(g, k);
   }
   if (opts.buffers) plan_buffers(g, b.plan);
   b.plan.check_stores = opts.check_stores;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "lowering/launch_shape.h"
 #include "lowering/op_by_op_groups.h"
 #include "lowering/row_schedule.h"
 
@@ -74,6 +75,10 @@ struct FusedKernel {
   // each Cat is its operand j.
   int32_t cat_dim = -1;
   std::vector<int64_t> cat_ends;
+  // How a GPU target launches it (launch_shape.h): chosen by plan_graph from the
+  // traced sizes, kept by bind_plan (a hint: correct for any sizes). The CPU
+  // target ignores it.
+  LaunchShape launch;
   // Index into loads of a node operand (by the id the node refers to), -1 when
   // the operand is computed inside this kernel. Cat operands: load_of(v, piece).
   int32_t load_of(ValueId operand, int32_t piece = -1) const;

@@ -28,6 +28,7 @@ std::optional<Plan> bind_plan(const Graph& g, const Plan& from) {
     k.row = f.row;
     k.row_space = f.row_space;
     k.name = f.name;
+    k.launch = f.launch;  // the launch its code was compiled for (a hint, valid at any sizes)
     // The iteration space place_node gave it: its first node's output, or the
     // input of its first node when that is a reduction.
     const Node& first = g.nodes()[f.nodes[0]];

@@ -19,7 +19,7 @@ constexpr std::string_view kPlanTag = "LJPL";
 
 // Smallest encodings, so a count can be checked against the bytes left.
 constexpr size_t kMinAccessBytes = 4 + 4 + 1 + 4 + 8 + 4 + 4;
-constexpr size_t kMinKernelBytes = 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + 4;
+constexpr size_t kMinKernelBytes = 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 1;
 constexpr size_t kMinStepBytes = 1 + 4 + 4;
 
 // Everything read_* check against: the graph the plan was made from.
@@ -163,6 +163,10 @@ void write_kernel(ByteWriter& w, const FusedKernel& k) {
   write_schedule(w, k.schedule);
   w.i32(k.cat_dim);
   w.i64s(k.cat_ends);
+  w.i32(k.launch.block);
+  w.i32(k.launch.elements_per_thread);
+  w.i32(k.launch.vector_width);
+  w.u8(static_cast<uint8_t>(k.launch.rows));
 }
 
 FusedKernel read_kernel(const Reading& in) {
@@ -201,6 +205,13 @@ FusedKernel read_kernel(const Reading& in) {
   if (k.cat_dim < -1 || k.cat_dim >= static_cast<int64_t>(k.sizes.size()) || (k.cat_dim >= 0 && k.row) ||
       (k.cat_dim < 0) != k.cat_ends.empty())
     in.bad("cat dim " + std::to_string(k.cat_dim) + " with " + std::to_string(k.cat_ends.size()) + " pieces");
+  k.launch.block = in.r.i32();
+  k.launch.elements_per_thread = in.r.i32();
+  k.launch.vector_width = in.r.i32();
+  uint8_t rows = in.r.u8();
+  if (rows > static_cast<uint8_t>(LaunchShape::Rows::Warp)) in.bad("launch row mode " + std::to_string(rows));
+  k.launch.rows = static_cast<LaunchShape::Rows>(rows);
+  if (std::string why = k.launch.invalid(k.row); !why.empty()) in.bad("launch shape: " + why);
   // The code reads each Cat operand through its piece's load (a kernel that
   // does not iterate has no cat_ends: its code never runs, but its loads are
   // still the Cats' pieces).

@@ -10,7 +10,8 @@
 //     entry, string name, then the RowSchedule (no steps for plain kernels): u32 step count +
 //     per step (u8 kind, i32 node, u8 has cols [+ i32 lists reload, compute,
 //     keep], u8 has blocks [+ i32 dim, i64 chunk], i32 list stores), i32 list
-//     scratch, then i32 cat_dim, i64 list cat_ends
+//     scratch, then i32 cat_dim, i64 list cat_ends, then the LaunchShape:
+//     i32 block, i32 elements_per_thread, i32 vector_width, u8 rows (0: Block, 1: Warp)
 //   u32 step count, then per Step: u8 kind, u32 node, i32 kernel
 //   u32 frees count + u32 list per step
 //   i64 planned_peak_bytes, i64 result_bytes, u8 check_stores
@@ -32,7 +33,9 @@
 namespace lazyjit::lowering {
 
 // Bump on any change to the layout above (a new field of FusedKernel included).
-inline constexpr uint32_t kPlanFormatVersion = 5;  // 2: row schedules, 3: their sum blocks, 4: check_stores, 5: cat pieces
+// 2: row schedules, 3: their sum blocks, 4: check_stores, 5: cat pieces, 6: launch shapes.
+// Other versions are refused (read_plan throws), never misread.
+inline constexpr uint32_t kPlanFormatVersion = 6;
 
 void write_plan(ir::ByteWriter& w, const Plan& plan);
 Plan read_plan(ir::ByteReader& r, const ir::Graph& g);

@@ -1,5 +1,5 @@
 // Plan::str (plan.h): a plan as text, one line per step (a kernel's sizes,
-// loads and stores, and a row kernel's schedule), the values freed after it,
+// loads and stores, its launch shape, and a row kernel's schedule), the values freed after it,
 // then the buffer plan's bytes.
 #include <sstream>
 
@@ -33,7 +33,7 @@ std::string Plan::str(const Graph& g) const {
              << (a.piece >= 0 ? "@" + std::to_string(a.piece) : "") << " ";
         os << "stores=";
         for (ValueId v : k.stores) os << "%" << v << " ";
-        os << "\n";
+        os << "\n  launch " << k.launch.str(k.row) << "\n";
         if (k.row) os << k.schedule.str(g, k);
         break;
       }

@@ -73,7 +73,8 @@ class CompiledCode {
 // 5: one object per kernel, shape-generic kernels (KernelFn's dims).
 // 6: plans carry check_stores (plan format 4): old entries miss, not fail.
 // 7: Cat nodes fuse (plan format 5: loads' pieces, kernels' cat dim and ends).
-inline constexpr int kCodegenRevision = 7;
+// 8: kernels carry launch shapes (plan format 6; CUDA: warp rows, archive 3).
+inline constexpr int kCodegenRevision = 8;
 
 class Target {
  public:

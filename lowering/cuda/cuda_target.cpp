@@ -35,9 +35,6 @@ namespace lazyjit::lowering {
 
 namespace {
 
-// Threads per block of every kernel (device_kernel.h: a multiple of 32).
-constexpr int32_t kBlock = 256;
-
 std::string module_text(const llvm::Module& m) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -69,12 +66,13 @@ using KernelRef = std::shared_ptr<const KernelCode>;
 // The code of a plan (what Program bytes carry), as one blob:
 //   "LJCU" u32 version, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
 //   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
-//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, str PTX,
-//   str cubin; then u32 kernel count, per kernel: u32 unit.
-// Version 2 added elements per thread (vectorized element kernels); other
-// versions are refused (their code would be launched with the wrong grid).
+//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, i32 rows
+//   per block, str PTX, str cubin; then u32 kernel count, per kernel: u32 unit.
+// Version 2 added elements per thread (vectorized element kernels), 3 rows per
+// block (warp rows); other versions are refused (their code would be launched
+// with the wrong grid).
 constexpr std::string_view kArchiveTag = "LJCU";
-constexpr uint32_t kArchiveVersion = 2;
+constexpr uint32_t kArchiveVersion = 3;
 
 class CudaCode : public CompiledCode {
  public:
@@ -111,6 +109,7 @@ class CudaCode : public CompiledCode {
       w.i32(u->launch.block);
       w.i32(u->launch.shared_bytes);
       w.i32(u->launch.elements_per_thread);
+      w.i32(u->launch.rows_per_block);
       w.str(u->ptx);
       w.str(u->cubin);
     }
@@ -187,7 +186,8 @@ class CudaTarget : public Target {
     plan.kernel_fns.clear();
     const size_t n = plan.kernels.size();
     if (n == 0) return make_code({}, plan, {});
-    KernelJobs<KernelCode> work(g, plan, shapes, cache_);
+    // The code follows each kernel's launch shape: it is part of the keys.
+    KernelJobs<KernelCode> work(g, plan, shapes, cache_, /*launch_shapes=*/true);
     work.trace_cached([](size_t) { return debug::TraceArgs{{"target", "cuda"}}; });
     work.compile(
         o_.codegen.compile_threads, [](const auto&) { return debug::TraceArgs{{"target", "cuda"}}; },
@@ -219,8 +219,8 @@ class CudaTarget : public Target {
       throw std::runtime_error("lazyjit: CUDA kernels compiled for " + arch + " (PTX " +
                                cuda::ptx_isa_text(static_cast<int>(isa)) + "), this target makes " + o_.arch +
                                " (PTX " + cuda::ptx_isa_text(isa_) + ") code: not loaded");
-    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4).
-    size_t nunits = r.count(42, "CUDA kernel units");
+    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4).
+    size_t nunits = r.count(46, "CUDA kernel units");
     std::vector<KernelRef> units;
     int loaded = 0;
     for (size_t u = 0; u < nunits; ++u) {
@@ -241,6 +241,11 @@ class CudaTarget : public Target {
       if (c->launch.elements_per_thread < 1 || c->launch.elements_per_thread > 64 ||
           (grid && c->launch.elements_per_thread != 1))
         r.fail(std::to_string(c->launch.elements_per_thread) + " elements per thread for CUDA kernel " + c->symbol);
+      c->launch.rows_per_block = r.i32();
+      if (grid ? c->launch.rows_per_block != 1 && c->launch.rows_per_block * 32 != c->launch.block
+               : c->launch.rows_per_block != 1)
+        r.fail(std::to_string(c->launch.rows_per_block) + " rows per block of " + std::to_string(c->launch.block) +
+               " threads for CUDA kernel " + c->symbol);
       c->ptx = r.str();
       c->cubin = r.str();
       if (c->cubin.size() < 4 || c->cubin.compare(0, 4, "\x7f" "ELF") != 0)
@@ -331,7 +336,7 @@ class CudaTarget : public Target {
     auto tm = cuda::make_target_machine(o_.arch, opt);
     llvm::LLVMContext ctx;
     auto m = cuda::new_module(ctx, *tm, k.name);
-    cuda::KernelConfig cfg{o_.codegen, generic, check_stores, kBlock};
+    cuda::KernelConfig cfg{o_.codegen, generic, check_stores, k.launch};  // the plan's launch shape
     c->launch = cuda::emit_kernel(*m, g, k, c->symbol, cfg);
     c->launch.function = nullptr;
     try {

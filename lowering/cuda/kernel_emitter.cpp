@@ -17,17 +17,14 @@ namespace emit {
 namespace {
 constexpr unsigned kGlobal = 1;  // NVPTX address spaces
 constexpr int64_t kI32Limit = int64_t{1} << 31;
-// Vectorized plain kernels: bytes of the widest vector access (ld.global.v4.f32),
-// most lanes per chunk, and most node copies the lanes of a chunk may take
-// (V copies of the element code: LLVM's time grows faster than the function).
+// Vectorized plain kernels: bytes of the widest vector access (ld.global.v4.f32).
+// (The plan's launch shape keeps a chunk's copies of the node code in bounds:
+// launch_shape.h's kMaxLaneNodes.)
 constexpr int32_t kVectorBytes = 16;
-constexpr int32_t kMaxLanes = 16;
-constexpr size_t kMaxLaneNodes = 256;
 }  // namespace
 
 DeviceKernel KernelEmitter::emit() {
-  if (cfg_.block < 32 || cfg_.block > 1024 || cfg_.block % 32 != 0)
-    unsupported("block of " + std::to_string(cfg_.block) + " threads (want a multiple of 32 in [32, 1024])");
+  if (std::string why = shape_.invalid(k_.row); !why.empty()) unsupported("launch shape: " + why);
   if (m_.getFunction(symbol_)) unsupported("symbol " + symbol_ + " is already in the module");
   sizes_ = k_.sizes;
   if (sizes_.empty()) sizes_ = {1};  // a 0-d kernel runs its one element as dim 0
@@ -54,9 +51,10 @@ DeviceKernel KernelEmitter::emit() {
 
   DeviceKernel dk;
   dk.grid = k_.row ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements;
-  dk.block = cfg_.block;
-  dk.shared_bytes = 0;  // the row kernels' partials are static shared memory
-  dk.elements_per_thread = k_.row ? 1 : lanes_;
+  dk.block = shape_.block;
+  dk.shared_bytes = 0;  // block rows' partials are static shared memory
+  dk.elements_per_thread = k_.row ? 1 : chunk_;
+  dk.rows_per_block = k_.row ? shape_.rows_per_block() : 1;
   return dk;
 }
 
@@ -220,8 +218,8 @@ void KernelEmitter::emit_elements() {
   Value* step = b_.CreateMul(nctaid, ntid, "", true, true);
   const size_t rank = sizes_.size();
   // Vectorized: the full chunks first; the scalar loop then takes the rest.
-  lanes_ = vector_width();
-  if (lanes_ > 1) start = emit_vector_elements(start, step, lanes_);
+  choose_vectors();
+  if (lanes_ > 1) start = emit_vector_elements(start, step);
   // The flat index loops in 64 bits (start + step may pass 2^31 even when the
   // elements do not); the index arithmetic is in it_.
   emit_stride_loop(start, total_, step, "elem", [&](Value* i) {
@@ -268,9 +266,10 @@ void KernelEmitter::emit_body(Value* flat) {
   for (size_t s = 0; s < k_.stores.size(); ++s) store_at(s, store_value(s), flat);
 }
 
-int32_t KernelEmitter::vector_width() {
+void KernelEmitter::choose_vectors() {
+  lanes_ = chunk_ = 1;
   vec_load_.assign(k_.loads.size(), false);
-  if (k_.row || k_.cat_dim >= 0 || k_.stores.empty()) return 1;
+  if (shape_.vector_width <= 1 || k_.row || k_.cat_dim >= 0 || k_.stores.empty()) return;
   const size_t rank = sizes_.size();
   const bool generic = cfg_.generic;
   // Exact code: the contiguous strides of the sizes (dims of size 1 take any stride).
@@ -282,6 +281,7 @@ int32_t KernelEmitter::vector_width() {
   }
   int64_t widest = 0;  // bytes of the widest vector-accessed element
   for (ValueId v : k_.stores) widest = std::max(widest, ir::element_size(g_.value(v).type.dtype));
+  std::vector<bool> vec(k_.loads.size(), false);
   for (size_t li = 0; li < k_.loads.size(); ++li) {
     const Access& a = k_.loads[li];
     if (a.scalar_index >= 0) continue;
@@ -298,26 +298,23 @@ int32_t KernelEmitter::vector_width() {
       }
     }
     if (broadcast) continue;  // one scalar load per chunk
-    if (!contiguous_load) {
-      vec_load_.assign(k_.loads.size(), false);
-      return 1;
-    }
-    vec_load_[li] = true;
+    if (!contiguous_load) return;
+    vec[li] = true;
     widest = std::max(widest, ir::element_size(a.dtype));
   }
-  if (widest == 0) return 1;
-  int32_t v = std::min<int32_t>(kMaxLanes, kVectorBytes / static_cast<int32_t>(widest));
-  const size_t nodes = std::max<size_t>(k_.nodes.size(), 1);
-  while (v > 1 && static_cast<size_t>(v) * nodes > kMaxLaneNodes) v /= 2;
-  if (!generic && total < v) v = 1;  // not one full chunk
-  if (v <= 1) {
-    vec_load_.assign(k_.loads.size(), false);
-    return 1;
-  }
-  return v;
+  if (widest <= 0 || widest > kVectorBytes) return;
+  // The shape's width, no wider than one 16-byte access (both powers of two).
+  const int32_t v = std::min<int32_t>(shape_.vector_width, kVectorBytes / static_cast<int32_t>(widest));
+  int32_t e = v * (shape_.elements_per_thread / shape_.vector_width);
+  if (!generic && total < e) e = v;  // exact code: not one full chunk of E
+  if (v <= 1 || (!generic && total < v)) return;
+  lanes_ = v;
+  chunk_ = e;
+  vec_load_ = std::move(vec);
 }
 
-Value* KernelEmitter::emit_vector_elements(Value* start, Value* step, int32_t v) {
+Value* KernelEmitter::emit_vector_elements(Value* start, Value* step) {
+  const int32_t v = lanes_;
   auto* i64 = b_.getInt64Ty();
   const size_t nstores = k_.stores.size();
   // Once per thread: every vector-accessed address (buffer + offset) aligned to
@@ -333,20 +330,27 @@ Value* KernelEmitter::emit_vector_elements(Value* start, Value* step, int32_t v)
   for (size_t s = 0; s < nstores; ++s)
     check(fn_->getArg(nbuf_ - nstores + s), g_.value(k_.stores[s]).type.dtype, nullptr);
   Value* aligned = b_.CreateICmpEQ(misaligned, b_.getInt64(0), "aligned");
-  Value* chunks = b_.CreateSelect(aligned, b_.CreateUDiv(total_, b_.getInt64(v)), b_.getInt64(0), "chunks");
+  const int32_t e = chunk_;
+  Value* chunks = b_.CreateSelect(aligned, b_.CreateUDiv(total_, b_.getInt64(e)), b_.getInt64(0), "chunks");
   emit_stride_loop(start, chunks, step, "chunk", [&](Value* c) {
-    emit_chunk(b_.CreateMul(b_.CreateZExtOrTrunc(c, it_), ival(v), "", true, true), v);
+    emit_chunk(b_.CreateMul(b_.CreateZExtOrTrunc(c, it_), ival(e), "", true, true));
   });
   // The thread's first element past the chunks.
-  return b_.CreateAdd(b_.CreateMul(chunks, b_.getInt64(v), "", true, true), start, "", true, true);
+  return b_.CreateAdd(b_.CreateMul(chunks, b_.getInt64(e), "", true, true), start, "", true, true);
 }
 
-void KernelEmitter::emit_chunk(Value* base, int32_t v) {
+void KernelEmitter::emit_chunk(Value* base) {
+  const int32_t v = lanes_;
+  const int32_t groups = chunk_ / lanes_;  // vector accesses per operand
+  auto at_group = [&](Value* first, int32_t gi) {
+    return gi == 0 ? first : b_.CreateAdd(first, ival(static_cast<int64_t>(gi) * v), "", true, true);
+  };
   // Broadcast loads read their offset (their strides, if any, are over dims of size 1).
   idx_.assign(sizes_.size(), ival(0));
   clear_element_values();
   std::unordered_map<int32_t, TV> once;        // broadcast loads: one element per chunk
-  std::vector<Value*> vec(k_.loads.size(), nullptr);  // contiguous loads: <V x T>
+  // contiguous loads: `groups` <V x T> each
+  std::vector<std::vector<Value*>> vec(k_.loads.size());
   for (size_t li = 0; li < k_.loads.size(); ++li) {
     const Access& a = k_.loads[li];
     if (a.scalar_index >= 0) continue;
@@ -356,34 +360,42 @@ void KernelEmitter::emit_chunk(Value* base, int32_t v) {
       continue;
     }
     llvm::Type* mt = mem_type(b_, a.dtype);
-    Value* at = offset_v_[li] ? b_.CreateAdd(offset_v_[li], base, "", false, true) : base;
-    Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), at);
-    llvm::LoadInst* ld = b_.CreateAlignedLoad(llvm::FixedVectorType::get(mt, v), p,
-                                              llvm::Align(static_cast<uint64_t>(v * ir::element_size(a.dtype))));
-    // Inputs never change during the kernel: ld.global.nc.v4.
-    ld->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
-    vec[li] = ld;
+    Value* first = offset_v_[li] ? b_.CreateAdd(offset_v_[li], base, "", false, true) : base;
+    for (int32_t gi = 0; gi < groups; ++gi) {
+      Value* p = b_.CreateInBoundsGEP(mt, fn_->getArg(buffer_of_[li]), at_group(first, gi));
+      llvm::LoadInst* ld = b_.CreateAlignedLoad(llvm::FixedVectorType::get(mt, v), p,
+                                                llvm::Align(static_cast<uint64_t>(v * ir::element_size(a.dtype))));
+      // Inputs never change during the kernel: ld.global.nc.v4.
+      ld->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+      vec[li].push_back(ld);
+    }
   }
-  // Lane by lane, the element code; each output gathered into one vector.
-  std::vector<Value*> out(k_.stores.size());
+  // Lane by lane, the element code; each output gathered into `groups` vectors.
+  std::vector<std::vector<Value*>> out(k_.stores.size());
   for (size_t s = 0; s < out.size(); ++s)
-    out[s] = llvm::PoisonValue::get(
-        llvm::FixedVectorType::get(mem_type(b_, g_.value(k_.stores[s]).type.dtype), v));
-  for (int32_t j = 0; j < v; ++j) {
+    out[s].assign(static_cast<size_t>(groups),
+                  llvm::PoisonValue::get(
+                      llvm::FixedVectorType::get(mem_type(b_, g_.value(k_.stores[s]).type.dtype), v)));
+  for (int32_t j = 0; j < chunk_; ++j) {
+    const auto gi = static_cast<size_t>(j / v);
+    const auto lane = static_cast<uint64_t>(j % v);
     clear_element_values();
     for (const auto& [l, tv] : once) loaded_[l] = tv;
     for (size_t li = 0; li < vec.size(); ++li)
-      if (vec[li]) {
+      if (!vec[li].empty()) {
         DType t = k_.loads[li].dtype;
-        loaded_[static_cast<int32_t>(li)] = {from_memory(b_, b_.CreateExtractElement(vec[li], uint64_t(j)), t), t};
+        loaded_[static_cast<int32_t>(li)] = {from_memory(b_, b_.CreateExtractElement(vec[li][gi], lane), t), t};
       }
     for (uint32_t ni : k_.nodes) emit_kernel_node(g_.nodes().at(ni));
-    for (size_t s = 0; s < out.size(); ++s) out[s] = b_.CreateInsertElement(out[s], store_value(s), uint64_t(j));
+    for (size_t s = 0; s < out.size(); ++s) out[s][gi] = b_.CreateInsertElement(out[s][gi], store_value(s), lane);
   }
   for (size_t s = 0; s < out.size(); ++s) {
     DType t = g_.value(k_.stores[s]).type.dtype;
-    Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s), base);
-    b_.CreateAlignedStore(out[s], p, llvm::Align(static_cast<uint64_t>(v * ir::element_size(t))));
+    for (int32_t gi = 0; gi < groups; ++gi) {
+      Value* p = b_.CreateInBoundsGEP(mem_type(b_, t), fn_->getArg(nbuf_ - k_.stores.size() + s), at_group(base, gi));
+      b_.CreateAlignedStore(out[s][static_cast<size_t>(gi)], p,
+                            llvm::Align(static_cast<uint64_t>(v * ir::element_size(t))));
+    }
   }
 }
 
@@ -494,14 +506,14 @@ DeviceKernel emit_kernel(llvm::Module& m, const ir::Graph& g, const FusedKernel&
     std::string err;
     llvm::raw_string_ostream os(err);
     if (llvm::verifyFunction(*e.function(), &os)) throw std::runtime_error("invalid IR: " + os.str());
-    // A PTX kernel (.entry), at most cfg.block threads a block.
+    // A PTX kernel (.entry), at most the shape's block of threads a block.
     llvm::LLVMContext& ctx = m.getContext();
     auto* i32 = llvm::Type::getInt32Ty(ctx);
     llvm::NamedMDNode* md = m.getOrInsertNamedMetadata("nvvm.annotations");
     md->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(e.function()), llvm::MDString::get(ctx, "kernel"),
                                            llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
     md->addOperand(llvm::MDNode::get(ctx, {llvm::ValueAsMetadata::get(e.function()), llvm::MDString::get(ctx, "maxntidx"),
-                                           llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, cfg.block))}));
+                                           llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, dk.block))}));
     return dk;
   } catch (const std::exception& ex) {
     // Leave the module as it was (but for declarations the math may have added).

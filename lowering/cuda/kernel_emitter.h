@@ -11,30 +11,43 @@
 // the index falls in (an if-chain over cat_ends) and emits the body once per
 // piece, each Cat node being that piece's operand.
 //
+// Launch shapes: the kernel follows its LaunchShape (lowering/launch_shape.h;
+// KernelConfig::shape, by default FusedKernel::launch): its block is the
+// kernel's maxntidx; plain kernels take the vector width and elements per
+// thread where the rules below allow, else fewer (the DeviceKernel says what
+// was emitted); row kernels take its row mode.
+//
 // Vectorized plain kernels: when every buffer load of a non-cat plain kernel
 // is contiguous over the flat index (element offset + flat) or reads one
-// element for the whole space (every stride of a dim wider than 1 is 0), each
-// thread takes chunks of V consecutive elements (DeviceKernel::
-// elements_per_thread = V: 16 bytes over the size of the widest element it
-// loads or stores as vectors (4 for float32, 8 for float16, 2 for float64),
-// halved while V copies of the nodes would pass 256). Exact code decides on the real strides; shape-generic code
-// only where the stride classes guarantee it (rank 1, stride 1 or 0). Once per
-// thread the kernel tests that every vector-accessed address (buffer + offset)
-// is aligned to V elements; when so, a grid-stride loop over the full chunks
-// [c*V, c*V+V) loads each contiguous operand as one `<V x T>` load
+// element for the whole space (every stride of a dim wider than 1 is 0), the
+// kernel takes the shape's vector width V (capped at 16 bytes over the size of
+// the widest element it loads or stores as vectors: 4 for float32, 8 for
+// float16, 2 for float64) and each thread takes chunks of E = the shape's
+// elements per thread consecutive elements (DeviceKernel::elements_per_thread
+// = E, a multiple of V). Exact code decides on the real strides; shape-generic
+// code only where the stride classes guarantee it (rank 1, stride 1 or 0). Once
+// per thread the kernel tests that every vector-accessed address (buffer +
+// offset) is aligned to V elements; when so, a grid-stride loop over the full
+// chunks [c*E, c*E+E) loads each contiguous operand as E / V `<V x T>` loads
 // (!invariant.load, align V*size: ld.global.nc.v4.f32 and the like), computes
-// the nodes lane by lane (the scalar element code, V times) and stores each
-// output as one `<V x T>` store; broadcast operands are one scalar load per
+// the nodes lane by lane (the scalar element code, E times) and stores each
+// output as E / V `<V x T>` stores; broadcast operands are one scalar load per
 // chunk. The elements after the last full chunk (or all of them, when an
 // address is misaligned) run the scalar grid-stride loop, which is correct
 // for any grid.
 //
-// Row kernels (Grid::Rows, row_kernel.cpp): one block per row (grid-stride over
-// rows), the block's threads striding over the row's flattened cols. The
-// schedule's steps run in order; a col loop computes the full-space nodes it
-// needs on first use (recomputed in every col loop: the GPU keeps no scratch),
-// and each reduction ends in a block reduction (warp butterfly shuffles, then
-// one partial per warp through shared memory) whose result every thread holds.
+// Row kernels (Grid::Rows, row_kernel.cpp), by the shape's row mode:
+//  - Block rows: one block per row (grid-stride over rows), the block's
+//    threads striding over the row's flattened cols; each reduction ends in a
+//    block reduction (warp butterfly shuffles, then one partial per warp
+//    through shared memory, between barriers) whose result every thread holds.
+//  - Warp rows: one warp per row, block / 32 rows a block (row = ctaid *
+//    warps + warp, grid-stride over rows by nctaid * warps), the warp's lanes
+//    striding over the row's cols; each reduction is one warp butterfly
+//    (shfl.sync.bfly only: no shared memory, no barriers), its result in
+//    every lane. A warp's lanes run the same rows, so its shuffles are uniform.
+// The schedule's steps run in order; a col loop computes the full-space nodes it
+// needs on first use (recomputed in every col loop: the GPU keeps no scratch).
 // Float sums accumulate in their accumulate dtype (float32 for float32, as
 // CUDA eager does): SumBlocks' float64 blocks are a CPU scheme, ignored here.
 //
@@ -62,6 +75,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -86,14 +100,15 @@ struct KernelConfig {
   // Plan::check_stores: an extra `ptr addrspace(1)` parameter (after the stores)
   // to an int32 the kernel sets to 1 when a float32/float64 value it stores is NaN or Inf.
   bool check_stores = false;
-  // Threads per block of the launch (a multiple of 32, at most 1024): the kernel's
-  // maxntidx, and what row kernels size their shared memory by.
-  int32_t block = 256;
+  // The launch to emit for (launch_shape.h); unset: the kernel's own
+  // (FusedKernel::launch). Its block is the kernel's maxntidx, and what block
+  // rows size their shared memory by.
+  std::optional<LaunchShape> shape;
 };
 
 // Emits FusedKernel `k` into `m` (an nvptx64 module whose triple and data layout
 // the caller set) as one PTX kernel (an `!nvvm.annotations` "kernel" entry and a
-// "maxntidx" of cfg.block; external linkage) named `symbol`, with the parameter
+// "maxntidx" of the shape's block; external linkage) named `symbol`, with the parameter
 // ABI of lowering/device_kernel.h. Returns its launch shape (function left null:
 // the caller loads it). Throws std::runtime_error "kernel <k.name>: ..." naming
 // the op or dtype on anything unsupported, or on IR that does not verify.
@@ -110,7 +125,8 @@ class KernelEmitter {
  public:
   KernelEmitter(llvm::Module& m, const ir::Graph& g, const FusedKernel& k, const std::string& symbol,
                 const KernelConfig& cfg)
-      : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), k_(k), symbol_(symbol), cfg_(cfg) {}
+      : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), k_(k), symbol_(symbol), cfg_(cfg),
+        shape_(cfg.shape ? *cfg.shape : k.launch) {}
 
   DeviceKernel emit();
   llvm::Function* function() const { return fn_; }
@@ -136,12 +152,12 @@ class KernelEmitter {
   // --- plain kernels ---------------------------------------------------------
   void emit_elements();
   void emit_body(Value* flat);  // every node, then every store at `flat`
-  // Vectorized plain kernels: the lanes per chunk (1: the scalar path only),
-  // with vec_load_ set; the chunk loop; one chunk at element `base` (it_).
-  int32_t vector_width();
+  // Vectorized plain kernels: sets lanes_ (V, 1: the scalar path only),
+  // chunk_ (E) and vec_load_; the chunk loop; one chunk at element `base` (it_).
+  void choose_vectors();
   // Returns the first element of the thread's scalar loop after the chunks.
-  Value* emit_vector_elements(Value* start, Value* step, int32_t v);
-  void emit_chunk(Value* base, int32_t v);
+  Value* emit_vector_elements(Value* start, Value* step);
+  void emit_chunk(Value* base);
   // Forgets the values of the last element (scalar arguments are kept).
   void clear_element_values();
 
@@ -153,7 +169,9 @@ class KernelEmitter {
   void emit_col_loop(const std::function<void()>& body);
   void emit_reduction(const ir::Node& n, const RowStep& st);
   // `v` (register type of `at`) reduced with `k` over the block; every thread gets it.
+  // Warp rows: over the warp only.
   Value* block_reduce(Value* v, OpKind k, DType at);
+  bool warp_rows() const { return shape_.rows == LaunchShape::Rows::Warp; }
   Value* warp_reduce(Value* v, OpKind k, DType at);
   Value* shuffle_xor(Value* v, int lane_mask);
   llvm::GlobalVariable* shared_partials();
@@ -178,13 +196,15 @@ class KernelEmitter {
   const FusedKernel& k_;
   std::string symbol_;
   const KernelConfig& cfg_;
+  LaunchShape shape_;
   llvm::Function* fn_ = nullptr;
   llvm::IntegerType* it_ = nullptr;  // index type: i32 or i64
   std::vector<int64_t> sizes_;       // k_.sizes, {1} for a 0-d kernel
   size_t nbuf_ = 0;                  // buffer parameters: loads, then stores
   std::vector<int> buffer_of_;       // per load: its parameter, -1 for scalars
   std::vector<bool> vec_load_;       // vectorized kernels, per load: read as <V x T> (contiguous)
-  int32_t lanes_ = 1;                // plain kernels: elements per thread per chunk (V)
+  int32_t lanes_ = 1;                // plain kernels: elements per vector access (V)
+  int32_t chunk_ = 1;                // plain kernels: elements per thread per chunk (E, a multiple of V)
   llvm::Argument* flag_ = nullptr;   // check_stores: the int32 flag
   llvm::Argument* total_ = nullptr;
   llvm::Argument* dims_ = nullptr;

@@ -1,8 +1,12 @@
-// Row kernels on the GPU: one block per row (grid-stride over rows), the
-// block's threads striding over the row's flattened cols; the RowSchedule's
-// steps in order. Col loops recompute the full-space nodes they need (no
-// scratch: a row's reload is a recompute here), and every reduction ends in a
-// block reduction whose result all threads of the block hold.
+// Row kernels on the GPU, by the launch shape's row mode (kernel_emitter.h):
+// block rows (one block per row, grid-stride over rows, the block's threads
+// striding over the row's flattened cols, each reduction ending in a block
+// reduction) or warp rows (one warp per row, block / 32 rows a block, the
+// lanes striding over the cols, each reduction one warp butterfly: no shared
+// memory, no barriers). The RowSchedule's steps in order. Col loops recompute
+// the full-space nodes they need (no scratch: a row's reload is a recompute
+// here); a reduction's result is held by every thread of the row's block (or
+// every lane of its warp).
 //
 // Float sums accumulate in the accumulate dtype (float32 for float32, as CUDA
 // eager does); RowStep::blocks (the CPU's float64 SumBlocks) are ignored: each
@@ -35,9 +39,20 @@ void KernelEmitter::emit_rows() {
   auto* i64 = b_.getInt64Ty();
   Value* ctaid = b_.CreateZExt(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), i64);
   Value* nctaid = b_.CreateZExt(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), i64);
-  // Every thread of a block runs the same rows: the row loop and the row-level
-  // code between col loops are uniform, so barriers and shuffles there are safe.
-  emit_stride_loop(ctaid, total_, nctaid, "row", [&](Value* r) {
+  Value* first = ctaid;
+  Value* step = nctaid;
+  if (warp_rows()) {
+    // Warp w of block c starts at row c * warps + w and strides by the grid's warps.
+    Value* tid = b_.CreateZExt(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), i64);
+    Value* ntid = b_.CreateZExt(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x), i64);
+    Value* warps = b_.CreateLShr(ntid, b_.getInt64(5), "warps");
+    first = b_.CreateAdd(b_.CreateMul(ctaid, warps, "", true, true), b_.CreateLShr(tid, b_.getInt64(5)), "", true, true);
+    step = b_.CreateMul(nctaid, warps, "", true, true);
+  }
+  // Every thread of a block (warp rows: of a warp) runs the same rows: the row
+  // loop and the row-level code between col loops are uniform there, so
+  // barriers (block rows) and shuffles there are safe.
+  emit_stride_loop(first, total_, step, "row", [&](Value* r) {
     row_flat_ = b_.CreateZExtOrTrunc(r, it_);
     idx_.assign(rank, nullptr);
     decompose(row_flat_, 0, nrow_);
@@ -54,12 +69,13 @@ void KernelEmitter::emit_row_step(const RowStep& st) {
     case RowStep::Kind::Reduce: emit_reduction(g_.nodes().at(k_.nodes.at(st.node)), st); break;
     case RowStep::Kind::StoreRows: {
       // Computed by every thread (the values stay defined for later steps),
-      // stored by thread 0.
+      // stored by thread 0 (warp rows: lane 0).
       std::vector<Value*> vs;
       for (int32_t s : st.stores) vs.push_back(store_value(static_cast<size_t>(s)));
       llvm::BasicBlock* one = llvm::BasicBlock::Create(ctx_, "store.rows", fn_);
       llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "store.rows.end", fn_);
       Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+      if (warp_rows()) tid = b_.CreateAnd(tid, b_.getInt32(31), "lane");
       b_.CreateCondBr(b_.CreateICmpEQ(tid, b_.getInt32(0)), one, done);
       b_.SetInsertPoint(one);
       for (size_t i = 0; i < st.stores.size(); ++i) store_at(static_cast<size_t>(st.stores[i]), vs[i], row_flat_);
@@ -80,8 +96,13 @@ void KernelEmitter::emit_row_step(const RowStep& st) {
 void KernelEmitter::emit_col_loop(const std::function<void()>& body) {
   auto saved_values = values_;
   auto saved_loaded = loaded_;
+  // Block rows: the block's threads stride over the cols; warp rows: the warp's lanes.
   Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
   Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  if (warp_rows()) {
+    tid = b_.CreateAnd(tid, b_.getInt32(31), "lane");
+    ntid = b_.getInt32(32);
+  }
   const size_t rank = sizes_.size();
   emit_stride_loop(
       tid, ncols_, ntid, "col",
@@ -155,7 +176,7 @@ Value* KernelEmitter::warp_reduce(Value* v, OpKind k, DType at) {
 
 llvm::GlobalVariable* KernelEmitter::shared_partials() {
   if (partials_) return partials_;
-  auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(cfg_.block / 32));
+  auto* ty = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(shape_.block / 32));
   partials_ = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
                                        symbol_ + ".partials", nullptr, llvm::GlobalValue::NotThreadLocal, kShared);
   partials_->setAlignment(llvm::Align(8));
@@ -164,7 +185,7 @@ llvm::GlobalVariable* KernelEmitter::shared_partials() {
 
 Value* KernelEmitter::block_reduce(Value* v, OpKind k, DType at) {
   v = warp_reduce(v, k, at);
-  if (cfg_.block <= 32) return v;  // one warp (maxntidx)
+  if (warp_rows() || shape_.block <= 32) return v;  // the row is one warp's (or the block is: maxntidx)
   llvm::Type* T = v->getType();
   auto* i64 = b_.getInt64Ty();
   // The partials as raw 64 bits, whatever the accumulate type.

@@ -79,6 +79,13 @@ TEST(DeviceLaunch, GridCoversTheWorkUpToACap) {
   EXPECT_EQ(executor::device_grid(rows, 0), 0u);
   EXPECT_EQ(executor::device_grid(rows, 1000), 1000u);  // one block per row
   EXPECT_EQ(executor::device_grid(rows, int64_t{1} << 40), static_cast<uint32_t>(INT32_MAX));
+  DeviceKernel warps = rows;  // warp rows: one warp a row, 4 rows a block
+  warps.rows_per_block = 4;
+  EXPECT_EQ(executor::device_grid(warps, 0), 0u);
+  EXPECT_EQ(executor::device_grid(warps, 1), 1u);
+  EXPECT_EQ(executor::device_grid(warps, 1000), 250u);
+  EXPECT_EQ(executor::device_grid(warps, 1001), 251u);
+  EXPECT_EQ(executor::device_grid(warps, int64_t{1} << 40), static_cast<uint32_t>(INT32_MAX));
 }
 
 TEST(DeviceLaunch, DimsHoldEachScalarsBitsInItsSlot) {

@@ -15,14 +15,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -81,6 +84,7 @@ struct Emitted {
   std::unique_ptr<llvm::Module> m;
   llvm::Function* fn = nullptr;
   DeviceKernel dk;
+  LaunchShape shape;  // what it was emitted for (the config's, or the kernel's own)
   std::string ir;
   std::string ptx;  // when asked for
 };
@@ -95,6 +99,7 @@ std::unique_ptr<Emitted> emit(const ir::Graph& g, const FusedKernel& k, const cu
   e->m->setDataLayout(nvptx().createDataLayout());
   const std::string sym = k.name + "_k";
   e->dk = cuda::emit_kernel(*e->m, g, k, sym, cfg);
+  e->shape = cfg.shape ? *cfg.shape : k.launch;
   e->fn = e->m->getFunction(sym);
   std::string err;
   llvm::raw_string_ostream es(err);
@@ -159,9 +164,13 @@ void expect_abi(const Emitted& e, const FusedKernel& k, bool check_stores = fals
   EXPECT_TRUE(e.fn->hasExternalLinkage());
   const std::string sym = e.fn->getName().str();
   EXPECT_NE(e.ir.find("!{ptr @" + sym + ", !\"kernel\", i32 1}"), std::string::npos) << e.ir;
-  EXPECT_NE(e.ir.find("!{ptr @" + sym + ", !\"maxntidx\", i32 256}"), std::string::npos) << e.ir;
+  // The shape's block (the plan's, launch_shape.h) is the kernel's maxntidx and its launch's.
+  EXPECT_NE(e.ir.find("!{ptr @" + sym + ", !\"maxntidx\", i32 " + std::to_string(e.shape.block) + "}"),
+            std::string::npos)
+      << e.ir;
   EXPECT_EQ(e.dk.grid, k.row ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements);
-  EXPECT_EQ(e.dk.block, 256);
+  EXPECT_EQ(e.dk.block, e.shape.block);
+  EXPECT_EQ(e.dk.rows_per_block, k.row ? e.shape.rows_per_block() : 1);
   EXPECT_EQ(e.dk.function, nullptr);
 }
 
@@ -302,13 +311,25 @@ const FusedKernel& only_row_kernel(const Plan& p, const ir::Graph& g) {
   return *r;
 }
 
+// Block rows (forced here: a block of 256 for the row of 1000): two block
+// reductions, each a warp butterfly, partials through shared memory, another
+// butterfly. Warp rows (the plan's choice for 8 rows of 1000): one butterfly
+// per reduction, no shared memory, no barrier.
 TEST(CudaKernelEmitter, SoftmaxRowKernel) {
   ir::Graph g = softmax(true);
   Plan p = plan_graph(g);
   const FusedKernel& k = only_row_kernel(p, g);
+  ASSERT_EQ(k.launch.rows, LaunchShape::Rows::Warp) << p.str(g);
+  ASSERT_EQ(k.launch.block, 128) << p.str(g);
+  LaunchShape block_rows;
+  block_rows.block = 256;
   for (bool generic : {false, true}) {
-    auto e = emit(g, k, false, generic);
+    cuda::KernelConfig cfg;
+    cfg.generic = generic;
+    cfg.shape = block_rows;
+    auto e = emit(g, k, cfg, false);
     expect_abi(*e, k);
+    EXPECT_EQ(e->dk.rows_per_block, 1);
     // Two block reductions: 5 butterfly steps per warp level, two levels each.
     EXPECT_EQ(count(e->ir, "call float @llvm.nvvm.shfl.sync.bfly.f32"), 20u) << e->ir;
     EXPECT_NE(e->ir.find("call float @llvm.maximum.f32"), std::string::npos) << e->ir;
@@ -316,17 +337,34 @@ TEST(CudaKernelEmitter, SoftmaxRowKernel) {
     EXPECT_NE(e->ir.find("@" + k.name + "_k.partials = internal addrspace(3) global [8 x i64]"), std::string::npos)
         << e->ir;
     EXPECT_NE(e->ir.find("llvm.exp.f32"), std::string::npos) << e->ir;  // for the target's libdevice pass
+    auto w = emit(g, k, false, generic);
+    expect_abi(*w, k);
+    EXPECT_EQ(w->dk.rows_per_block, 4);
+    EXPECT_EQ(count(w->ir, "call float @llvm.nvvm.shfl.sync.bfly.f32"), 10u) << w->ir;
+    EXPECT_EQ(count(w->ir, "barrier"), 0u) << w->ir;
+    EXPECT_EQ(count(w->ir, "addrspace(3)"), 0u) << w->ir;
   }
-  // The same rows without exp: all the way to PTX.
+  // The same rows without exp: all the way to PTX, in both modes.
   ir::Graph g2 = softmax(false);
   Plan p2 = plan_graph(g2);
   const FusedKernel& k2 = only_row_kernel(p2, g2);
   for (bool generic : {false, true}) {
-    auto e = emit(g2, k2, true, generic);
+    cuda::KernelConfig cfg;
+    cfg.generic = generic;
+    cfg.shape = block_rows;
+    auto e = emit(g2, k2, cfg, true);
     expect_abi(*e, k2);
     EXPECT_NE(e->ptx.find("shfl.sync.bfly.b32"), std::string::npos) << e->ptx;
     EXPECT_NE(e->ptx.find("bar.sync"), std::string::npos) << e->ptx;
     EXPECT_NE(e->ptx.find(".shared"), std::string::npos) << e->ptx;
+    EXPECT_NE(e->ptx.find(".maxntid 256, 1, 1"), std::string::npos) << e->ptx;
+    auto w = emit(g2, k2, true, generic);
+    expect_abi(*w, k2);
+    EXPECT_EQ(count(w->ptx, "shfl.sync.bfly.b32"), 10u) << w->ptx;
+    EXPECT_EQ(w->ptx.find("bar.sync"), std::string::npos) << w->ptx;
+    EXPECT_EQ(w->ptx.find("barrier"), std::string::npos) << w->ptx;
+    EXPECT_EQ(w->ptx.find(".shared"), std::string::npos) << w->ptx;
+    EXPECT_NE(w->ptx.find(".maxntid 128, 1, 1"), std::string::npos) << w->ptx;
   }
 }
 
@@ -365,7 +403,9 @@ TEST(CudaKernelEmitter, Int64MaxRowKernelShufflesHalves) {
   for (bool generic : {false, true}) {
     auto e = emit(g, k, true, generic);
     expect_abi(*e, k);
-    EXPECT_EQ(count(e->ir, "call i32 @llvm.nvvm.shfl.sync.bfly.i32"), 20u) << e->ir;  // 2 halves x 5 x 2 levels
+    // Warp rows (5 rows of 33): 2 halves x 5 steps, one level.
+    EXPECT_EQ(k.launch.rows, LaunchShape::Rows::Warp);
+    EXPECT_EQ(count(e->ir, "call i32 @llvm.nvvm.shfl.sync.bfly.i32"), 10u) << e->ir;
     EXPECT_NE(e->ir.find("call i64 @llvm.smax.i64"), std::string::npos) << e->ir;
     EXPECT_NE(e->ptx.find("max.s64"), std::string::npos) << e->ptx;
     EXPECT_NE(e->ptx.find("st.global.u64"), std::string::npos) << e->ptx;
@@ -541,13 +581,52 @@ namespace lazyjit::lowering {
 namespace {
 
 // A kernel as emit_kernel makes it for the GPU, run on the CPU: every
-// llvm.nvvm.read.ptx.sreg.* call becomes a load of a global the run sets per
-// simulated thread, the dims parameter a plain pointer; the module is then
-// JIT-compiled for the host. Threads run one after another: a plain kernel's
-// threads write disjoint elements.
+// llvm.nvvm.read.ptx.sreg.* call becomes a call of sreg(which), which returns
+// the calling host thread's simulated register; the dims parameter becomes a
+// plain pointer; the module is then JIT-compiled for the host.
+//  - run(): threads run one after another (plain kernels, whose threads write
+//    disjoint elements and never meet).
+//  - run_threads(): each block's threads run at once as host threads, one
+//    block after another, with the GPU's meeting points emulated:
+//    shfl.sync.bfly (each warp's lanes publish their value, wait for the
+//    warp, read their partner's, wait again) and barrier0 (the block's
+//    threads wait for each other). The kernel's shared memory becomes a host
+//    global, which blocks run one at a time may share. For row kernels, in
+//    both row modes.
+namespace sim {
+struct Block {
+  explicit Block(uint32_t threads) : all(threads), warps(threads / 32), slots(threads) {
+    for (auto& w : warps) w = std::make_unique<std::barrier<>>(32);
+  }
+  std::barrier<> all;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<uint32_t> slots;  // per thread: the value it shuffles
+};
+thread_local uint32_t regs[4];  // tid.x, ntid.x, ctaid.x, nctaid.x
+thread_local Block* block = nullptr;
+int32_t sreg(int32_t which) { return static_cast<int32_t>(regs[which]); }
+uint32_t shuffle(uint32_t v, int32_t lane_mask) {
+  const uint32_t tid = regs[0], warp = tid / 32;
+  block->slots[tid] = v;
+  block->warps[warp]->arrive_and_wait();
+  uint32_t r = block->slots[warp * 32 + ((tid % 32) ^ static_cast<uint32_t>(lane_mask))];
+  block->warps[warp]->arrive_and_wait();
+  return r;
+}
+int32_t shfl_i32(int32_t v, int32_t m) { return static_cast<int32_t>(shuffle(static_cast<uint32_t>(v), m)); }
+float shfl_f32(float v, int32_t m) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = shuffle(u, m);
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+void barrier0() { block->all.arrive_and_wait(); }
+}  // namespace sim
+
 class CpuKernel {
  public:
-  CpuKernel(const ir::Graph& g, const FusedKernel& k, bool generic) {
+  CpuKernel(const ir::Graph& g, const FusedKernel& k, bool generic, std::optional<LaunchShape> shape = {}) {
     static const bool init = [] {
       llvm::InitializeNativeTarget();
       llvm::InitializeNativeTargetAsmPrinter();
@@ -560,42 +639,63 @@ class CpuKernel {
     m->setDataLayout(nvptx().createDataLayout());
     cuda::KernelConfig cfg;
     cfg.generic = generic;
+    cfg.shape = shape;
     dk = cuda::emit_kernel(*m, g, k, "kern", cfg);
     nbuf_ = buffer_loads(k) + k.stores.size();
     m->setTargetTriple(llvm::sys::getProcessTriple());
     m->setDataLayout("");
     if (llvm::NamedMDNode* md = m->getNamedMetadata("nvvm.annotations")) m->eraseNamedMetadata(md);
-    std::vector<llvm::Function*> sregs;
-    for (llvm::Function& f : *m)
-      if (f.getName().starts_with("llvm.nvvm.read.ptx.sreg.")) sregs.push_back(&f);
-    for (llvm::Function* f : sregs) {
-      std::string name = "sreg_" + f->getName().drop_front(std::strlen("llvm.nvvm.read.ptx.sreg.")).str();
-      for (char& c : name) c = c == '.' ? '_' : c;
-      auto* i32 = llvm::Type::getInt32Ty(*ctx);
-      auto* gv = new llvm::GlobalVariable(*m, i32, false, llvm::GlobalValue::ExternalLinkage,
-                                          llvm::ConstantInt::get(i32, 0), name);
+    auto* i32 = llvm::Type::getInt32Ty(*ctx);
+    auto* f32 = llvm::Type::getFloatTy(*ctx);
+    auto host = [&](const char* name, llvm::Type* ret, std::vector<llvm::Type*> params) {
+      return m->getOrInsertFunction(name, llvm::FunctionType::get(ret, params, false));
+    };
+    std::vector<llvm::Function*> gone;
+    for (llvm::Function& f : *m) {
+      llvm::StringRef name = f.getName();
+      if (!name.starts_with("llvm.nvvm.")) continue;
       std::vector<llvm::CallInst*> calls;
-      for (llvm::User* u : f->users()) calls.push_back(llvm::cast<llvm::CallInst>(u));
+      for (llvm::User* u : f.users()) calls.push_back(llvm::cast<llvm::CallInst>(u));
       for (llvm::CallInst* c : calls) {
         llvm::IRBuilder<> b(c);
-        c->replaceAllUsesWith(b.CreateLoad(i32, gv));
+        llvm::Value* r = nullptr;
+        if (name.starts_with("llvm.nvvm.read.ptx.sreg.")) {
+          const std::string reg = name.drop_front(std::strlen("llvm.nvvm.read.ptx.sreg.")).str();
+          const int which = reg == "tid.x" ? 0 : reg == "ntid.x" ? 1 : reg == "ctaid.x" ? 2 : reg == "nctaid.x" ? 3 : -1;
+          if (which < 0) throw std::runtime_error("CpuKernel: special register " + reg);
+          r = b.CreateCall(host("sim_sreg", i32, {i32}), {b.getInt32(which)});
+        } else if (name == "llvm.nvvm.shfl.sync.bfly.i32") {
+          r = b.CreateCall(host("sim_shfl_i32", i32, {i32, i32}), {c->getArgOperand(1), c->getArgOperand(2)});
+        } else if (name == "llvm.nvvm.shfl.sync.bfly.f32") {
+          r = b.CreateCall(host("sim_shfl_f32", f32, {f32, i32}), {c->getArgOperand(1), c->getArgOperand(2)});
+        } else if (name == "llvm.nvvm.barrier0") {
+          b.CreateCall(host("sim_barrier0", b.getVoidTy(), {}));
+        } else {
+          throw std::runtime_error("CpuKernel: cannot run " + name.str() + " on the CPU");
+        }
+        if (r) c->replaceAllUsesWith(r);
         c->eraseFromParent();
       }
-      f->eraseFromParent();
+      gone.push_back(&f);
     }
+    for (llvm::Function* f : gone) f->eraseFromParent();
     llvm::Function* fn = m->getFunction("kern");
     fn->removeParamAttr(fn->arg_size() - 1, llvm::Attribute::ByVal);
     std::string err;
     llvm::raw_string_ostream es(err);
     if (llvm::verifyModule(*m, &es)) throw std::runtime_error("CpuKernel: " + es.str());
     jit_ = llvm::cantFail(llvm::orc::LLJITBuilder().create());
+    llvm::orc::SymbolMap syms;
+    auto def = [&](const char* name, auto* fp) {
+      syms[jit_->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(fp), llvm::JITSymbolFlags::Exported};
+    };
+    def("sim_sreg", &sim::sreg);
+    def("sim_shfl_i32", &sim::shfl_i32);
+    def("sim_shfl_f32", &sim::shfl_f32);
+    def("sim_barrier0", &sim::barrier0);
+    llvm::cantFail(jit_->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(syms))));
     llvm::cantFail(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))));
     fn_ = llvm::cantFail(jit_->lookup("kern")).toPtr<void*>();
-    for (const char* r : {"tid_x", "ntid_x", "ctaid_x", "nctaid_x"}) {
-      auto a = jit_->lookup(std::string("sreg_") + r);
-      sreg_[r] = a ? a->toPtr<int32_t*>() : nullptr;
-      if (!a) llvm::consumeError(a.takeError());
-    }
   }
 
   // bufs: one per buffer load, then one per store (device_kernel.h's order).
@@ -603,36 +703,47 @@ class CpuKernel {
            uint32_t block) {
     ASSERT_EQ(bufs.size(), nbuf_);
     for (uint32_t c = 0; c < grid; ++c)
-      for (uint32_t t = 0; t < block; ++t) {
-        set("tid_x", t);
-        set("ntid_x", block);
-        set("ctaid_x", c);
-        set("nctaid_x", grid);
-        switch (bufs.size()) {
-          case 2:
-            reinterpret_cast<void (*)(void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], total,
-                                                                                    dims.data());
-            break;
-          case 3:
-            reinterpret_cast<void (*)(void*, void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], bufs[2],
-                                                                                          total, dims.data());
-            break;
-          default:
-            FAIL() << bufs.size() << " buffers";
-        }
-      }
+      for (uint32_t t = 0; t < block; ++t) call(bufs, total, dims, t, block, c, grid);
+  }
+
+  // Each block's `block` threads at once (block: a multiple of 32).
+  void run_threads(const std::vector<void*>& bufs, int64_t total, const std::vector<int64_t>& dims, uint32_t grid,
+                   uint32_t block) {
+    ASSERT_EQ(bufs.size(), nbuf_);
+    ASSERT_EQ(block % 32, 0u);
+    for (uint32_t c = 0; c < grid; ++c) {
+      sim::Block shared(block);
+      std::vector<std::thread> threads;
+      for (uint32_t t = 0; t < block; ++t)
+        threads.emplace_back([&, t] {
+          sim::block = &shared;
+          call(bufs, total, dims, t, block, c, grid);
+        });
+      for (std::thread& th : threads) th.join();
+    }
   }
 
   DeviceKernel dk;
 
  private:
-  void set(const char* r, uint32_t v) {
-    if (int32_t* p = sreg_[r]) *p = static_cast<int32_t>(v);
+  void call(const std::vector<void*>& bufs, int64_t total, const std::vector<int64_t>& dims, uint32_t tid,
+            uint32_t ntid, uint32_t ctaid, uint32_t nctaid) {
+    sim::regs[0] = tid, sim::regs[1] = ntid, sim::regs[2] = ctaid, sim::regs[3] = nctaid;
+    switch (bufs.size()) {
+      case 2:
+        reinterpret_cast<void (*)(void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], total, dims.data());
+        break;
+      case 3:
+        reinterpret_cast<void (*)(void*, void*, void*, int64_t, const int64_t*)>(fn_)(bufs[0], bufs[1], bufs[2], total,
+                                                                                      dims.data());
+        break;
+      default:
+        ADD_FAILURE() << bufs.size() << " buffers";
+    }
   }
   size_t nbuf_ = 0;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   void* fn_ = nullptr;
-  std::map<std::string, int32_t*> sreg_;
 };
 
 // 16-byte aligned float storage; at(shift) is `shift` floats past the aligned start.
@@ -817,6 +928,7 @@ TEST(CudaKernelEmitter, ContiguousLoadAtAnOffsetIsCheckedAtItsOffset) {
   k.loads = {a};
   k.stores = {r};
   k.name = "fused_slice";
+  k.launch = choose_launch_shape(g, k);
   for (int64_t offset : {0, 1, 4, 6})
     for (bool generic : {false, true}) {
       SCOPED_TRACE("offset " + std::to_string(offset) + (generic ? ", generic" : ", exact"));
@@ -872,6 +984,105 @@ TEST(CudaKernelEmitter, NonContiguousKernelsKeepOneElementPerThread) {
     auto e = emit(g, only_row_kernel(p, g), false);
     EXPECT_EQ(e->dk.elements_per_thread, 1);
   }
+}
+
+// Rows in both modes, run on the CPU with every block's threads at once
+// (shuffles and barriers emulated): y = (x - max) / sum(x - max) and max per
+// row, over rows x cols of small integers (every sum exact in float32, so any
+// reduction order gives the same bits). Warp rows: 2 a block of 64; block
+// rows: one a block of 64. Grids smaller than the rows (grid-stride), cols
+// shorter and longer than a warp and than the block.
+TEST(CudaKernelEmitter, WarpAndBlockRowsComputeEveryRowOnAnyGrid) {
+  LaunchShape warp, block;
+  warp.block = block.block = 64;
+  warp.rows = LaunchShape::Rows::Warp;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 33}, {7, 1}, {3, 100}, {4, 31}, {2, 200}}) {
+    ir::Graph g;
+    auto full = tt(f, {rows, cols}), row = tt(f, {rows, 1});
+    ValueId x = g.add_input(full);
+    ValueId m = g.add_node1(OpKind::ReduceMax, {x}, {dt(f), dims_attr({1})}, row);
+    ValueId d = g.add_node1(OpKind::Sub, {x, m}, {dt(f)}, full);
+    ValueId s = g.add_node1(OpKind::ReduceSum, {d}, {dt(f), dims_attr({1})}, row);
+    g.add_output(g.add_node1(OpKind::Div, {d, s}, {dt(f)}, full));
+    g.add_output(m);
+    Plan p = plan_graph(g);
+    const FusedKernel& k = only_row_kernel(p, g);
+    ASSERT_EQ(k.stores.size(), 2u) << p.str(g);
+    const bool y_first = k.stores[0] != m;
+    std::vector<float> xs(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(static_cast<int64_t>((i * 7 + 3) % 11) - 5);
+    std::vector<float> want_y(xs.size()), want_m(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      float mx = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, xs[r * cols + c]);
+      for (int64_t c = 0; c < cols; ++c) sum += xs[r * cols + c] - mx;
+      for (int64_t c = 0; c < cols; ++c) want_y[r * cols + c] = (xs[r * cols + c] - mx) / sum;
+      want_m[r] = mx;
+    }
+    for (const LaunchShape& shape : {warp, block})
+      for (bool generic : {false, true}) {
+        CpuKernel ck(g, k, generic, shape);
+        ASSERT_EQ(ck.dk.rows_per_block, shape.rows == LaunchShape::Rows::Warp ? 2 : 1);
+        for (uint32_t grid : {1u, 2u, 5u}) {
+          SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(cols) + ", " + shape.str(true) + ", " +
+                       (generic ? "generic" : "exact") + ", grid " + std::to_string(grid));
+          std::vector<float> y(xs.size() + 1, 99.f), mx(static_cast<size_t>(rows) + 1, 99.f);
+          ck.run_threads({xs.data(), y_first ? y.data() : mx.data(), y_first ? mx.data() : y.data()}, rows,
+                         kernel_dims(k), grid, static_cast<uint32_t>(shape.block));
+          for (size_t i = 0; i < xs.size(); ++i)
+            if (!(y[i] == want_y[i] || (std::isnan(y[i]) && std::isnan(want_y[i])))) {
+              ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << want_y[i];
+              break;
+            }
+          for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(mx[r], want_m[r]) << "row " << r;
+          EXPECT_EQ(y[xs.size()], 99.f) << "wrote past the rows";
+          EXPECT_EQ(mx[rows], 99.f) << "wrote past the rows";
+        }
+      }
+  }
+}
+
+// A shape asking for 8 elements a thread in vectors of 4: two 16-byte loads
+// per operand and two stores per chunk, and still every element on any grid.
+TEST(CudaKernelEmitter, ElementsPerThreadAreWholeVectors) {
+  const int64_t n = 1003;
+  ir::Graph g = f32_chain(n);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = p.kernels.at(0);
+  LaunchShape two;
+  two.block = 64;
+  two.vector_width = 4;
+  two.elements_per_thread = 8;
+  for (bool generic : {false, true}) {
+    cuda::KernelConfig cfg;
+    cfg.generic = generic;
+    cfg.shape = two;
+    auto e = emit(g, k, cfg, true);
+    expect_abi(*e, k);
+    EXPECT_EQ(e->dk.elements_per_thread, 8);
+    EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 4u) << e->ptx;
+    EXPECT_EQ(count(e->ptx, "st.global.v4.f32"), 2u) << e->ptx;
+    EXPECT_NE(e->ptx.find(".maxntid 64, 1, 1"), std::string::npos) << e->ptx;
+    CpuKernel ck(g, k, generic, two);
+    for (auto [grid, block] : {std::pair<uint32_t, uint32_t>{1, 64}, {2, 32}, {3, 64}})
+      for (int shifted = -1; shifted < 1; ++shifted) {
+        SCOPED_TRACE(std::string(generic ? "generic" : "exact") + ", grid " + std::to_string(grid) + ", shifted " +
+                     std::to_string(shifted));
+        Floats x(n), y(n), out(n, -12345.f);
+        float* px = x.at(shifted == 0 ? 1 : 0);
+        for (int64_t i = 0; i < n; ++i) px[i] = xv(i), y.at(0)[i] = yv(i);
+        ck.run({px, y.at(0), out.at(0)}, n, kernel_dims(k), grid, block);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.at(0)[i], std::max(xv(i) * yv(i) + xv(i), 0.f)) << i;
+        EXPECT_EQ(out.at(0)[n], -12345.f);
+      }
+  }
+  // A plan's scalar shape (vector width 1) keeps the kernel scalar.
+  LaunchShape scalar;
+  cuda::KernelConfig cfg;
+  cfg.shape = scalar;
+  auto e = emit(g, k, cfg, true);
+  EXPECT_EQ(e->dk.elements_per_thread, 1);
+  EXPECT_EQ(count(e->ptx, "ld.global.nc.v4.f32"), 0u) << e->ptx;
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ struct Unit {
   bool generic;
   std::string symbol;
   uint8_t grid;
-  int32_t block, shared, elements_per_thread;
+  int32_t block, shared, elements_per_thread, rows_per_block;
   std::string ptx, cubin;
 };
 struct Archive {
@@ -61,7 +61,7 @@ struct Archive {
 };
 Archive read_archive(const std::string& object) {
   ir::ByteReader r(object);
-  r.expect_header("LJCU", 2, "CUDA kernels");
+  r.expect_header("LJCU", 3, "CUDA kernels");
   Archive a;
   a.arch = r.str();
   a.isa = r.u32();
@@ -76,6 +76,7 @@ Archive read_archive(const std::string& object) {
     u.block = r.i32();
     u.shared = r.i32();
     u.elements_per_thread = r.i32();
+    u.rows_per_block = r.i32();
     u.ptx = r.str();
     u.cubin = r.str();
     a.units.push_back(std::move(u));
@@ -156,12 +157,25 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
     EXPECT_EQ(u.ptx.find("__nvvm_reflect"), std::string::npos);
     EXPECT_EQ(u.cubin.compare(0, 4, "\x7f" "ELF"), 0) << "cubin is no ELF";
     EXPECT_EQ(cubin_sm(u.cubin), sm) << "ptxas ran for another arch";
-    EXPECT_EQ(u.block, 256);
-    // Row kernels take a row a block; element kernels 1, 2, 4, 8 or 16 elements a thread.
+    // Row kernels take 1 element a thread; element kernels 1, 2, 4, 8 or 16.
     if (u.grid == 1) EXPECT_EQ(u.elements_per_thread, 1);
+    if (u.grid == 0) EXPECT_EQ(u.rows_per_block, 1);
     EXPECT_TRUE(u.elements_per_thread >= 1 && u.elements_per_thread <= 16 &&
                 (u.elements_per_thread & (u.elements_per_thread - 1)) == 0)
         << u.elements_per_thread;
+  }
+  // Each kernel follows its plan's launch shape (launch_shape.h): its block is
+  // the archive's and the PTX's .maxntid; warp rows run block / 32 rows a block.
+  for (size_t i = 0; i < n && i < c.archive.of.size(); ++i) {
+    const FusedKernel& k = c.plan.kernels[i];
+    const Unit& u = c.archive.units.at(c.archive.of[i]);
+    EXPECT_EQ(u.block, k.launch.block) << k.name;
+    EXPECT_NE(u.ptx.find(".maxntid " + std::to_string(k.launch.block) + ", 1, 1"), std::string::npos) << k.name;
+    EXPECT_EQ(u.rows_per_block, k.row ? k.launch.rows_per_block() : 1) << k.name;
+    if (k.row && k.launch.rows == LaunchShape::Rows::Warp) {
+      EXPECT_EQ(u.ptx.find("bar.sync"), std::string::npos) << k.name << ": warp rows need no barrier";
+      EXPECT_EQ(u.ptx.find(".shared"), std::string::npos) << k.name << ": warp rows need no shared memory";
+    }
   }
   // The PTX dump: one section per plan kernel.
   const std::string& a = c.code->assembly();
@@ -564,12 +578,18 @@ TEST_P(CudaTarget, CorruptArchivesAndOtherArchsAreRefused) {
                 e.find("truncated program bytes") != std::string::npos)
         << "cut at " << cut << ": " << e;
   }
-  // An archive of another format version (1: before elements per thread).
-  std::string v1 = object;
-  v1[4] = 1;
-  Plan r1 = plan_graph(g);
-  std::string e1 = error_of([&] { t->load(v1, r1); });
-  EXPECT_NE(e1.find("CUDA kernels bytes have format version 1; this build reads version 2"), std::string::npos) << e1;
+  // Archives of other format versions (1: before elements per thread, 2:
+  // before rows per block): refused, not misread.
+  for (char version : {1, 2}) {
+    std::string old = object;
+    old[4] = version;
+    Plan r1 = plan_graph(g);
+    std::string e1 = error_of([&] { t->load(old, r1); });
+    EXPECT_NE(e1.find("CUDA kernels bytes have format version " + std::to_string(version) +
+                      "; this build reads version 3"),
+              std::string::npos)
+        << e1;
+  }
   std::string other_tag = object;
   other_tag.replace(0, 4, "LJKO");
   Plan r = plan_graph(g);

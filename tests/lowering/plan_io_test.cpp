@@ -58,6 +58,8 @@ void expect_same_access(const Access& a, const Access& b, const std::string& whe
 
 void expect_same_kernel(const FusedKernel& a, const FusedKernel& b, const std::string& where) {
   EXPECT_EQ(a.sizes, b.sizes) << where;
+  EXPECT_EQ(a.launch.str(a.row), b.launch.str(b.row)) << where;
+  EXPECT_TRUE(a.launch == b.launch) << where;
   EXPECT_EQ(a.nodes, b.nodes) << where;
   ASSERT_EQ(a.loads.size(), b.loads.size()) << where;
   for (size_t i = 0; i < a.loads.size(); ++i)
@@ -329,6 +331,31 @@ TEST(PlanIO, WrongTagOrVersionIsRefused) {
   version[at + 4] = static_cast<char>(lowering::kPlanFormatVersion + 1);
   EXPECT_NE(error_of(tag).find("not lazyjit plan bytes"), std::string::npos) << error_of(tag);
   EXPECT_NE(error_of(version).find("plan bytes have format version"), std::string::npos) << error_of(version);
+  // Version 5 (before launch shapes): refused, not read as if it had them.
+  std::string v5 = bytes;
+  v5[at + 4] = 5;
+  EXPECT_NE(error_of(v5).find("plan bytes have format version 5; this build reads version 6"), std::string::npos)
+      << error_of(v5);
+}
+
+// A launch shape other than the one planned (a warp-row row kernel, a plain
+// kernel taking 8 elements in vectors of 4) reads back as written; one that is
+// not valid (a block of 100 threads) is refused naming the kernel.
+TEST(PlanIO, LaunchShapesRoundTripAndInvalidOnesAreRefused) {
+  Graph g = softmax_graph();
+  Plan p = lowering::plan_graph(g);
+  ASSERT_FALSE(p.kernels.empty());
+  lowering::FusedKernel& k = p.kernels[0];
+  ASSERT_TRUE(k.row);
+  k.launch.rows = lowering::LaunchShape::Rows::Warp;
+  k.launch.block = 96;
+  Program back = read_program(program_bytes(g, p));
+  EXPECT_EQ(back.plan.kernels[0].launch.rows, lowering::LaunchShape::Rows::Warp);
+  EXPECT_EQ(back.plan.kernels[0].launch.block, 96);
+  EXPECT_EQ(back.plan.kernels[0].launch.rows_per_block(), 3);
+  k.launch.block = 100;
+  std::string bad = error_of(program_bytes(g, p));
+  EXPECT_NE(bad.find("kernel 0: launch shape: block of 100 threads"), std::string::npos) << bad;
 }
 
 // Random corruptions of the plan part either throw std::runtime_error or give

@@ -243,6 +243,7 @@ TEST(RowSchedule, SoftmaxKeepsExpInScratchAndRunsThreeColLoops) {
   EXPECT_EQ(s.steps[2].stores, Positions{0});
   EXPECT_EQ(plan.str(r.g),
             "fused_0 sizes=[4,8] reduce_rank=1 nodes=5 loads=%0 stores=%5 \n"
+            "  launch block=128 rows=warp\n"
             "  scratch #2:exp\n"
             "  cols -> reduce #0:reduce_max\n"
             "  cols compute #1:sub #2:exp keep #2:exp -> reduce #3:reduce_sum\n"

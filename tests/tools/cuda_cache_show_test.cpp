@@ -188,7 +188,9 @@ class CudaCacheShow : public ::testing::Test {
     p.plan = lowering::plan_graph(p.graph);
     for (const auto& k : p.plan.kernels) {
       symbols_.push_back(k.name);
-      grid_of_[k.name] = k.reduce_rank > 0 ? "rows" : "elements";  // a row kernel runs one block per row
+      grid_of_[k.name] = k.reduce_rank > 0 ? "rows" : "elements";
+      block_of_[k.name] = k.launch.block;  // the plan's launch shape (lowering/launch_shape.h)
+      rows_of_[k.name] = k.row ? k.launch.rows_per_block() : 1;
     }
     p.code = target->compile(p.graph, p.plan);
     p.compile_ms = 12.5;
@@ -224,6 +226,7 @@ class CudaCacheShow : public ::testing::Test {
   static inline std::string error_, key_, damaged_key_, object_;
   static inline std::vector<std::string> symbols_;
   static inline std::map<std::string, std::string> grid_of_;  // symbol -> "rows" or "elements"
+  static inline std::map<std::string, int> block_of_, rows_of_;  // symbol -> block, rows a block
   // symbol -> elements a thread: the softmax's rows 1, the contiguous float32
   // elementwise kernel 4 (vectorized, lowering/cuda/kernel_emitter.h).
   static int per_thread(const std::string& symbol) { return grid_of_[symbol] == "rows" ? 1 : 4; }
@@ -239,11 +242,16 @@ TEST_F(CudaCacheShow, TableNamesEachKernelsLaunchShapeAndArch) {
     ASSERT_NE(at, std::string::npos) << s << "\n" << out;
     std::string row = table.substr(at + 1, table.find('\n', at + 1) - at - 1);
     EXPECT_NE(row.find(" " + grid_of_[s] + " "), std::string::npos) << row;
-    EXPECT_NE(row.find(" 256 "), std::string::npos) << "block of 256 threads\n" << row;
+    EXPECT_NE(row.find(" " + std::to_string(block_of_[s]) + " "), std::string::npos) << "the plan's block\n" << row;
+    if (grid_of_[s] == "rows") {
+      EXPECT_EQ(rows_of_[s], 4) << "8 rows of 64: one warp a row, 4 a block";
+      EXPECT_NE(row.find(" 4 (warp) "), std::string::npos) << row;
+    }
     EXPECT_TRUE(std::regex_search(row, std::regex(" 0 B +" + std::to_string(per_thread(s)) + " ")))
         << "elements per thread after the shared bytes\n" << table;
   }
   EXPECT_NE(table.find("PER THREAD"), std::string::npos) << table;
+  EXPECT_NE(table.find("ROWS/BLOCK"), std::string::npos) << table;
   EXPECT_EQ(out.find(".entry"), std::string::npos) << "PTX only with --asm\n" << out;
 }
 
@@ -259,7 +267,9 @@ TEST_F(CudaCacheShow, AsmPrintsPtxAndSassOrSaysWhatToInstall) {
   }
   for (const std::string& s : symbols_)
     EXPECT_NE(listing.find("== kernel " + s + " (shape-generic): sm_90, PTX ISA 7.8, grid " + grid_of_[s] +
-                           ", block 256, shared 0 B, " + std::to_string(per_thread(s)) + " per thread\n"),
+                           ", block " + std::to_string(block_of_[s]) + ", shared 0 B, " +
+                           std::to_string(per_thread(s)) + " per thread" +
+                           (grid_of_[s] == "rows" ? ", 4 rows a block (one warp a row)" : "") + "\n"),
               std::string::npos)
         << s << "\n" << listing;
   EXPECT_NE(listing.find(".target sm_90"), std::string::npos) << listing;
@@ -292,7 +302,8 @@ TEST_F(CudaCacheShow, JsonHasKernelsPtxAndSassOrANote) {
   for (const json& k : c["kernels"]) {
     std::string symbol = k["symbol"];
     EXPECT_NE(k["ptx"].get<std::string>().find(".entry " + symbol), std::string::npos) << symbol;
-    EXPECT_EQ(k["block"], 256);
+    EXPECT_EQ(k["block"], block_of_[symbol]);
+    EXPECT_EQ(k["rows_per_block"], rows_of_[symbol]) << symbol;
     EXPECT_EQ(k["elements_per_thread"], per_thread(symbol)) << symbol;
     EXPECT_EQ(k["arch"], "sm_90");
     EXPECT_GT(k["cubin_bytes"].get<size_t>(), 0u);

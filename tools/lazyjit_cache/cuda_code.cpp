@@ -28,9 +28,19 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// Row kernels: "rows a block" (1: one block a row; block / 32: one warp a row).
+std::string rows_text(const ObjectCode::Unit& u) {
+  if (u.grid != "rows") return "-";
+  return u.rows_per_block > 1 ? std::to_string(u.rows_per_block) + " (warp)" : "1 (block)";
+}
+
 std::string launch_text(const ObjectCode::Unit& u) {
-  return "grid " + u.grid + ", block " + std::to_string(u.block) + ", shared " + human_bytes(u.shared_bytes) +
-         ", " + std::to_string(u.elements_per_thread) + " per thread";
+  std::string s = "grid " + u.grid + ", block " + std::to_string(u.block) + ", shared " + human_bytes(u.shared_bytes) +
+                  ", " + std::to_string(u.elements_per_thread) + " per thread";
+  if (u.grid == "rows")
+    s += u.rows_per_block > 1 ? ", " + std::to_string(u.rows_per_block) + " rows a block (one warp a row)"
+                              : ", one block a row";
+  return s;
 }
 
 }  // namespace
@@ -98,19 +108,20 @@ CudaView cuda_view(const ObjectCode& obj, bool code) {
 
   json kernels = json::array();
   Table t;
-  t.headers = {"KERNEL", "GENERIC", "GRID", "BLOCK", "SHARED", "PER THREAD", "PTX", "CUBIN", "RUNS AS"};
-  t.right = {false, false, false, true, true, true, true, true, true};
+  t.headers = {"KERNEL", "GENERIC", "GRID", "BLOCK", "SHARED", "PER THREAD", "ROWS/BLOCK", "PTX", "CUBIN", "RUNS AS"};
+  t.right = {false, false, false, true, true, true, true, true, true, true};
   t.max_width = 64;
   std::string failed;  // the first disassembler failure, noted once
   for (size_t i = 0; i < obj.units.size(); ++i) {
     const ObjectCode::Unit& u = obj.units[i];
     const int runs = serves.count(static_cast<uint32_t>(i)) ? serves[static_cast<uint32_t>(i)] : 0;
     t.rows.push_back({u.symbol, u.generic ? "yes" : "no", u.grid, std::to_string(u.block), human_bytes(u.shared_bytes),
-                      std::to_string(u.elements_per_thread), human_bytes(u.ptx.size()), human_bytes(u.cubin.size()),
+                      std::to_string(u.elements_per_thread), rows_text(u), human_bytes(u.ptx.size()),
+                      human_bytes(u.cubin.size()),
                       std::to_string(runs) + (runs == 1 ? " kernel" : " kernels")});
     json k = {{"symbol", u.symbol}, {"generic", u.generic}, {"arch", obj.arch},     {"ptx_isa", isa},
               {"grid", u.grid},     {"block", u.block},     {"shared_bytes", u.shared_bytes},
-              {"elements_per_thread", u.elements_per_thread},
+              {"elements_per_thread", u.elements_per_thread}, {"rows_per_block", u.rows_per_block},
               {"ptx_bytes", u.ptx.size()}, {"cubin_bytes", u.cubin.size()}, {"plan_kernels", runs}};
     if (code) {
       std::string sass, why;

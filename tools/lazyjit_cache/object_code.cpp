@@ -60,15 +60,16 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
     try {
       ir::ByteReader r(out.bytes);
       for (int i = 0; i < 4; ++i) r.u8();  // the tag, checked above
-      // Version 1 had no elements per thread (every kernel took 1); 2 added it.
+      // Version 1 had no elements per thread (every kernel took 1); 2 added it,
+      // 3 rows per block (warp rows).
       const uint32_t version = r.u32();
-      if (version != 1 && version != 2)
+      if (version < 1 || version > 3)
         r.fail("CUDA kernel archive format version " + std::to_string(version) +
-               "; this tool reads versions 1 and 2");
+               "; this tool reads versions 1 to 3");
       out.arch = r.str();
       out.ptx_isa = r.u32();
-      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 [+ 4] + 4 + 4).
-      size_t units = r.count(version == 1 ? 38 : 42, "CUDA kernel units");
+      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 [+ 4] [+ 4] + 4 + 4).
+      size_t units = r.count(version == 1 ? 38 : version == 2 ? 42 : 46, "CUDA kernel units");
       for (size_t u = 0; u < units; ++u) {
         r.u64();
         r.u64();
@@ -81,6 +82,7 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
         unit.block = r.i32();
         unit.shared_bytes = r.i32();
         if (version >= 2) unit.elements_per_thread = r.i32();
+        if (version >= 3) unit.rows_per_block = r.i32();
         unit.ptx = r.str();
         unit.cubin = r.str();
         out.units.push_back(std::move(unit));

@@ -42,6 +42,7 @@ struct ObjectCode {
     int32_t block = 0;       // threads per block
     int32_t shared_bytes = 0;  // dynamic shared memory per block
     int32_t elements_per_thread = 1;  // consecutive elements a thread takes per step (vectorized kernels)
+    int32_t rows_per_block = 1;       // row kernels: rows a block runs (block / 32 for warp rows)
     std::string ptx;
     std::string cubin;       // an ELF for `arch`
   };
