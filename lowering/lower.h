@@ -5,6 +5,7 @@
 #include <string>
 
 #include "graph_ir/graph.h"
+#include "lowering/passes.h"
 #include "lowering/plan.h"
 #include "lowering/program.h"
 #include "lowering/target.h"
@@ -24,6 +25,8 @@ struct LowerOptions {
   Shapes shapes = Shapes::Auto;
   // No kernels: elementwise and reduction nodes run op by op (plan_op_by_op).
   bool op_by_op = false;
+  // Where the program's ATen steps run (graph passes that depend on it: passes.h).
+  AtenDevice aten_device = AtenDevice::Cpu;
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails

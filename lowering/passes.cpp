@@ -1,5 +1,7 @@
 #include "lowering/passes.h"
 
+#include "lowering/gemm_epilogue.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
@@ -262,16 +264,21 @@ const std::vector<GraphPass>& graph_pipeline() {
   // Never destroyed: a background compile may still run them while the
   // process exits (runtime/background_compiles.h).
   static const auto& passes = *new std::vector<GraphPass>{
-      {"dce", eliminate_dead_code},
-      {"fold", fold_constants},
-      {"cse", eliminate_common_subexpressions},
-      {"dce", eliminate_dead_code},  // what fold and cse left unused
+      {"dce", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_dead_code(g, m); }},
+      {"fold", [](const Graph& g, AtenDevice, ValueMap* m) { return fold_constants(g, m); }},
+      {"cse", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_common_subexpressions(g, m); }},
+      // what fold and cse left unused
+      {"dce", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_dead_code(g, m); }},
+      // Last: it counts a GEMM's readers, which cse may have merged.
+      {"gemm_epilogue",
+       [](const Graph& g, AtenDevice d, ValueMap* m) { return fuse_gemm_epilogues(g, gemm_epilogue_rules(d), m); }},
   };
   return passes;
 }
 
 Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
-                       const std::function<void(const std::string&, const Graph&)>& after, ValueMap* map) {
+                       const std::function<void(const std::string&, const Graph&)>& after, ValueMap* map,
+                       AtenDevice device) {
   if (map) {
     map->resize(g.values().size());
     for (ValueId v = 0; v < map->size(); ++v) (*map)[v] = v;
@@ -279,7 +286,7 @@ Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
   ValueMap step;
   for (const GraphPass& p : graph_pipeline()) {
     if (std::find(disabled.begin(), disabled.end(), p.name) != disabled.end()) continue;
-    g = p.run(g, map ? &step : nullptr);
+    g = p.run(g, device, map ? &step : nullptr);
     if (map)
       for (ValueId& v : *map)
         if (v != kDropped) v = step[v];

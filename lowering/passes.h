@@ -8,8 +8,8 @@
 // folding therefore works on what the structure alone decides, and loop-invariant
 // scalar arithmetic is hoisted out of kernel loops by the code generator.
 //
-// The pipeline (lower.cpp) is: dce, fold, cse, dce, then planning (fuse,
-// buffers; plan.h). LAZYJIT_DUMP writes the graph after every pass;
+// The pipeline (lower.cpp) is: dce, fold, cse, dce, gemm_epilogue
+// (gemm_epilogue.h), then planning (fuse, buffers; plan.h). LAZYJIT_DUMP writes the graph after every pass;
 // LAZYJIT_DISABLE_PASSES=fold,cse,... skips passes by name, for bisecting.
 #pragma once
 #include <functional>
@@ -50,9 +50,14 @@ ir::Graph fold_constants(const ir::Graph& g, ValueMap* map = nullptr);
 // binder asks the same of a fold at new sizes.)
 bool view_is_identity(const ir::TensorType& src, const std::vector<ir::Attr>& attrs);
 
+// Where a program's ATen steps run. A pass that swaps ops for a library op
+// whose result or speed differs by device asks it (gemm_epilogue: which GELU
+// _addmm_activation computes, and whether the CPU's oneDNN GEMM path is kept).
+enum class AtenDevice { Cpu, Cuda };
+
 struct GraphPass {
   const char* name;
-  ir::Graph (*run)(const ir::Graph&, ValueMap*);
+  ir::Graph (*run)(const ir::Graph&, AtenDevice, ValueMap*);
 };
 // The graph passes in pipeline order.
 const std::vector<GraphPass>& graph_pipeline();
@@ -60,9 +65,11 @@ const std::vector<GraphPass>& graph_pipeline();
 
 // Runs the pipeline, skipping `disabled` names, calling `after` with each
 // pass's name and result (for dumps). `map`, when not null, gets where each
-// value of `g` went in the result (all passes composed).
+// value of `g` went in the result (all passes composed). `device`: where the
+// program's ATen steps will run.
 ir::Graph run_graph_passes(
     ir::Graph g, const std::vector<std::string>& disabled,
-    const std::function<void(const std::string& pass, const ir::Graph&)>& after = {}, ValueMap* map = nullptr);
+    const std::function<void(const std::string& pass, const ir::Graph&)>& after = {}, ValueMap* map = nullptr,
+    AtenDevice device = AtenDevice::Cpu);
 
 }  // namespace lazyjit::lowering

@@ -85,7 +85,7 @@ std::string redact_password(const std::string& url) {
   return url.substr(0, start + 2) + "***" + url.substr(at);
 }
 
-const char* const kPasses[] = {"dce", "fold", "cse", "fuse", "buffers"};
+const char* const kPasses[] = {"dce", "fold", "cse", "gemm_epilogue", "fuse", "buffers"};
 
 }  // namespace
 
@@ -117,7 +117,7 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
     bool known = false;
     for (const char* k : kPasses) known |= p == k;
     if (known) c.disabled_passes.push_back(p);
-    else bad("LAZYJIT_DISABLE_PASSES", p, "a pass name (dce, fold, cse, fuse, buffers)", "no such pass off");
+    else bad("LAZYJIT_DISABLE_PASSES", p, "a pass name (dce, fold, cse, gemm_epilogue, fuse, buffers)", "no such pass off");
   }
   long long v;
   if (std::string s = env("LAZYJIT_VECTOR_BITS"); !s.empty()) {

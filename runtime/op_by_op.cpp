@@ -19,7 +19,7 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
   // Op by op, as eager runs them: no folding, no merged duplicates, every op
   // run. The graph passes cost more than they save here (~70 of ~750 us per
   // sync of a 25-op MLP block), and background compiles run this per sync.
-  for (const char* pass : {"dce", "fold", "cse"}) opts.plan.disabled.push_back(pass);
+  for (const char* pass : {"dce", "fold", "cse", "gemm_epilogue"}) opts.plan.disabled.push_back(pass);
   opts.plan.buffers = !keep_values;
   // A decomposed layer norm as ATen's one op; not when every value is kept
   // (NaN pinning reports the op that made one).

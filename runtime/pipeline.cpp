@@ -89,6 +89,7 @@ Runtime& Runtime::get() {
 Runtime::Runtime(Config config) : config_(std::move(config)) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
   executor::set_small_gemm_enabled(config_.small_gemm);
+  binder_.set_aten_device(aten_device());
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
   codegen.opt_level = config_.opt_level;
@@ -230,6 +231,7 @@ std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const
   opts.dump_dir = config_.dump_dir;
   opts.dump_name = dump_name;
   opts.shapes = shapes.value_or(config_.dynamic);
+  opts.aten_device = aten_device();
   return lowering::lower(std::move(graph), *target_, opts);
 }
 

@@ -81,6 +81,10 @@ class Runtime {
   ~Runtime();
 
   const Config& config() const { return config_; }
+  // Where programs' ATen steps run: the execution device of the target.
+  lowering::AtenDevice aten_device() const {
+    return config_.target == "cuda" ? lowering::AtenDevice::Cuda : lowering::AtenDevice::Cpu;
+  }
 
   // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a miss
   // of every cache tier. `site` is the sync's call site (kept with what it

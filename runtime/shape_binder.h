@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "lowering/passes.h"
 #include "lowering/program.h"
 
 namespace lazyjit::runtime {
@@ -44,6 +45,9 @@ class ShapeBinder {
   std::shared_ptr<const lowering::Program> bind(const ir::Graph& traced, uint64_t code_hash,
                                                 const std::vector<std::string>& disabled_passes);
   void clear();
+  // Where programs' ATen steps run: the graph passes a bind reruns depend on it
+  // (lowering/passes.h). Set once, before the first program.
+  void set_aten_device(lowering::AtenDevice d) { device_ = d; }
 
   // Programs kept per structure (the most recent first) and structures kept.
   static constexpr size_t kPerStructure = 4;
@@ -53,6 +57,7 @@ class ShapeBinder {
   struct Family;  // shape_binder.cpp
   using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // traced structure (lo, hi), code hash
   std::mutex mu_;
+  lowering::AtenDevice device_ = lowering::AtenDevice::Cpu;
   std::map<Key, std::vector<std::shared_ptr<const Family>>> families_;
   std::vector<Key> order_;  // structures, oldest first (forgotten past kStructures)
 };

@@ -69,8 +69,10 @@ print(json.dumps(counters()))
 
 
 def test_the_same_programs_and_kernels_compile_as_in_the_foreground():
-    # Sizes 1 (broadcasts) and 0 (empty) need programs of their own, whichever
-    # thread compiles them. Each of the first three sizes waits for its compile:
+    # Size 0 (empty) needs a program of its own, and so does size 1 unless its
+    # program is already shape-generic (its bias add went into the GEMM:
+    # gemm_epilogue), whichever thread compiles them. Each of the first three
+    # sizes waits for its compile:
     # a sync of a structure whose compile is still pending runs op by op and
     # queues nothing, so on a slow machine (the whole loop done before the
     # first compile) the background run would compile fewer programs, by timing.
@@ -87,7 +89,10 @@ print(json.dumps({**counters(), "why": [r["detail"] for r in lazyjit.explain_rec
     for k in ("compiles", "llvm_compiles"):
         assert fg[k] == bg[k], (fg, bg)
     assert fg["why"] == bg["why"], (fg, bg)
-    assert fg["background_syncs"] == 0 and bg["background_syncs"] >= 3, (fg, bg)
+    # Each compile was queued by a sync that ran op by op meanwhile; sizes 3 on
+    # are bound to a program already compiled.
+    assert fg["compiles"] >= 2, fg
+    assert fg["background_syncs"] == 0 and bg["background_syncs"] == bg["compiles"], (fg, bg)
 
 
 def test_sizes_that_arrive_while_it_compiles_run_op_by_op_and_stay_correct():
