@@ -12,7 +12,7 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
   executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/execution_device.cpp executor/device_launch.cpp
-  executor/collective_step.cpp executor/collective_in_flight.cpp
+  executor/collective_step.cpp executor/collective_in_flight.cpp executor/graph_replay.cpp executor/graph_replays.cpp
   runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
@@ -20,6 +20,18 @@ add_library(lazyjit SHARED
   tracer/capture.cpp tracer/capture_set.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/api.cpp
   tracer/collectives.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
+# CUDA graphs (executor/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
+# only against a torch with CUDA (libtorch_cuda, which TORCH_LIBRARIES then links).
+# LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the device run's
+# fallback when that translation unit fails to build: scripts/device/run.sh).
+option(LAZYJIT_CUDA_GRAPHS_BUILD "CUDA graphs, when the torch found has CUDA" ON)
+find_library(LAZYJIT_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+if(LAZYJIT_TORCH_CUDA_LIBRARY AND LAZYJIT_CUDA_GRAPHS_BUILD)
+  target_sources(lazyjit PRIVATE executor/cuda_graph.cpp)
+else()
+  target_sources(lazyjit PRIVATE executor/cuda_graph_none.cpp)
+endif()
+message(STATUS "lazyjit CUDA graphs: ${LAZYJIT_TORCH_CUDA_LIBRARY} (NOTFOUND: this torch has no CUDA; graphs off)")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb nlohmann_json::nlohmann_json)
 set_target_properties(lazyjit PROPERTIES
@@ -47,7 +59,8 @@ set_tests_properties(e2e_debug_level1 PROPERTIES ENVIRONMENT "LAZYJIT_CACHE=off;
 add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/executor/failed_step_test.cpp
                tests/executor/buffer_pool_test.cpp tests/executor/background_compiles_test.cpp
                tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp
-               tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp)
+               tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp
+               tests/executor/graph_replay_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_BACKGROUND_COMPILE=off")

@@ -37,6 +37,10 @@ const char* counter_name(Counter c) {
     case Counter::RemoteRefused: return "remote_refused";
     case Counter::RemoteWrites: return "remote_writes";
     case Counter::RemoteSkipped: return "remote_skipped";
+    case Counter::GraphReplayable: return "graph_replayable_programs";
+    case Counter::GraphNotReplayable: return "graph_not_replayable_programs";
+    case Counter::CudaGraphsCaptured: return "cuda_graphs_captured";
+    case Counter::CudaGraphReplays: return "cuda_graph_replays";
     case Counter::kCount: break;
   }
   return "?";
@@ -82,6 +86,18 @@ void Metrics::recompile(RecompileRecord r) {
   std::lock_guard<std::mutex> g(mu_);
   if (maps_.recompiles.size() >= kMaxRecompiles) maps_.recompiles.erase(maps_.recompiles.begin());
   maps_.recompiles.push_back(std::move(r));
+}
+
+void Metrics::graph_replay(const std::string& why) {
+  add(why.empty() ? Counter::GraphReplayable : Counter::GraphNotReplayable);
+  if (why.empty()) return;
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.graph_replay_blocked[why];
+}
+
+void Metrics::graph_replay_refused(const std::string& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++maps_.graph_replay_blocked[why];
 }
 
 void Metrics::time(const std::string& what, double ms) {
@@ -164,6 +180,15 @@ std::string Metrics::report() const {
       os << "collectives on lazyjit tensors (" << n << ", each a step of the program that ran it): " << parts << buf
          << "\n";
     }
+  }
+  // CUDA graphs: the verdicts hold under any target (under the CPU target, what
+  // the cuda target would do); captures and replays happen under cuda only.
+  if (int64_t yes = s.counters["graph_replayable_programs"], no = s.counters["graph_not_replayable_programs"];
+      yes || no || !s.graph_replay_blocked.empty()) {
+    os << "CUDA graph replay (cuda target): " << yes << " program" << (yes == 1 ? "" : "s") << " replayable, " << no
+       << " not; " << s.counters["cuda_graphs_captured"] << " captured, " << s.counters["cuda_graph_replays"]
+       << " replays\n";
+    for (const auto& [k, v] : s.graph_replay_blocked) os << "  " << v << "x no — " << k << "\n";
   }
   if (!s.recompiles.empty()) {
     os << "recompiles by call site (what differed from the nearest earlier program there):\n";

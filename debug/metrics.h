@@ -42,6 +42,13 @@ enum class Counter : int {
   RemoteWrites,    // entries written to the remote tier
   RemoteSkipped,   // remote lookups and writes skipped while backing off after failures
   ArgumentCopies,  // torch.compile: in-place updates of arguments copied in after the run (not stored in place)
+  // CUDA graphs (executor/graph_replay.h): programs whose steps allow one, or
+  // not (the reasons in graph_replay_blocked), under any target; then, under
+  // the cuda target, graphs captured and replays run (executor/graph_replays.h).
+  GraphReplayable,
+  GraphNotReplayable,
+  CudaGraphsCaptured,
+  CudaGraphReplays,
   kCount
 };
 
@@ -63,6 +70,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
   std::map<std::string, int64_t> disk_errors;   // "kind: what" -> count (corrupt, foreign, ...)
   std::map<std::string, int64_t> remote_errors; // kind -> count (connect, timeout, bad_signature, ...)
+  std::map<std::string, int64_t> graph_replay_blocked;  // why a program cannot be a CUDA graph -> programs
   std::map<std::string, Timing> timings;        // "compile", "execute", "trace"...
   std::vector<RecompileRecord> recompiles;      // in order, the most recent kMaxRecompiles
 };
@@ -79,6 +87,9 @@ class Metrics {
   void disk_error(const std::string& kind);
   void remote_error(const std::string& kind);
   void recompile(RecompileRecord r);
+  // A program's CUDA graph verdict (`why` empty when replayable), and a capture that failed.
+  void graph_replay(const std::string& why);
+  void graph_replay_refused(const std::string& why);
   static constexpr size_t kMaxRecompiles = 1000;
   void time(const std::string& what, double ms);
   MetricsSnapshot snapshot() const;

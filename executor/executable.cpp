@@ -12,6 +12,8 @@
 #include "executor/buffer_pool.h"
 #include "executor/collective_in_flight.h"
 #include "executor/device_launch.h"
+#include "executor/execution_device.h"
+#include "executor/graph_replays.h"
 #include "executor/op_by_op_node.h"
 #include "executor/kernel_launch.h"
 #include "executor/tensor_layout.h"
@@ -78,7 +80,15 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program) : progr
       aten_[si] = std::make_unique<AtenCall>(p.graph, n, /*onednn_gemms=*/!p.plan.op_by_op);
   }
   for (const lowering::FusedKernel& k : p.plan.kernels) dims_.push_back(lowering::kernel_dims(k));
+  // An op-by-op plan is transient (its compile is pending): not a program to count.
+  replay_ = graph_replay_verdict(p);
+  if (!p.plan.op_by_op) debug::Metrics::get().graph_replay(replay_.why());
+  if (replay_.replayable && cuda_graphs_enabled() && execution_device().is_cuda() && cuda_graphs_built())
+    graphs_ = std::make_unique<GraphReplays>(execution_device(), capture_cuda_graph);
 }
+
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
 
 void Executable::run_step(size_t si, std::vector<at::Tensor>& env, const Bindings& b, int threads,
                           bool* nonfinite) const {
@@ -171,7 +181,10 @@ void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& 
   for (ir::ValueId v : made) failed_by[v] = failure;
 }
 
-RunResult Executable::run(const Bindings& b, int threads) const { return run(b, threads, StepObserver()); }
+RunResult Executable::run(const Bindings& b, int threads) const {
+  if (graphs_) return graphs_->run(b, [this, threads](const Bindings& x) { return run(x, threads, StepObserver()); });
+  return run(b, threads, StepObserver());
+}
 
 RunResult Executable::run(const Bindings& b, int threads, const StepObserver& after) const {
   auto t0 = std::chrono::steady_clock::now();

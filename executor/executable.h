@@ -13,6 +13,7 @@
 
 #include "executor/aten_call.h"
 #include "executor/collective_step.h"
+#include "executor/graph_replay.h"
 #include "lowering/program.h"
 
 namespace lazyjit::executor {
@@ -52,13 +53,21 @@ struct RunResult {
   bool stored_nonfinite = false;
 };
 
+class GraphReplays;
+
 class Executable {
  public:
   // Throws when an ATen step names an operator that does not exist.
   explicit Executable(std::shared_ptr<const lowering::Program> program);
 
+  ~Executable();
+  Executable(Executable&&) noexcept;
+
   // One CPU tensor per graph output, dense with the declared strides, and the
   // steps that failed. Kernels split over `threads` threads of ATen's OpenMP pool.
+  // Under the cuda target a replayable program is captured as a CUDA graph at
+  // its second run with the same sizes and scalars, and replayed from then on
+  // (graph_replays.h).
   RunResult run(const Bindings& bindings, int threads) const;
   // The same, calling `after(step, env)` once each step has run (before the
   // buffer plan frees anything): env holds every value made so far.
@@ -66,6 +75,8 @@ class Executable {
   RunResult run(const Bindings& bindings, int threads, const StepObserver& after) const;
 
   const lowering::Program& program() const { return *program_; }
+  // Whether its steps allow one CUDA graph, or the first reason not (graph_replay.h).
+  const ReplayVerdict& graph_replay() const { return replay_; }
 
  private:
   // Sets `*nonfinite` when a kernel with checked stores stored a NaN or Inf.
@@ -81,6 +92,10 @@ class Executable {
   std::vector<std::unique_ptr<AtenCall>> aten_;
   std::vector<std::unique_ptr<CollectiveStep>> collectives_;
   std::vector<std::vector<int64_t>> dims_;       // per kernel: lowering::kernel_dims
+  ReplayVerdict replay_;
+  // Under the cuda target with CUDA graphs on, for a replayable program: its
+  // warm-up, capture and replays (null otherwise).
+  std::unique_ptr<GraphReplays> graphs_;
 };
 
 }  // namespace lazyjit::executor

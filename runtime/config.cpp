@@ -67,7 +67,7 @@ const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_P
                               "LAZYJIT_NUM_THREADS", "LAZYJIT_LOG", "LAZYJIT_RECOMPILE_LIMIT",
                               "LAZYJIT_ON_RECOMPILE_LIMIT", "LAZYJIT_DYNAMIC", "LAZYJIT_OPT_LEVEL", "LAZYJIT_DEBUG_NANS", "LAZYJIT_CHECK", "LAZYJIT_FAULT", "LAZYJIT_TRACE", "LAZYJIT_DEBUG", "LAZYJIT_MAX_GRAPH_OPS", "LAZYJIT_MAX_PROGRAMS", "LAZYJIT_CACHE", "LAZYJIT_CACHE_DIR",
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET", "LAZYJIT_REMOTE_CACHE",
-                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE", "LAZYJIT_SMALL_GEMM", "LAZYJIT_TARGET"};
+                              "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE", "LAZYJIT_SMALL_GEMM", "LAZYJIT_TARGET", "LAZYJIT_CUDA_GRAPHS"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build
 // scripts, the CUDA target's toolkit paths (lowering/cuda/toolkit.h).
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS", "LAZYJIT_LIBDEVICE",
@@ -180,6 +180,7 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   on_unless_off("LAZYJIT_BACKGROUND_COMPILE", &c.background_compile);
   on_unless_off("LAZYJIT_CACHE", &c.disk_cache);
   on_unless_off("LAZYJIT_SMALL_GEMM", &c.small_gemm);
+  on_unless_off("LAZYJIT_CUDA_GRAPHS", &c.cuda_graphs);
   c.cache_dir = env("LAZYJIT_CACHE_DIR");
   if (c.cache_dir.empty()) {
     std::string xdg = env("XDG_CACHE_HOME"), home = env("HOME");

@@ -26,6 +26,9 @@ struct Config {
   int opt_level = 3;                         // LAZYJIT_OPT_LEVEL: LLVM's pipeline (O0..O3)
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
   bool small_gemm = true;                    // LAZYJIT_SMALL_GEMM=off: decode-sized GEMMs keep ATen's mm
+  // LAZYJIT_CUDA_GRAPHS=off: under the cuda target, replayable programs are not
+  // captured as CUDA graphs (executor/graph_replays.h)
+  bool cuda_graphs = true;
   bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
   int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...
   // ...LAZYJIT_ON_RECOMPILE_LIMIT: warn (once per site), error, or run that site's graphs op by op.

@@ -42,6 +42,7 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/gemm.h"
+#include "executor/graph_replays.h"
 #include "graph_ir/hash.h"
 #include "lowering/compile_threads.h"
 #include "lowering/lower.h"
@@ -89,6 +90,7 @@ Runtime& Runtime::get() {
 Runtime::Runtime(Config config) : config_(std::move(config)) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
   executor::set_small_gemm_enabled(config_.small_gemm);
+  executor::set_cuda_graphs_enabled(config_.cuda_graphs);
   binder_.set_aten_device(aten_device());
   lowering::CodegenOptions codegen;
   codegen.vector_bits = config_.vector_bits;
@@ -183,6 +185,7 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const SyncReque
                             : std::shared_ptr<const executor::Executable>();
   });
   *note = lookup.hit ? SyncNote{} : resolved.note;
+  if (!lookup.hit && lookup.entry && config_.target == "cuda") note->graph_replay = lookup.entry->graph_replay().text();
   // A miss explained was traced then; one run op by op says so in the sync log.
   if (debug::trace_enabled() && lookup.entry && (lookup.hit || !resolved.explained))
     debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",

@@ -10,6 +10,7 @@
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op (past the recompile limit) in 3.1 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> run op by op while compiling in the background (new shapes) in 0.61 ms
 //   lazyjit: sync at train.py:12 (item()): 37 ops -> compiled in the background, ran in 0.47 ms
+//   lazyjit: sync at train.py:12 (item()): 3 ops -> compiled in 9.1 ms, ran in 0.2 ms; CUDA graph: no — NaN checks ...   (cuda target)
 //
 // Header-only: Runtime::run returns the note with its result (SyncResult), and
 // the pipeline (runtime/pipeline.cpp) fills it on the paths that are not a
@@ -26,6 +27,9 @@ struct SyncNote {
   How how = How::Hit;  // a hit unless the pipeline says otherwise
   std::string why;     // Compiled, Background: what differs from the nearest program at the site (recompile_explainer.h); Ready: how long it was pending, when this sync waited for it
   double prepare_ms = 0;  // Compiled / Loaded / Remote / Bound: the compile, the load, or the binding to new sizes
+  // Under the cuda target, a program new to memory: whether it can be a CUDA
+  // graph (executor/graph_replay.h ReplayVerdict::text); empty otherwise.
+  std::string graph_replay;
 };
 
 // How a program was found, in words ("bound to new sizes"), for traces.
@@ -43,8 +47,8 @@ inline const char* sync_how_text(SyncNote::How how) {
   return "?";
 }
 
-// The line (without "lazyjit: " and the newline) for a sync that took total_ms.
-inline std::string sync_line(const std::string& reason, const std::string& site, size_t ops, const SyncNote& n,
+// How the sync went, for sync_line.
+inline std::string sync_line_how(const std::string& reason, const std::string& site, size_t ops, const SyncNote& n,
                              double total_ms) {
   auto ms = [](double v) {
     char buf[32];
@@ -75,6 +79,16 @@ inline std::string sync_line(const std::string& reason, const std::string& site,
       return s + "bound to new sizes in " + ms(n.prepare_ms) + ", ran in " + ms(run_ms);
   }
   return s;
+}
+
+// The line (without "lazyjit: " and the newline) for a sync that took total_ms;
+// under the cuda target, for a program new to memory that cannot be a CUDA
+// graph, why not. A replayable one adds nothing.
+inline std::string sync_line(const std::string& reason, const std::string& site, size_t ops, const SyncNote& n,
+                             double total_ms) {
+  std::string line = sync_line_how(reason, site, ops, n, total_ms);
+  if (!n.graph_replay.empty() && n.graph_replay != "yes") line += "; CUDA graph: " + n.graph_replay;
+  return line;
 }
 
 }  // namespace lazyjit::runtime

@@ -134,6 +134,13 @@ ph_configure_notorch() {
   rm -rf "$BUILD"
   cmake -S . -B "$BUILD" "${a[@]}" -DLAZYJIT_WITH_TORCH=OFF
 }
+# After a failed build whose log names executor/cuda_graph.cpp (PyTorch's
+# CUDAGraph, the one translation unit built only against a CUDA torch): the same
+# build with CUDA graphs off, so the rest still runs.
+ph_rebuild_without_graphs() {
+  echo "cmake -S . -B $BUILD -DLAZYJIT_CUDA_GRAPHS_BUILD=OFF"
+  cmake -S . -B "$BUILD" -DLAZYJIT_CUDA_GRAPHS_BUILD=OFF && ph_build
+}
 gpu_test_targets() {
   ninja -C "$BUILD" -t targets all 2>/dev/null | grep -oE '^(gpu|cuda)[A-Za-z0-9_]*tests?:' | tr -d ':' | sort -u
 }
@@ -241,7 +248,7 @@ ph_bench() {
   fi
   return $rc
 }
-export -f ph_env ph_unpack cmake_args ph_configure ph_configure_notorch gpu_test_targets cpp_tests ph_build \
+export -f ph_env ph_unpack cmake_args ph_configure ph_configure_notorch ph_rebuild_without_graphs gpu_test_targets cpp_tests ph_build \
   ph_cpp_tests ph_py_smoke ph_gpu_tests ph_bench
 
 # torch.compile(backend="lazyjit") finds the backend through an entry point: a
@@ -259,6 +266,9 @@ if [ "${rcs[-1]}" != 0 ] && [ "${rcs[-1]}" != "-" ]; then
   phase configure_notorch 90 "$OUT/build.log" ph_configure_notorch
 fi
 phase build 330 "$OUT/build.log" ph_build
+if [ "${rcs[-1]}" != 0 ] && [ "${rcs[-1]}" != "-" ] && grep -q 'cuda_graph\.cpp' "$OUT/build.log"; then
+  phase build_without_graphs 200 "$OUT/build.log" ph_rebuild_without_graphs
+fi
 phase cpp_tests 90 "$OUT/tests.log" ph_cpp_tests
 if [ "$NOTORCH" = 0 ]; then
   phase py_smoke 90 "$OUT/tests.log" ph_py_smoke

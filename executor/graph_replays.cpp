@@ -1,0 +1,124 @@
+#include "executor/graph_replays.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "debug/metrics.h"
+
+namespace lazyjit::executor {
+
+namespace {
+
+std::atomic<bool> g_enabled{true};
+
+// Sizes, strides and dtype of every input, then the scalar arguments: what a
+// captured graph has baked in.
+std::vector<int64_t> run_key(const Bindings& b) {
+  std::vector<int64_t> k;
+  for (const at::Tensor& t : b.inputs) {
+    k.push_back(t.dim());
+    k.insert(k.end(), t.sizes().begin(), t.sizes().end());
+    k.insert(k.end(), t.strides().begin(), t.strides().end());
+    k.push_back(static_cast<int64_t>(t.scalar_type()));
+  }
+  k.push_back(-1);
+  k.insert(k.end(), b.scalars.begin(), b.scalars.end());
+  return k;
+}
+
+}  // namespace
+
+void set_cuda_graphs_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool cuda_graphs_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+GraphReplays::GraphReplays(c10::Device device, CaptureFn capture) : device_(device), capture_(std::move(capture)) {}
+
+GraphReplays::~GraphReplays() = default;
+
+std::string GraphReplays::last_not_replayed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_not_replayed_;
+}
+
+RunResult GraphReplays::run(const Bindings& b, const RunFn& run_program) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return run_program(b);  // another thread replays it now
+  if (!refused_.empty()) {
+    last_not_replayed_ = refused_;
+    return run_program(b);
+  }
+  for (size_t i = 0; i < b.inputs.size(); ++i)
+    if (!b.inputs[i].defined() || b.inputs[i].device() != device_) {
+      last_not_replayed_ = "input " + std::to_string(i) + " is not on " + device_.str() +
+                           " (a graph copies nothing from the host)";
+      return run_program(b);
+    }
+  std::vector<int64_t> key = run_key(b);
+  if (key != key_) {
+    // New sizes or scalars: this run warms up for a graph of its own.
+    if (graph_) last_not_replayed_ = "sizes or scalar arguments changed since the capture";
+    key_ = std::move(key);
+    runs_with_key_ = 0;
+    graph_.reset();
+    static_inputs_.clear();
+    static_outputs_.clear();
+  }
+  ++runs_with_key_;
+  if (runs_with_key_ == 1) return run_program(b);  // warm-up
+  if (!graph_) return capture_and_replay(b, run_program);
+  return replay(b);
+}
+
+RunResult GraphReplays::capture_and_replay(const Bindings& b, const RunFn& run_program) {
+  // Static inputs: the graph reads these buffers at every replay.
+  static_inputs_.clear();
+  for (const at::Tensor& t : b.inputs) {
+    static_inputs_.push_back(at::empty_strided(t.sizes(), t.strides(), t.options()));
+    static_inputs_.back().copy_(t);
+  }
+  Bindings captured{static_inputs_, b.scalars, {}};
+  // A stand-in backend may replay by running `body` again: it then writes the
+  // same static outputs, as a graph's replay does.
+  auto body = [this, captured, run_program]() {
+    RunResult r = run_program(captured);
+    if (!r.failures.empty()) std::rethrow_exception(r.failures.front().error);
+    if (static_outputs_.empty()) {
+      static_outputs_ = std::move(r.outputs);
+      return;
+    }
+    for (size_t i = 0; i < r.outputs.size(); ++i) static_outputs_[i].copy_(r.outputs[i]);
+  };
+  try {
+    graph_ = capture_(body);
+  } catch (const std::exception& e) {
+    refused_ = std::string("capture failed: ") + e.what();
+    refused_ = refused_.substr(0, refused_.find('\n'));  // c10::Error's first line
+    last_not_replayed_ = refused_;
+    debug::Metrics::get().graph_replay_refused(refused_);
+    graph_.reset();
+    static_inputs_.clear();
+    static_outputs_.clear();
+    return run_program(b);
+  }
+  debug::Metrics::get().add(debug::Counter::CudaGraphsCaptured);
+  // A capture records the run without running it: the first replay computes it.
+  return replay(b);
+}
+
+RunResult GraphReplays::replay(const Bindings& b) {
+  for (size_t i = 0; i < b.inputs.size(); ++i)
+    if (!b.inputs[i].is_same(static_inputs_[i])) static_inputs_[i].copy_(b.inputs[i], /*non_blocking=*/true);
+  graph_->replay();
+  debug::Metrics::get().add(debug::Counter::CudaGraphReplays);
+  debug::Metrics::get().add(debug::Counter::GraphsExecuted);
+  RunResult r;
+  r.outputs.reserve(static_outputs_.size());
+  for (const at::Tensor& t : static_outputs_)
+    r.outputs.push_back(t.defined() ? t.clone(at::MemoryFormat::Preserve) : at::Tensor());
+  last_not_replayed_.clear();
+  return r;
+}
+
+}  // namespace lazyjit::executor
