@@ -77,9 +77,11 @@ ReplayVerdict graph_replay_verdict(const lowering::Program& p) {
   if (p.plan.op_by_op) return blocked(-1, "", "the program runs op by op (its compile is pending)");         // 1
   if (p.plan.check_stores)
     return blocked(-1, "", "NaN checks (LAZYJIT_DEBUG_NANS) read each kernel's NaN flag on the host");  // 2
+  bool launches = false;
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     const Step& s = p.plan.steps[si];
     auto step = static_cast<int64_t>(si);
+    launches |= s.kind != Step::Kind::AsStrided;
     if (s.kind == Step::Kind::OpByOp)                                                                      // 3
       return blocked(step, lowering::step_label(p, s).first, "runs op by op through ATen (not checked for capture)");
     if (s.kind != Step::Kind::Aten) continue;
@@ -90,6 +92,7 @@ ReplayVerdict graph_replay_verdict(const lowering::Program& p) {
     if (const char* why = host_read(op)) return blocked(step, op, why);                                   // 5
     if (const char* why = schema_rule(n)) return blocked(step, op, why);                                  // 5, 6
   }
+  if (!launches) return blocked(-1, "", "nothing to launch (views of its inputs only)");                 // 7
   return {};
 }
 

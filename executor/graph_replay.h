@@ -22,6 +22,7 @@
 //     philox seed and offset at capture and advances them at each replay. (The
 //     device route draws dropout masks and in-place draws at trace time: they
 //     are program inputs, copied in at each replay.)
+//  7. nothing to launch: every step is a view of an input (an empty graph).
 // What only a run can tell is checked there (graph_replays.h): an input not on
 // the GPU (a graph copies nothing from the host), and sizes, strides or scalar
 // arguments that differ from the captured run's (a graph is per set of sizes,
@@ -37,8 +38,8 @@ namespace lazyjit::executor {
 
 struct ReplayVerdict {
   bool replayable = true;
-  int64_t step = -1;   // the step that blocks it; -1: the whole program (rules 1, 2)
-  std::string op;      // that step's op ("aten::nonzero"); empty for rules 1, 2
+  int64_t step = -1;   // the step that blocks it; -1: the whole program (rules 1, 2, 7)
+  std::string op;      // that step's op ("aten::nonzero"); empty for rules 1, 2, 7
   std::string reason;  // why, in words ("output size read on the host")
   // "yes", or "no — step 7 aten::nonzero: output size read on the host".
   std::string text() const;

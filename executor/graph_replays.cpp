@@ -66,7 +66,12 @@ RunResult GraphReplays::run(const Bindings& b, const RunFn& run_program) {
     static_outputs_.clear();
   }
   ++runs_with_key_;
-  if (runs_with_key_ == 1) return run_program(b);  // warm-up
+  if (runs_with_key_ == 1) {  // warm-up
+    RunResult r = run_program(b);
+    warm_up_devices_.clear();
+    for (const at::Tensor& t : r.outputs) warm_up_devices_.push_back(t.defined() ? t.device() : device_);
+    return r;
+  }
   if (!graph_) return capture_and_replay(b, run_program);
   return replay(b);
 }
@@ -92,6 +97,10 @@ RunResult GraphReplays::capture_and_replay(const Bindings& b, const RunFn& run_p
   };
   try {
     graph_ = capture_(body);
+    for (size_t i = 0; i < static_outputs_.size() && i < warm_up_devices_.size(); ++i)
+      if (static_outputs_[i].defined() && static_outputs_[i].device() != warm_up_devices_[i])
+        throw std::runtime_error("output " + std::to_string(i) + " is on " + static_outputs_[i].device().str() +
+                                 " when captured but on " + warm_up_devices_[i].str() + " when run");
   } catch (const std::exception& e) {
     refused_ = std::string("capture failed: ") + e.what();
     refused_ = refused_.substr(0, refused_.find('\n'));  // c10::Error's first line

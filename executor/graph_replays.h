@@ -8,8 +8,9 @@
 // outputs are copied out of the graph's buffers after it, so a replay never
 // overwrites a tensor the caller holds. Kernel results the caller asked to be
 // stored into its tensors (Bindings::into) are not: a graph writes its own.
-// A capture that fails (an op synchronizing with the host) is never tried again
-// for this program; the reason is counted (debug/metrics.h).
+// A capture that fails (an op synchronizing with the host), or whose outputs
+// are not on the devices the warm-up's were, is never tried again for this
+// program; the reason is counted (debug/metrics.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -53,6 +54,10 @@ class GraphReplays {
   int runs_with_key_ = 0;
   std::string refused_;    // a capture that failed: never tried again
   std::string last_not_replayed_;
+  // The warm-up's output devices: an op whose outputs move under capture
+  // (memory-efficient attention's philox seed and offset: on the CPU when run,
+  // on the GPU when captured) makes the graph's outputs unlike a run's.
+  std::vector<c10::Device> warm_up_devices_;
   std::vector<at::Tensor> static_inputs_;
   // The graph's results, in its private pool (released when both the graph and
   // these are gone, in either order, as with torch.cuda.graphs).

@@ -9,7 +9,7 @@
 #   configure  cmake -DLAZYJIT_DEPS_PREFIX=... -DLAZYJIT_PYTHON=<the machine's python>;
 #              if that fails, once more without libtorch (-DLAZYJIT_WITH_TORCH=OFF)
 #   build      ninja -j<cores>: lazyjit, the extension, lazyjit-cache and the C++ tests
-#   cpp_tests  lowering_tests, executor_tests' CudaDriver* and DeviceLaunch* tests, and
+#   cpp_tests  lowering_tests, executor_tests' CudaDriver*, DeviceLaunch* and CudaGraph* tests, and
 #              every test target named gpu*tests/cuda*tests (LAZYJIT_DEVICE_CPP_TESTS
 #              replaces the first two: NAME or NAME=GTEST_FILTER, space-separated)
 #   py_smoke   import lazyjit; one small graph on the CPU target, then the CUDA
@@ -149,7 +149,7 @@ gpu_test_targets() {
 cpp_tests() {
   local - t seen=" "
   set -f   # the filters' * are gtest's
-  for t in ${LAZYJIT_DEVICE_CPP_TESTS:-lowering_tests executor_tests=CudaDriver*:DeviceLaunch*} $(gpu_test_targets); do
+  for t in ${LAZYJIT_DEVICE_CPP_TESTS:-lowering_tests executor_tests=CudaDriver*:DeviceLaunch*:CudaGraph*} $(gpu_test_targets); do
     case "$seen" in *" ${t%%=*} "*) continue ;; esac
     [ "$NOTORCH" = 1 ] && [ "${t%%=*}" = executor_tests ] && continue
     seen+="${t%%=*} "

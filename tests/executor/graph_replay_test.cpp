@@ -119,6 +119,17 @@ TEST(GraphReplayVerdict, OpByOpPlansAndStepsBlockIt) {
   EXPECT_NE(v.why().find("runs op by op through ATen (not checked for capture)"), std::string::npos) << v.why();
 }
 
+TEST(GraphReplayVerdict, ViewsOnlyLaunchNothing) {
+  ir::Graph g;
+  ValueId x = g.add_input(f32({4, 6}));
+  g.add_output(g.add_node1(OpKind::AsStrided, {x},
+                           {Attr{std::vector<int64_t>{6, 4}}, Attr{std::vector<int64_t>{1, 6}}, Attr{int64_t{0}}},
+                           ir::TensorType{DType::Float32, {6, 4}, {1, 6}}));
+  executor::ReplayVerdict v = verdict(std::move(g));
+  ASSERT_FALSE(v.replayable);
+  EXPECT_EQ(v.text(), "no — nothing to launch (views of its inputs only)");
+}
+
 // The CPU stand-in for a CUDA graph: capture records `body`, replay runs it.
 struct RerunGraph : executor::CapturedRun {
   std::function<void()> body;
@@ -214,6 +225,35 @@ TEST(GraphReplays, AFailedCaptureIsNotTriedAgain) {
   EXPECT_EQ(gr.last_not_replayed(), "capture failed: operation not permitted when stream is capturing");
 }
 
+TEST(GraphReplays, OutputsThatMoveUnderCaptureRefuseTheGraph) {
+  // Memory-efficient attention's philox seed and offset are CPU tensors when
+  // run and GPU tensors when captured: a graph would hand out other tensors
+  // than a run does. The stand-in capture runs the body once, as a real one does.
+  int captures = 0, calls = 0;
+  executor::GraphReplays gr(c10::Device(c10::kCPU), [&](const std::function<void()>& body) {
+    ++captures;
+    body();
+    auto g = std::make_unique<RerunGraph>();
+    g->body = body;
+    return std::unique_ptr<executor::CapturedRun>(std::move(g));
+  });
+  auto run = [&](const executor::Bindings&) {
+    executor::RunResult r;
+    ++calls;  // the second call is the captured one
+    r.outputs = {calls == 2 ? at::empty({1}, at::TensorOptions().device(c10::kMeta)) : at::ones({1})};
+    return r;
+  };
+  executor::Bindings b{{at::ones({2})}, {}, {}};
+  gr.run(b, run);                                  // warm-up
+  executor::RunResult r = gr.run(b, run);          // captured, refused, run as usual
+  EXPECT_EQ(captures, 1);
+  EXPECT_EQ(r.outputs.at(0).device(), c10::Device(c10::kCPU));
+  EXPECT_EQ(gr.last_not_replayed(), "capture failed: output 0 is on meta when captured but on cpu when run");
+  gr.run(b, run);  // not tried again
+  EXPECT_EQ(captures, 1);
+  EXPECT_EQ(calls, 4);
+}
+
 TEST(GraphReplays, OffTheCudaTargetNoProgramHasGraphs) {
   // The executor's own hook: only under the cuda target, with a CUDA build.
   EXPECT_FALSE(executor::execution_device().is_cuda());
@@ -221,4 +261,26 @@ TEST(GraphReplays, OffTheCudaTargetNoProgramHasGraphs) {
   if (!executor::cuda_graphs_built(&why)) {
     EXPECT_NE(why.find("without CUDA graphs"), std::string::npos);
   }
+}
+
+// On a GPU (skipped elsewhere; scripts/device/run.sh runs it): a capture whose
+// body breaks it leaves PyTorch as it found it: random draws on the GPU still
+// work (the default generator left capture mode) and the graph's pool no
+// longer takes allocations.
+TEST(CudaGraph, AFailedCaptureLeavesRandomDrawsWorking) {
+  if (!executor::cuda_graphs_built() || !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA graphs or GPU here";
+  at::Tensor x = at::ones({8}, at::TensorOptions().device(at::kCUDA));
+  EXPECT_ANY_THROW(executor::capture_cuda_graph([&] {
+    at::Tensor y = x * 2;
+    (void)y.sum().item<float>();  // a host read: breaks the capture
+  }));
+  at::Tensor r = at::randn({1024}, at::TensorOptions().device(at::kCUDA));
+  at::Tensor d = at::dropout(at::ones({1024}, at::TensorOptions().device(at::kCUDA)), 0.5, /*train=*/true);
+  EXPECT_GT(r.std().item<float>(), 0.5f);
+  EXPECT_GT(d.eq(0).sum().item<int64_t>(), 0);
+  // And a capture after it works: replays compute.
+  at::Tensor out = at::empty({8}, at::TensorOptions().device(at::kCUDA));
+  auto g = executor::capture_cuda_graph([&] { out.copy_(x * 3); });
+  g->replay();
+  EXPECT_TRUE(at::allclose(out.cpu(), at::full({8}, 3.0f)));
 }
