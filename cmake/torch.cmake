@@ -60,7 +60,7 @@ add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/execut
                tests/executor/buffer_pool_test.cpp tests/executor/background_compiles_test.cpp
                tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp
                tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp
-               tests/executor/graph_replay_test.cpp)
+               tests/executor/graph_replay_test.cpp tests/executor/shape_binder_device_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_BACKGROUND_COMPILE=off")
