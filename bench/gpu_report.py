@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gpu_workloads import (DONE_WHEN, GPU_WORKLOADS, MEASURE_SYSTEM, SYSTEM_TITLES, SYSTEMS,
                            TOLERANCE)
+from report import errors_section
 from workloads import TRAIN_STATE_TOL
 
 
@@ -193,19 +194,5 @@ def render_markdown(results: dict) -> str:
             L.append("| " + " | ".join(row) + " |")
         L.append("")
 
-    errs = []
-    for key, r in results["workloads"].items():
-        for name, sr in r["systems"].items():
-            if sr.get("error"):
-                errs.append(f"- `{key}` / {name}: `{sr['error'][:600]}`"
-                            + (f" (at {sr['error_where']})" if sr.get("error_where") else ""))
-            elif sr.get("match") is False:
-                errs.append(f"- `{key}` / {name}: mismatch: `{(sr.get('match_error') or '')[:600]}`")
-            if sr.get("failed"):
-                errs.append(f"- `{key}` / {name}: failed: `{sr['failed'][:600]}`")
-    if errs:
-        L.append("## Errors and mismatches")
-        L.append("")
-        L.extend(e.replace("\n", " ") for e in errs)
-        L.append("")
+    L.extend(errors_section(results, ok="match", why="match_error", mismatch="mismatch"))
     return "\n".join(L)

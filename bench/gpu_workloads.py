@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from workloads import (LLAMA_ATTN, GeluPrimitive, LayerNorm, LlamaDecode, LlamaLayer, MLPBlock,
+from workloads import (GeluPrimitive, LayerNorm, LlamaDecode, LlamaLayer, MLPBlock,
                        MLPForward, MLPTrain, MiB, SmallOps, Softmax, TRAIN_STATE_TOL,
                        _flatten, _short_error)
 
@@ -177,28 +177,7 @@ class Decode(GpuWorkload, LlamaDecode):
 
     def build(self, device, compile_fn=None):
         """LlamaDecode.build's model and prompt; compile_fn compiles the model's forward."""
-        from transformers import LlamaConfig, LlamaForCausalLM
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        layers, hidden, inter, heads, prompt, tokens = self.size
-        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                          num_key_value_heads=heads, num_hidden_layers=layers, vocab_size=1000,
-                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-                          pad_token_id=0)
-        cfg._attn_implementation = LLAMA_ATTN
-        torch.manual_seed(9)
-        model = LlamaForCausalLM(cfg).eval().to(device)
-        if compile_fn:
-            model.forward = compile_fn(model.forward)
-        g = torch.Generator().manual_seed(10)
-        ids = torch.randint(3, 1000, (1, prompt), generator=g).to(device)
-
-        def decode(ids):
-            return model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
-                                  do_sample=False, pad_token_id=0)
-
-        return decode, (ids,)
+        return LlamaDecode.build(self, device, compile_fn=compile_fn)
 
 
 class GPT2Train(GpuWorkload, MLPTrain):

@@ -375,19 +375,24 @@ def render_markdown(results: dict) -> str:
                      f"{tc['lazyjit_first_sync_ms']:.1f} ms, cached {tc['lazyjit_sync_ms']:.2f} ms.")
         L.append("")
 
+    L.extend(errors_section(results))
+    return "\n".join(L)
+
+
+def errors_section(results, ok="correct", why="correct_error", mismatch="output mismatch"):
+    """The "Errors and mismatches" lines of a report (none when there are none):
+    per workload and system, an error, a result that did not match (`ok` False,
+    `why` saying how) or a failure. The GPU bench calls it with its own keys."""
     errs = []
     for key, r in results["workloads"].items():
         for x, sr in r.get("systems", {}).items():
             if sr.get("error"):
                 errs.append(f"- `{key}` / {x}: `{sr['error'][:600]}`"
                             + (f" (at {sr['error_where']})" if sr.get("error_where") else ""))
-            elif sr.get("correct") is False:
-                errs.append(f"- `{key}` / {x}: output mismatch: `{(sr.get('correct_error') or '')[:600]}`")
+            elif sr.get(ok) is False:
+                errs.append(f"- `{key}` / {x}: {mismatch}: `{(sr.get(why) or '')[:600]}`")
             if sr.get("failed"):
                 errs.append(f"- `{key}` / {x}: failed: `{sr['failed'][:600]}`")
-    if errs:
-        L.append("## Errors and mismatches")
-        L.append("")
-        L.extend(e.replace("\n", " ") for e in errs)
-        L.append("")
-    return "\n".join(L)
+    if not errs:
+        return []
+    return ["## Errors and mismatches", ""] + [e.replace("\n", " ") for e in errs] + [""]

@@ -387,7 +387,9 @@ class LlamaDecode(Workload):
     sizes = {"full": (4, 256, 688, 4, 8, 32), "quick": (2, 256, 688, 4, 8, 16),
              "tiny": (1, 64, 128, 4, 4, 4)}
 
-    def build(self, device, compile_backend: str | None = None):
+    def build(self, device, compile_backend: str | None = None, compile_fn=None):
+        """compile_backend: torch.compile's backend for the model's forward; or
+        compile_fn, a function that compiles it (the GPU bench's systems)."""
         from transformers import LlamaConfig, LlamaForCausalLM
         from transformers.utils import logging as hf_logging
 
@@ -401,7 +403,9 @@ class LlamaDecode(Workload):
         torch.manual_seed(9)
         model = LlamaForCausalLM(cfg).eval().to(device)
         if compile_backend:
-            model.forward = torch.compile(model.forward, backend=compile_backend)
+            compile_fn = lambda f: torch.compile(f, backend=compile_backend)  # noqa: E731
+        if compile_fn:
+            model.forward = compile_fn(model.forward)
         g = torch.Generator().manual_seed(10)
         ids = torch.randint(3, 1000, (1, prompt), generator=g).to(device)
 
