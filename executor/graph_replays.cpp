@@ -65,11 +65,29 @@ RunResult GraphReplays::run(const Bindings& b, const RunFn& run_program) {
     static_inputs_.clear();
     static_outputs_.clear();
   }
+  if (graph_) {
+    // A graph reads its stable inputs where they were at the capture.
+    for (size_t i = 0; i < b.inputs.size(); ++i)
+      if (stable_[i] && b.inputs[i].data_ptr() != static_inputs_[i].data_ptr()) {
+        // Where it was twice by chance (a caching allocator hands a freed
+        // block to the next tensor of its size): copied from now on.
+        last_not_replayed_ = "input " + std::to_string(i) + " moved since the capture";
+        if (moved_.size() <= i) moved_.resize(b.inputs.size());
+        moved_[i] = true;
+        runs_with_key_ = 0;
+        graph_.reset();
+        static_inputs_.clear();
+        static_outputs_.clear();
+        break;
+      }
+  }
   ++runs_with_key_;
   if (runs_with_key_ == 1) {  // warm-up
     RunResult r = run_program(b);
     warm_up_devices_.clear();
     for (const at::Tensor& t : r.outputs) warm_up_devices_.push_back(t.defined() ? t.device() : device_);
+    warm_up_data_.clear();
+    for (const at::Tensor& t : b.inputs) warm_up_data_.push_back(t.data_ptr());
     return r;
   }
   if (!graph_) return capture_and_replay(b, run_program);
@@ -77,9 +95,19 @@ RunResult GraphReplays::run(const Bindings& b, const RunFn& run_program) {
 }
 
 RunResult GraphReplays::capture_and_replay(const Bindings& b, const RunFn& run_program) {
-  // Static inputs: the graph reads these buffers at every replay.
+  // What the graph reads at every replay: an input at the address it had at
+  // the warm-up too (a weight, an optimizer's state) is read where it is,
+  // kept alive here; any other is copied into a buffer of the graph's own.
   static_inputs_.clear();
-  for (const at::Tensor& t : b.inputs) {
+  stable_.clear();
+  for (size_t i = 0; i < b.inputs.size(); ++i) {
+    const at::Tensor& t = b.inputs[i];
+    stable_.push_back(i < warm_up_data_.size() && t.data_ptr() == warm_up_data_[i] &&
+                      !(i < moved_.size() && moved_[i]));
+    if (stable_.back()) {
+      static_inputs_.push_back(t);
+      continue;
+    }
     static_inputs_.push_back(at::empty_strided(t.sizes(), t.strides(), t.options()));
     static_inputs_.back().copy_(t);
   }
@@ -118,7 +146,8 @@ RunResult GraphReplays::capture_and_replay(const Bindings& b, const RunFn& run_p
 
 RunResult GraphReplays::replay(const Bindings& b) {
   for (size_t i = 0; i < b.inputs.size(); ++i)
-    if (!b.inputs[i].is_same(static_inputs_[i])) static_inputs_[i].copy_(b.inputs[i], /*non_blocking=*/true);
+    if (!stable_[i] && !b.inputs[i].is_same(static_inputs_[i]))
+      static_inputs_[i].copy_(b.inputs[i], /*non_blocking=*/true);
   graph_->replay();
   debug::Metrics::get().add(debug::Counter::CudaGraphReplays);
   debug::Metrics::get().add(debug::Counter::GraphsExecuted);

@@ -4,7 +4,10 @@
 // key runs as usual (warm-up: lazy initialisations happen, cuBLAS picks its
 // algorithms), the second is captured into a graph and replayed once, every
 // later one replays it. A run with another key drops the graph and starts
-// over. Inputs are copied into static input buffers before each replay;
+// over. Inputs at the same address in the warm-up and the captured run
+// (weights, optimizer state) are stable: the graph reads them where they are
+// (a later run with one moved starts over, that input copied from then on);
+// the others are copied into static input buffers before each replay;
 // outputs are copied out of the graph's buffers after it, so a replay never
 // overwrites a tensor the caller holds. Kernel results the caller asked to be
 // stored into its tensors (Bindings::into) are not: a graph writes its own.
@@ -58,6 +61,11 @@ class GraphReplays {
   // (memory-efficient attention's philox seed and offset: on the CPU when run,
   // on the GPU when captured) makes the graph's outputs unlike a run's.
   std::vector<c10::Device> warm_up_devices_;
+  std::vector<const void*> warm_up_data_;  // the warm-up's input addresses
+  // Per input: read in place (its tensor held in static_inputs_) or copied
+  // into the static buffer there.
+  std::vector<bool> stable_;
+  std::vector<bool> moved_;  // per input: once stable, then moved: never stable again
   std::vector<at::Tensor> static_inputs_;
   // The graph's results, in its private pool (released when both the graph and
   // these are gone, in either order, as with torch.cuda.graphs).

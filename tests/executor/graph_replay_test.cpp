@@ -225,6 +225,34 @@ TEST(GraphReplays, AFailedCaptureIsNotTriedAgain) {
   EXPECT_EQ(gr.last_not_replayed(), "capture failed: operation not permitted when stream is capturing");
 }
 
+TEST(GraphReplays, StableInputsAreReadInPlaceAndOneThatMovesIsCopiedFromThen) {
+  // x is a weight (updated in place between runs, as an optimizer does); a
+  // stable input is not copied, so the replay must see the update.
+  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  int captures = 0;
+  executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
+  auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
+  at::Tensor w = torch::randn({4, 4});
+  for (int step = 0; step < 4; ++step) {
+    executor::RunResult r = gr.run({{w}, {slot(0.5)}}, run);
+    EXPECT_TRUE(torch::allclose(r.outputs.at(0), expected(w, 0.5), 1e-5, 1e-5)) << "step " << step;
+    w.mul_(0.9).add_(0.01);
+  }
+  EXPECT_EQ(captures, 1);
+  // The weight moves (a new tensor): the graph read the old address, so this
+  // run starts over, and from its capture on that input is copied.
+  at::Tensor moved = torch::randn({4, 4});
+  executor::RunResult r = gr.run({{moved}, {slot(0.5)}}, run);
+  EXPECT_TRUE(torch::allclose(r.outputs.at(0), expected(moved, 0.5), 1e-5, 1e-5));
+  EXPECT_EQ(gr.last_not_replayed(), "input 0 moved since the capture");
+  for (int step = 0; step < 4; ++step) {
+    at::Tensor x = step % 2 ? moved : torch::randn({4, 4});  // at the old address or not: copied either way
+    r = gr.run({{x}, {slot(0.5)}}, run);
+    EXPECT_TRUE(torch::allclose(r.outputs.at(0), expected(x, 0.5), 1e-5, 1e-5)) << "step " << step;
+  }
+  EXPECT_EQ(captures, 2);
+}
+
 TEST(GraphReplays, OutputsThatMoveUnderCaptureRefuseTheGraph) {
   // Memory-efficient attention's philox seed and offset are CPU tensors when
   // run and GPU tensors when captured: a graph would hand out other tensors
