@@ -42,6 +42,31 @@ def test_mlp_training_step_is_replayable_and_nothing_is_captured_on_cpu():
     assert "x no — " not in report
 
 
+def test_capturable_adamw_step_is_one_replayable_program():
+    # AdamW(capturable=True) keeps its step count and bias corrections on the
+    # device: the whole training step is one program whose scalars do not change
+    # between steps (what a graph needs; tests/gpu/test_cuda_graphs.py replays it).
+    def make(dev):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(dev)
+        return m, torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01, capturable=dev == "lazyjit")
+    me, oe = make("cpu")
+    ml, ol = make("lazyjit")
+    lazyjit.reset_metrics()
+    for _ in range(5):
+        x = torch.randn(8, 16)
+        for m, o, xx in ((me, oe, x), (ml, ol, x.to("lazyjit"))):
+            o.zero_grad()
+            m(xx).square().mean().backward()
+            o.step()
+        lazyjit.sync()
+    for pe, pl in zip(me.parameters(), ml.parameters()):
+        torch.testing.assert_close(pl.cpu(), pe.detach(), rtol=1e-5, atol=1e-6)
+    m = lazyjit.metrics()
+    assert m["graphs_executed"] == 5 and m["cache_hits"] == 4, lazyjit.metrics_report()
+    assert m["graph_replayable_programs"] == 1 and m["graph_not_replayable_programs"] == 0, lazyjit.metrics_report()
+
+
 NAN_PROBE = ("import torch, lazyjit; x = torch.randn(64, 64); "
              "torch.testing.assert_close((x.to('lazyjit').tanh() * 2 + 1).cpu(), x.tanh() * 2 + 1); "
              "print(lazyjit.metrics_report())")
