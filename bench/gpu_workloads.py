@@ -78,8 +78,13 @@ def compare_checkpoint(got, want, device: str = "cpu") -> dict:
 def training_step(model, loss_of, compile_fn=None):
     """zero_grad, loss_of(model, *args), backward, AdamW(lr=1e-3, weight_decay=0.01).step(),
     as bench/workloads.py's MLPTrain; compile_fn compiles the model and optimizer.step
-    apart. Returns the step, which returns the detached loss."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    apart. Returns the step, which returns the detached loss. On a GPU (and on the
+    lazyjit device) every system's AdamW is capturable=True, the form CUDA-graph
+    users write: its step count and bias corrections stay on the device, so a step
+    can be one graph (lazyjit bakes scalar arguments into its graphs; the default
+    AdamW passes new ones every step). The CPU's AdamW has no capturable form."""
+    capturable = next(model.parameters()).device.type != "cpu"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, capturable=capturable)
     fwd = compile_fn(model) if compile_fn else model
     opt_step = compile_fn(opt.step) if compile_fn else opt.step
 
