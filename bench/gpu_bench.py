@@ -38,7 +38,7 @@ if str(_BENCH) not in sys.path:
     sys.path.insert(0, str(_BENCH))
 
 from gpu_workloads import CUDA_ONLY_SYSTEMS, GPU_WORKLOADS, SYSTEMS, schedule  # noqa: E402
-from workloads import REPO, RESULTS_DIR  # noqa: E402
+from workloads import REPO, RESULTS_DIR, select_workloads  # noqa: E402
 
 DEFAULT_BUDGET_S = 200.0
 # (warm-up steps, least timed samples, most timed samples, least seconds of samples)
@@ -291,12 +291,7 @@ def main(argv=None) -> int:
         ap.error("no CUDA device here (torch.cuda.is_available() is False); --dry-run runs "
                  "the bench's code on the CPU")
     args.scale = "gpu" if args.device == "cuda" else "tiny"
-    keys = list(GPU_WORKLOADS)
-    if args.only:
-        want = [w.strip() for w in args.only.split(",") if w.strip()]
-        keys = [k for k in keys if any(k == w or k.startswith(w) for w in want)]
-        if not keys:
-            ap.error(f"--only {args.only!r} matches no workload; have {list(GPU_WORKLOADS)}")
+    keys = select_workloads(ap, args.only, GPU_WORKLOADS)
     systems = [s for s in (args.systems.split(",") if args.systems else SYSTEMS) if s]
     for s in systems:
         if s not in SYSTEMS:

@@ -20,8 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from workloads import (GeluPrimitive, LayerNorm, LlamaDecode, LlamaLayer, MLPBlock,
-                       MLPForward, MLPTrain, MiB, SmallOps, Softmax, TRAIN_STATE_TOL,
-                       _flatten, _short_error)
+                       MLPForward, MLPTrain, MiB, SmallOps, Softmax, TRAIN_STATE_TOL, compare)
 
 # Systems, each run in a process of its own (bench/gpu_bench.py). inductor_ro is
 # torch.compile(mode="reduce-overhead"): Inductor with CUDA graphs.
@@ -49,21 +48,8 @@ def compare_outputs(got, want, state_tol: dict | None = None, device: str = "cpu
     """Every tensor of `got` against `want` (CPU copies) at TOLERANCE for its dtype, or
     at `state_tol` when given, compared on `device` (the GPU's: a and b's outputs are
     256 MB); never raises. -> {"ok", "max_abs_diff", "error"}."""
-    res = {"ok": True, "max_abs_diff": 0.0, "error": None}
-    try:
-        g, w = dict(_flatten(got)), dict(_flatten(want))
-        if g.keys() != w.keys():
-            raise AssertionError(f"output structure differs: {sorted(g)} vs {sorted(w)}")
-        for k in w:
-            gk, wk = g[k].to(device), w[k].to(device)
-            if gk.shape == wk.shape and gk.numel():
-                d = (gk.double() - wk.double()).abs().max().item()
-                res["max_abs_diff"] = max(res["max_abs_diff"], d)
-            tol = state_tol or TOLERANCE.get(wk.dtype, {"rtol": 0.0, "atol": 0.0})
-            torch.testing.assert_close(gk, wk, **tol, msg=lambda m, k=k: f"{k}: {m}")
-    except Exception as e:
-        res.update(ok=False, error=_short_error(e))
-    return res
+    return compare(got, want, device=device,
+                   tolerance=lambda dt: state_tol or TOLERANCE.get(dt, {"rtol": 0.0, "atol": 0.0}))
 
 
 def compare_checkpoint(got, want, device: str = "cpu") -> dict:

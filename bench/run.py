@@ -39,7 +39,7 @@ if _BENCH not in sys.path:  # loaded by path (tests, other bench scripts): find 
 import torch  # noqa: E402
 
 from workloads import *  # noqa: E402,F401,F403  (re-exported: WORKLOADS, make_workload, MLPBlock, ...)
-from workloads import (LLAMA_ATTN, MiB, REPO, RESULTS_DIR, SYSTEMS, WORKLOADS, _flatten,  # noqa: E402,F401
+from workloads import (LLAMA_ATTN, MiB, REPO, RESULTS_DIR, SYSTEMS, WORKLOADS, _flatten, select_workloads,  # noqa: E402,F401
                        _short_error)
 from measure import *  # noqa: E402,F401,F403  (re-exported: run_system, worker, triad_bandwidth, ...)
 from measure import (_compile_stats, _compile_stats_delta, _dynamo_counters,  # noqa: E402,F401
@@ -115,12 +115,7 @@ def main(argv=None):
                Path(args.worker_ref) if args.worker_ref else None)
         return 0
 
-    keys = list(WORKLOADS)
-    if args.only:
-        want = [w.strip() for w in args.only.split(",") if w.strip()]
-        keys = [k for k in keys if any(k == w or k.startswith(w) for w in want)]
-        if not keys:
-            ap.error(f"--only {args.only!r} matches no workload; have {list(WORKLOADS)}")
+    keys = select_workloads(ap, args.only, WORKLOADS)
 
     t_start = time.perf_counter()
     results = {"machine": machine_info(),

@@ -473,18 +473,34 @@ def _flatten(obj, prefix="out"):
             yield from _flatten(o, f"{prefix}.{k}")
 
 
-def compare(got, want, rtol=None, atol=None) -> dict:
-    """assert_close with PyTorch's default tolerances for the dtype; never raises."""
+def select_workloads(ap, only: str | None, names) -> list:
+    """The workload keys --only names (comma-separated keys or key prefixes), in
+    `names`' order; all of them without --only. ap.error()s when it names none."""
+    keys = list(names)
+    if only:
+        want = [w.strip() for w in only.split(",") if w.strip()]
+        keys = [k for k in keys if any(k == w or k.startswith(w) for w in want)]
+        if not keys:
+            ap.error(f"--only {only!r} matches no workload; have {list(names)}")
+    return keys
+
+
+def compare(got, want, rtol=None, atol=None, device=None, tolerance=None) -> dict:
+    """assert_close with PyTorch's default tolerances for the dtype (or rtol/atol, or
+    `tolerance(dtype)` -> {"rtol", "atol"}), each tensor pair moved to `device` first
+    when given; never raises. -> {"ok", "max_abs_diff", "error"}."""
     res = {"ok": True, "max_abs_diff": 0.0, "error": None}
     try:
         g, w = dict(_flatten(got)), dict(_flatten(want))
         if g.keys() != w.keys():
             raise AssertionError(f"output structure differs: {sorted(g)} vs {sorted(w)}")
         for k in w:
-            if g[k].shape == w[k].shape and g[k].numel():
-                d = (g[k].double() - w[k].double()).abs().max().item()
+            gk, wk = (g[k].to(device), w[k].to(device)) if device else (g[k], w[k])
+            if gk.shape == wk.shape and gk.numel():
+                d = (gk.double() - wk.double()).abs().max().item()
                 res["max_abs_diff"] = max(res["max_abs_diff"], d)
-            torch.testing.assert_close(g[k], w[k], rtol=rtol, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
+            tol = tolerance(wk.dtype) if tolerance else {"rtol": rtol, "atol": atol}
+            torch.testing.assert_close(gk, wk, **tol, msg=lambda m, k=k: f"{k}: {m}")
     except Exception as e:
         res["ok"] = False
         res["error"] = _short_error(e)
