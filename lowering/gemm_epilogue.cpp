@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "lowering/graph_rewriter.h"
+
 namespace lazyjit::lowering {
 
 using ir::Attr;
@@ -36,7 +38,6 @@ GemmEpilogueRules gemm_epilogue_rules(AtenDevice device) {
 
 namespace {
 
-constexpr ValueId kUnmapped = ~ValueId{0};
 
 // An mm or addmm not yet written to the new graph: its one reader may take it
 // in. Operands are new-graph values; `view` is the reshape its reader sees.
@@ -84,18 +85,11 @@ bool is_row_reshape(const Graph& g, const Node& n) {
 class Fuser {
  public:
   Fuser(const Graph& g, const GemmEpilogueRules& rules)
-      : g_(g), rules_(rules), map_(g.values().size(), kUnmapped), readers_(g.values().size(), 0),
+      : g_(g), rules_(rules), rw_(g), out_(rw_.graph()), readers_(g.values().size(), 0),
         pending_(g.values().size()) {
     for (const Node& n : g.nodes())
       for (ValueId v : n.operands) ++readers_[v];
     for (ValueId v : g.outputs()) readers_[v] += 2;  // an output is a reader no rewrite may drop
-    for (ValueId v : g.inputs()) map_[v] = out_.add_input(g.value(v).type);
-    for (ValueId v : g.scalars()) {
-      const Node& p = g.producer(v);
-      bool wrapped = p.attrs.size() > 1 && std::holds_alternative<bool>(p.attrs[1].value) &&
-                     std::get<bool>(p.attrs[1].value);
-      map_[v] = out_.add_scalar(g.value(v).type.dtype, wrapped);
-    }
   }
 
   Graph run(ValueMap* map_out) {
@@ -104,28 +98,21 @@ class Fuser {
       if (defer_gemm(n) || defer_view(n) || fuse(n)) continue;
       copy(n);
     }
-    for (ValueId v : g_.outputs()) out_.add_output(map(v));
-    if (map_out) *map_out = map_;  // kUnmapped is kDropped: a value a fused op took in
-    return std::move(out_);
+    return rw_.finish(map_out);  // kUnmapped is kDropped: a value a fused op took in
   }
 
  private:
   // The new value of `v`; a held-back GEMM behind it is written first.
   ValueId map(ValueId v) {
     if (pending_[v]) flush(v);
-    if (map_[v] == kUnmapped)
-      throw std::logic_error("gemm_epilogue: %" + std::to_string(v) + " used before it was rewritten");
-    return map_[v];
+    return rw_.map(v);
   }
   bool single_reader(ValueId v) const { return readers_[v] == 1; }
 
   void copy(const Node& n) {
-    std::vector<ValueId> ops;
-    for (ValueId v : n.operands) ops.push_back(map(v));
-    std::vector<TensorType> types;
-    for (ValueId v : n.outputs) types.push_back(g_.value(v).type);
-    auto outs = out_.add_node(n.kind, std::move(ops), n.attrs, std::move(types));
-    for (size_t i = 0; i < outs.size(); ++i) map_[n.outputs[i]] = outs[i];
+    for (ValueId v : n.operands)
+      if (pending_[v]) flush(v);
+    rw_.copy(n);
   }
 
   // An mm/addmm with a 2-D contiguous result read once: held back, for its
@@ -174,10 +161,10 @@ class Fuser {
     std::unique_ptr<PendingGemm> p = std::move(pending_[v]);
     ValueId out = emit(*p);
     if (p->view) {
-      if (!p->fused) map_[p->gemm] = out;
+      if (!p->fused) rw_.alias(p->gemm, out);
       out = out_.add_node1(OpKind::AsStrided, {out}, *p->view, p->view_type);
     }
-    map_[v] = out;
+    rw_.alias(v, out);
   }
 
   // mm, addmm or _addmm_activation of `p`'s operands; beta and alpha as
@@ -287,8 +274,8 @@ class Fuser {
 
   const Graph& g_;
   const GemmEpilogueRules& rules_;
-  Graph out_;
-  std::vector<ValueId> map_;
+  Rewriter rw_;
+  Graph& out_;  // rw_'s graph
   std::vector<int> readers_;
   std::vector<std::unique_ptr<PendingGemm>> pending_;
 };

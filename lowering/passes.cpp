@@ -1,6 +1,7 @@
 #include "lowering/passes.h"
 
 #include "lowering/gemm_epilogue.h"
+#include "lowering/graph_rewriter.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,58 +18,6 @@ using ir::OpKind;
 using ir::ValueId;
 
 namespace {
-
-constexpr ValueId kUnmapped = ~ValueId{0};
-
-// Rebuilds a graph node by node: the sources first, numbered as before, then
-// whatever nodes the pass copies, with operands renamed to the new values.
-class Rewriter {
- public:
-  explicit Rewriter(const Graph& src) : src_(src), map_(src.values().size(), kUnmapped) {
-    for (ValueId v : src.inputs()) map_[v] = out_.add_input(src.value(v).type);
-    for (ValueId v : src.scalars()) {
-      const Node& p = src.producer(v);
-      bool wrapped = p.attrs.size() > 1 && std::holds_alternative<bool>(p.attrs[1].value) &&
-                     std::get<bool>(p.attrs[1].value);
-      map_[v] = out_.add_scalar(src.value(v).type.dtype, wrapped);
-    }
-  }
-
-  ValueId map(ValueId v) const {
-    if (map_[v] == kUnmapped)
-      throw std::logic_error("graph pass: %" + std::to_string(v) + " used before it was rewritten");
-    return map_[v];
-  }
-  bool mapped(ValueId v) const { return map_[v] != kUnmapped; }
-  // The old value `v` is now computed by the new value `to`.
-  void alias(ValueId v, ValueId to) { map_[v] = to; }
-
-  std::vector<ValueId> operands(const Node& n) const {
-    std::vector<ValueId> ops;
-    ops.reserve(n.operands.size());
-    for (ValueId v : n.operands) ops.push_back(map(v));
-    return ops;
-  }
-  // Copies `n` with its operands renamed; maps its outputs.
-  void copy(const Node& n) {
-    std::vector<ir::TensorType> types;
-    for (ValueId v : n.outputs) types.push_back(src_.value(v).type);
-    auto outs = out_.add_node(n.kind, operands(n), n.attrs, std::move(types));
-    for (size_t i = 0; i < outs.size(); ++i) map_[n.outputs[i]] = outs[i];
-  }
-
-  Graph& graph() { return out_; }
-  Graph finish(ValueMap* map_out) {
-    for (ValueId v : src_.outputs()) out_.add_output(map(v));
-    if (map_out) *map_out = map_;  // kUnmapped is kDropped
-    return std::move(out_);
-  }
-
- private:
-  const Graph& src_;
-  Graph out_;
-  std::vector<ValueId> map_;
-};
 
 bool is_source(OpKind k) { return k == OpKind::Input || k == OpKind::Scalar; }
 
