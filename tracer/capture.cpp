@@ -193,6 +193,20 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
   return g_;
 }
 
+bool CapturedGraph::writes_shared_argument(const std::vector<CaptureArg>& args) const {
+  if (write_back_.empty()) return false;
+  std::vector<const at::Tensor*> tensors;
+  for (const CaptureArg& a : args)
+    if (const at::Tensor* t = std::get_if<at::Tensor>(&a)) tensors.push_back(t);
+  for (const auto& w : write_back_) {
+    if (w.first >= tensors.size()) continue;
+    const at::Tensor& written = *tensors[w.first];
+    for (size_t j = 0; j < tensors.size(); ++j)
+      if (j != w.first && tensors[j]->defined() && tensors[j]->is_alias_of(written)) return true;
+  }
+  return false;
+}
+
 std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<CaptureArg>& args) const {
   if (args.size() != args_.size()) return std::nullopt;
   executor::Bindings b{fixed_inputs_, scalars_};
@@ -212,6 +226,12 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
       ++tensor;
     }
   }
+  // A program takes each argument as memory of its own: the traced function
+  // read and wrote placeholders that shared none. When an argument it writes
+  // shares memory with another argument (views of one buffer: a[0:4], a[2:6]),
+  // a read of the other would miss the write, so this capture does not serve
+  // them (the caller runs the function some other way, as eager would).
+  if (writes_shared_argument(args)) return std::nullopt;
   for (const auto& [input, draw] : redraws_) {
     b.inputs[input] = draw();
     if (b.inputs[input].device() != device_) b.inputs[input] = b.inputs[input].to(device_);

@@ -44,6 +44,10 @@ class CapturedGraph {
 
   size_t ops() const { return ops_; }  // nodes in the traced graph
 
+  // Whether an argument the traced function writes shares memory with another
+  // argument: run() does not serve such arguments.
+  bool writes_shared_argument(const std::vector<CaptureArg>& args) const;
+
   // What arguments that fit it have in common (capture_signature of them): the
   // key a CaptureSet finds it by.
   uint64_t signature() const;

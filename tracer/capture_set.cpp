@@ -15,8 +15,15 @@ std::optional<CaptureSet::Hit> CaptureSet::run(const std::vector<CaptureArg>& ar
   }
   // A signature is a hash: the capture's own check (sizes, strides, dtypes,
   // ints) decides, and a collision only costs a capture.
-  for (auto& [graph, tag] : candidates)
+  bool shared = false;
+  for (auto& [graph, tag] : candidates) {
+    if (graph->writes_shared_argument(args)) {
+      shared = true;
+      continue;
+    }
     if (auto out = graph->run(args)) return Hit{tag, std::move(*out)};
+  }
+  if (shared) return Hit{-1, {}, true};
   return std::nullopt;
 }
 

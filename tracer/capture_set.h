@@ -26,6 +26,10 @@ class CaptureSet {
   struct Hit {
     int64_t tag;  // the one given to add()
     std::vector<at::Tensor> outputs;
+    // A capture fits `args`, but they share memory that it writes
+    // (CapturedGraph::writes_shared_argument): nothing ran, `outputs` is empty,
+    // and the caller runs the function some other way.
+    bool shared_writes = false;
   };
   // Runs the capture that fits `args` (CapturedGraph::run), or returns nullopt
   // when none does. An op that fails raises eager's error.

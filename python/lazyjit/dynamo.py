@@ -39,14 +39,19 @@ from . import _C
 
 __all__ = ["backend", "stats", "reset_stats"]
 
-_stats = {"graphs": 0, "captures": 0, "calls": 0, "eager_graphs": 0, "eager_reasons": []}
+_stats = {"graphs": 0, "captures": 0, "calls": 0, "eager_graphs": 0, "shared_memory_calls": 0,
+          "eager_reasons": []}
+_SHARED = object()  # _run_captured: arguments share memory the program writes
 
 
 def stats() -> dict:
     """Counters of the backend: `graphs` (ATen graphs handed to lazyjit),
     `captures` (graph captures; a graph is captured again for sizes it was not
     captured with), `calls` (runs of captured programs), `eager_graphs` (graphs
-    run through ATen because they could not be captured) and `eager_reasons`."""
+    run through ATen because they could not be captured), `shared_memory_calls`
+    (calls run through ATen because an argument the graph writes shares memory
+    with another one, views of one buffer, where the graph was captured for
+    arguments that shared none) and `eager_reasons`."""
     out = dict(_stats)
     out["eager_reasons"] = list(_stats["eager_reasons"])
     return out
@@ -188,6 +193,8 @@ class LazyjitGraph:
         if self.eager_reason is None:
             full = list(args) + self.attrs if self.attrs else args
             out = self._run_captured(full)
+            if out is _SHARED:
+                return list(self.gm(*args))
             if out is not None:
                 return out
             if all(a.device.type == _home() for a in full if isinstance(a, torch.Tensor)):
@@ -198,7 +205,7 @@ class LazyjitGraph:
                     self.templates[tag] = template
                     self.templates.pop(self.programs.add(graph, tag), None)
                     out = self._run_captured(full)
-                    if out is not None:
+                    if out is not None and out is not _SHARED:
                         return out
             elif any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args):
                 # Recorded on the device, synced as usual.
@@ -210,6 +217,12 @@ class LazyjitGraph:
         hit = self.programs.run(args)
         if hit is None:
             return None
+        if hit is False:
+            # A capture fits, but an argument it writes shares memory with
+            # another (views of one buffer): its program would read the other
+            # before the write. ATen runs the graph, as eager would.
+            _stats["shared_memory_calls"] += 1
+            return _SHARED
         tag, out = hit
         _stats["calls"] += 1
         template = self.templates[tag]
@@ -282,6 +295,23 @@ def _is_dynamic(example_inputs) -> bool:
         isinstance(s, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor) for s in x.shape)
 
 
+def _shares_memory(inputs) -> bool:
+    """Whether two tensor inputs are views of one storage."""
+    seen = set()
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type != "meta":
+            try:
+                key = (x.device, x.untyped_storage().data_ptr(), x.untyped_storage().nbytes())
+            except Exception:  # noqa: BLE001 - no storage to share (a tensor subclass)
+                continue
+            if key[1] == 0:
+                continue
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
+
+
 def _forget_current_stream(gm: torch.fx.GraphModule) -> None:
     """With an accelerator registered (lazyjit is one, to PyTorch), Dynamo
     registers the current stream with every frame it traces, and the frame's
@@ -315,7 +345,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     # argument a 0-d tensor) goes through AOTAutograd, which turns those reads into
     # tensor ops: recorded as it is, .item() would need a value.
     reads_item = any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes)
-    if not kwargs and not needs_grad and not reads_item and not any(n.op == "call_module" for n in gm.graph.nodes):
+    # Arguments that share memory (views of one buffer) go through AOTAutograd,
+    # which makes them views of one synthetic base inside the graph, so that a
+    # write through one is seen through the others (as eager would).
+    if (not kwargs and not needs_grad and not reads_item and not _shares_memory(example_inputs)
+            and not any(n.op == "call_module" for n in gm.graph.nodes)):
         graph = LazyjitGraph(gm, "inference", _is_dynamic(example_inputs))
 
         def run(*args):

@@ -244,7 +244,9 @@ PYBIND11_MODULE(_C, m) {
   };
   // A call's arguments as the capture reads them: tensors, ints, floats by
   // their bits (as dynamo.py's _arg_key), anything else ignored. Returns
-  // (tag, outputs) of the capture that fits them, or None.
+  // (tag, outputs) of the capture that fits them, None when none does, or
+  // False when one does but it writes an argument that shares memory with
+  // another (views of one buffer): the caller runs the function another way.
   py::class_<lazyjit::CaptureSet>(m, "CaptureSet")
       .def(py::init<size_t>())
       .def("run",
@@ -267,6 +269,7 @@ PYBIND11_MODULE(_C, m) {
                hit = set.run(in);
              }
              if (!hit) return py::none();
+             if (hit->shared_writes) return py::bool_(false);
              py::list l(hit->outputs.size());
              for (size_t i = 0; i < hit->outputs.size(); ++i)
                l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(hit->outputs[i]));
