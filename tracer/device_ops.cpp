@@ -2,7 +2,6 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
-#include <ATen/native/Resize.h>
 #include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/ops/_coalesced_native.h>
@@ -20,6 +19,7 @@
 #include <ATen/ops/values_native.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -287,9 +287,9 @@ at::Tensor sparse_to_lazy(const at::Tensor& cpu) {
 bool is_special_op(const std::string& name) {
   static const std::unordered_set<std::string> names = {
       "aten::empty.memory_format", "aten::empty_strided", "aten::new_empty_strided", "aten::copy_", "aten::_copy_from",
-      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::resize_", "aten::zero_",
-      "aten::fill_.Scalar", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset"};
-  return names.count(name) > 0;
+      "aten::_copy_from_and_resize", "aten::_local_scalar_dense", "aten::zero_", "aten::fill_.Scalar"};
+  const auto& storage = storage_op_names();
+  return names.count(name) > 0 || std::find(storage.begin(), storage.end(), name) != storage.end();
 }
 
 // Handles the ops every device implements itself. Returns false for others.
@@ -356,44 +356,6 @@ bool special_op(const std::string& name, Stack* stack) {
     s.push_back(dst);
     return true;
   }
-  if (name == "aten::set_.source_Storage" || name == "aten::set_.source_Storage_storage_offset") {
-    // Tensor.set_(storage, ...): torch.load and deepcopy build tensors this way
-    // over a storage made by UntypedStorage (bytes, from the allocator).
-    at::Tensor t = s[0].toTensor();
-    c10::Storage st = s[1].toStorage();
-    if (!is_lazy(t) || st.device().type() != c10::DeviceType::PrivateUse1) return false;
-    int64_t isz = t.element_size(), offset = 0;
-    std::vector<int64_t> sizes{static_cast<int64_t>(st.nbytes()) / isz}, strides;
-    if (name == "aten::set_.source_Storage_storage_offset") {
-      offset = s[2].isSymInt() ? s[2].toSymInt().expect_int() : s[2].toInt();
-      sizes = int_list(s[3]);
-      strides = int_list(s[4]);
-    }
-    if (strides.empty()) strides = ir::contiguous_strides(sizes);
-    TORCH_CHECK(strides.size() == sizes.size(), "lazyjit: set_: ", sizes.size(), " sizes but ", strides.size(),
-                " strides");
-    TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
-    at::native::checkInBoundsForStorage(at::IntArrayRef(sizes), at::IntArrayRef(strides), offset, t.dtype(), st);  // eager's set_ check
-    LazyStorage& ls = *static_cast<LazyStorage*>(st.data_ptr().get_context());
-    if (ls.dtype != t.scalar_type() && ls.dtype == at::kByte && st.nbytes() % isz == 0) {
-      // Untyped bytes (UntypedStorage(n, device="lazyjit")) take the dtype of
-      // the tensor set onto them: fresh ones at once, filled ones reinterpreted
-      // on the CPU (torch.load, deepcopy).
-      at::Tensor typed = make_tensor(st, t.scalar_type(), {static_cast<int64_t>(st.nbytes()) / isz}, {1}, 0);
-      if (ctx.is_fresh(make_tensor(st, at::kByte, {ls.numel}, {1}, 0))) {
-        ls.dtype = t.scalar_type();
-        ls.numel = static_cast<int64_t>(st.nbytes()) / isz;
-      } else {
-        at::Tensor bytes = ctx.cpu_view(make_tensor(st, at::kByte, {ls.numel}, {1}, 0), "set_");
-        ctx.assign_data(typed, bytes.view(t.scalar_type()));
-      }
-    }
-    t.unsafeGetTensorImpl()->set_storage_keep_dtype(st);
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-    s.clear();
-    s.push_back(t);
-    return true;
-  }
   if (name == "aten::_local_scalar_dense") {
     at::Tensor t = s[0].toTensor();
     std::optional<at::Tensor> apart = ctx.evaluate_apart(t);
@@ -402,25 +364,7 @@ bool special_op(const std::string& name, Stack* stack) {
     s.push_back(cpu.item());
     return true;
   }
-  if (name == "aten::resize_") {
-    at::Tensor t = s[0].toTensor();
-    auto sizes = int_list(s[1]);
-    int64_t numel = 1;
-    for (int64_t d : sizes) numel *= d;
-    size_t need = static_cast<size_t>(numel + t.storage_offset()) * t.element_size();
-    if (need > t.storage().nbytes()) {
-      at::Tensor old = ctx.cpu_view(t, "resize_").as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
-      at::Tensor grown = at::zeros({static_cast<int64_t>(need / t.element_size())}, old.options());
-      grown.narrow(0, 0, old.numel()).copy_(old);
-      t.storage().unsafeGetStorageImpl()->set_nbytes(need);
-      ctx.assign_data(t, grown);
-    }
-    t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-    s.clear();
-    s.push_back(t);
-    return true;
-  }
-  return false;
+  return storage_op(name, stack);
 }
 
 // Random ops whose draws do not depend on tensor values are drawn at trace time

@@ -3,14 +3,25 @@
 #pragma once
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/Storage.h>
 
 #include <string>
+#include <vector>
 
 namespace lazyjit::tracer {
 
 bool is_special_op(const std::string& name);
 // Handles `name` on the stack; false when it is not a special op (or not this case).
 bool special_op(const std::string& name, torch::jit::Stack* stack);
+// The special ops that change a tensor's storage or its geometry over it
+// (set_, resize_, as_strided_) or compare them (is_set_to): storage_ops.cpp.
+const std::vector<std::string>& storage_op_names();
+bool storage_op(const std::string& name, torch::jit::Stack* stack);
+// Eager's resize_bytes_cpu for lazyjit storage `st` (UntypedStorage.resize_,
+// and resize_ and set_ growing a storage): it holds `nbytes` from now on, in
+// place, so every tensor over it sees the change; the elements it held are
+// kept, up to the new size (new ones are zeros: uninitialized in eager).
+void resize_storage_bytes(const c10::Storage& st, size_t nbytes);
 bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack);
 // Whether draw_at_trace_time can handle `name` at all (callers ask once per op).
 bool may_draw_at_trace_time(const std::string& name);
