@@ -156,6 +156,42 @@ def test_set_tensor_onto_itself_and_chains():
     _run(prog)
 
 
+@pytest.mark.parametrize("mode", ["lazy", "step"])
+def test_set_a_view_and_reset_the_source(mode):
+    def prog(dev):
+        base = torch.arange(6.0).to(dev)
+        v = base[1:]
+        o = torch.ones(2).to(dev)
+        v.set_(o)  # the view now views o; base keeps its own storage
+        v.add_(1)
+        base.mul_(2)
+        a = torch.arange(3.0).to(dev)
+        b = torch.zeros(3).to(dev)
+        c = torch.ones(3).to(dev)
+        b.set_(a)
+        a.set_(c)  # b stays on a's old storage
+        a.add_(1)
+        b.add_(10)
+        return [base, v, o, a, b, c]
+    lazyjit.set_mode(mode)
+    _run(prog)
+
+
+def test_set_in_another_thread_shares_the_storage():
+    import threading
+
+    def prog(dev):
+        a = torch.arange(3.0).to(dev)
+        a.add_(1)  # pending in this thread's graph
+        b = torch.zeros(3).to(dev)
+        t = threading.Thread(target=lambda: (b.set_(a), b.mul_(3)))
+        t.start()
+        t.join()
+        a.add_(1)
+        return [a, b]
+    _run(prog)
+
+
 def test_set_tensor_rejects_another_device_at_the_op():
     a = torch.zeros(3)
     b = torch.zeros(3).to(DEV)
@@ -254,6 +290,31 @@ def test_resize_of_a_view_grows_the_storage_its_base_shares():
         w.fill_(5)
         return [base, v, w_base, w, base.untyped_storage().nbytes(), w_base.untyped_storage().nbytes(),
                 _same_storage(base, v)]
+    _run(prog)
+
+
+def test_resize_after_set_grows_the_shared_storage():
+    def prog(dev):
+        a = torch.arange(3.0).to(dev)
+        b = torch.zeros(1).to(dev)
+        b.set_(a)
+        b.resize_(5)
+        b[3:].fill_(0)
+        b.add_(1)
+        return [a, b, a.untyped_storage().nbytes()]
+    _run(prog)
+
+
+def test_resize_fills_new_memory_under_deterministic_algorithms():
+    def prog(dev):
+        torch.use_deterministic_algorithms(True)
+        try:
+            a = torch.arange(3.0).to(dev)
+            a.add_(1)
+            a.resize_(5)  # the new elements are NaN, as eager fills them
+            return [a.isnan(), a.nan_to_num(-1)]
+        finally:
+            torch.use_deterministic_algorithms(False)
     _run(prog)
 
 
