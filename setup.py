@@ -42,7 +42,7 @@ class BinaryDistribution(Distribution):
 setup(
     distclass=BinaryDistribution,
     packages=["lazyjit"],
-    py_modules=["lazyjit_cache_cli"],
+    py_modules=["lazyjit_cache_cli", "lazyjit_autoload"],
     package_dir={"": "python"},
     package_data={"lazyjit": ["_C*.so", "lib/*.so", "bin/lazyjit-cache"]},
     cmdclass={"build_py": BuildWithCMake},

@@ -12,7 +12,7 @@ APT_PACKAGES=(cmake ninja-build ccache g++ "llvm-${LLVM_VERSION}-dev" libxxhash-
 # nvidia-cuda-nvcc (ptxas) and nvidia-nvvm (libdevice): the CUDA target compiles
 # PTX to cubins without a GPU (lowering/cuda/toolkit.h; CMake finds them in .venv).
 PY_PACKAGES=("torch==${TORCH_VERSION}" "pybind11>=2.12" pytest numpy "transformers==5.24.0" expecttest hypothesis
-  "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*")
+  "accelerate==1.16.0" "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

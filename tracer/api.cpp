@@ -57,6 +57,14 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     return d.is_cuda() ? at::detail::getCUDAHooks().getDefaultGenerator(d.index())
                        : at::detail::getDefaultCPUGenerator();
   }
+  // torch.Generator(device="lazyjit") (diffusers' pipelines take one on their
+  // device): a new generator of where data lives, like the default one above,
+  // so a seeded one draws eager's numbers there.
+  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+    const c10::Device d = tracer::data_device();
+    return d.is_cuda() ? at::detail::getCUDAHooks().getNewGenerator(d.index())
+                       : at::make_generator<at::CPUGeneratorImpl>(c10::detail::getNonDeterministicRandom());
+  }
   // UntypedStorage.resize_ (FSDP frees and refills parameters' memory so):
   // every tensor over the storage sees it (tracer/storage_ops.cpp).
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
