@@ -31,6 +31,7 @@
 //
 // With hooks on compiled ops or the compiled-vs-eager check, run() goes through
 // run_observed() instead (observed_run.cpp): the same lookup, every value kept.
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
@@ -138,7 +139,10 @@ SyncResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const 
         run_observed(graph, bindings, site, shapes, node_sites, observer, check_graphs_, /*repro=*/true, &r.note);
     return r;
   }
-  SyncRequest s = request(graph, site, shapes, node_sites, /*background=*/background_ != nullptr);
+  // Under torch.use_deterministic_algorithms(True) a new graph waits for its
+  // program instead of running op by op: every call gives the same bits.
+  const bool background = background_ && !at::globalContext().deterministicAlgorithms();
+  SyncRequest s = request(graph, site, shapes, node_sites, background);
   std::shared_ptr<const executor::Executable> program = program_for(s, &r.note);
   if (!program) {
     static_cast<RunResult&>(r) = run_op_by_op(graph, bindings, r.note.how);
