@@ -5,11 +5,18 @@
 // Layout under the caller's directory (all directories mode 0700):
 //   v1/entries/<key>.ljc    one entry, format in cache/entry_file.h
 //   v1/entries/<key>.stats  {"hits": N, "last_used": <unix seconds, float>}; best-effort
-//   v1/locks/<key>.lock     flock target of DiskStore::lock (cache/file_lock.h); never deleted
+//   v1/locks/<key>.lock     flock target of DiskStore::lock (cache/file_lock.h); exists while held
 //   v1/tmp/                 entries being written: <key>.<pid>.<random>.tmp
 //   v1/quarantine/          refused or damaged entries: <key>.<kind>.<unix ns>.<random>.ljc
 // When an entry was created is the manifest's business (the caller supplies
 // it) or else the file's mtime.
+//
+// The directory is opened once, by open(): every directory on the way to it is
+// checked (as OpenSSH checks the path to a key file), and from then on every
+// file operation is relative to descriptors of dir/v1 and its subdirectories
+// (openat, renameat, unlinkat, fstatat, never following a symlink). Renaming
+// the directory away and putting another in its place changes nothing for an
+// open store: it goes on in the directory it checked.
 //
 // What must hold, with any number of processes reading and writing at once:
 //  - entries/<key>.ljc is always a complete file: writers publish by rename
@@ -37,6 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/disk_error.h"
 #include "cache/entry_file.h"
@@ -61,8 +69,12 @@ class DiskStore {
   // Creates dir/v1/... (mode 0700) where missing, then runs cleanup().
   // Returns nullptr with a *warning if `dir` cannot be created. Refuses, like
   // ssh with a loose key file, a directory (dir itself or one under it) that
-  // is writable by group or others or owned by another user: returns nullptr
-  // and sets *warning to a message naming the directory. A directory that
+  // is writable by group or others or owned by another user, and a directory
+  // that another user could replace: one whose parent, or any directory above
+  // it (symlinks resolved), is writable by group or others without the sticky
+  // bit or owned by a user other than root and this one. Then it returns
+  // nullptr and sets *warning to a one-line message naming the directory and
+  // why. A directory that
   // does not take writes opens read-only: get() works, put() is skipped and
   // reported as ReadOnly, lock() returns an unheld lock.
   static std::unique_ptr<DiskStore> open(const DiskStoreOptions& options, std::string* warning);
@@ -74,7 +86,9 @@ class DiskStore {
   // refuse a foreign target or version. What is not a regular file (a FIFO, a
   // device, a symlink) is refused without blocking. Any refusal or damage
   // moves the file to quarantine/ (never deletes it), calls on_error and
-  // returns nullopt. A missing file is a plain nullopt.
+  // returns nullopt. A missing file is a plain nullopt. An entries directory
+  // that has become writable by group or others since open() is not read
+  // (Permission).
   std::optional<entry_file::VerifiedEntry> get(const std::string& key,
                                                const std::function<bool(const std::string& manifest)>& expect);
 
@@ -82,8 +96,9 @@ class DiskStore {
   // evicts. `manifest_json` must be a JSON object; key, payload_bytes and
   // payload_xxh64 are set in it. Returns false after on_error on failure:
   // ENOSPC/EDQUOT or an entry larger than max_bytes -> Full; EROFS or a
-  // read-only store -> ReadOnly; EACCES/EPERM -> Permission; else Io. A failed
-  // put leaves no tmp file behind.
+  // read-only store -> ReadOnly; EACCES/EPERM -> Permission; else Io. On
+  // ENOSPC/EDQUOT it first evicts the least recently used entries worth the
+  // new file's size and tries once more. A failed put leaves no tmp file behind.
   bool put(const std::string& key, const std::string& manifest_json, const std::string& payload);
 
   // The entry file put() would write under `key` for this manifest and
@@ -103,8 +118,9 @@ class DiskStore {
 
   // Per-key inter-process lock so that processes missing the same key compile
   // it once: flock(LOCK_EX) on locks/<key>.lock, waiting at most `timeout`. A
-  // holder that dies releases it (the kernel closes its descriptors); see
-  // cache/file_lock.h. Unheld on timeout or in read-only mode.
+  // holder that dies releases it (the kernel closes its descriptors); the lock
+  // file goes when the lock is released; see cache/file_lock.h. Unheld on
+  // timeout or in read-only mode.
   KeyLock lock(const std::string& key, std::chrono::milliseconds timeout);
 
   // For an entry get() returned whose payload the caller cannot use (a format
@@ -118,24 +134,50 @@ class DiskStore {
   void evict();
 
   // Removes tmp files whose writer is gone (its pid is not alive here) or
-  // which are older than a minute, and quarantine files older than a day.
+  // which are older than a minute, quarantine files older than a day, and
+  // lock files nobody holds (left by killed holders).
   void cleanup();
 
+  // The keys of entries/*.ljc with their files' mtimes, in no order.
+  struct Listed {
+    std::string key;
+    double mtime = 0;
+  };
+  std::vector<Listed> list() const;
+
   bool read_only() const { return read_only_; }
-  const std::string& root() const { return root_; }  // dir/v1
+  // dir/v1 as named at open(), for messages: the store itself never uses it.
+  const std::string& root() const { return root_; }
+
+  ~DiskStore();
+  DiskStore(const DiskStore&) = delete;
+  DiskStore& operator=(const DiskStore&) = delete;
 
   std::function<void(DiskError, DiskOp, const std::string&)> on_error;  // set by the caller
 
  private:
-  DiskStore(DiskStoreOptions options, std::string root, bool read_only);
+  DiskStore(DiskStoreOptions options, std::string root);
   static void check_key(const std::string& key);  // throws std::invalid_argument
   void report(DiskError kind, DiskOp op, const std::string& message) const;
   void quarantine(const std::string& key, int fd, DiskError kind);
   bool publish(const std::string& key, const std::string& file);
+  // Writes `file` as entries/<key>.ljc through tmp/. 0, or the errno of the
+  // step that failed with *error saying which (nothing is left in tmp/).
+  int write_entry(const std::string& key, const std::string& file, std::string* error);
+  // Unlinks least recently used entries, the oldest first, until what is left
+  // totals at most `keep_at_most` bytes and `free_at_least` bytes are gone.
+  // Returns the bytes freed.
+  uint64_t evict_lru(uint64_t keep_at_most, uint64_t free_at_least);
+  // False after on_error(Permission) if the directory open at `fd` is no
+  // longer this user's alone.
+  bool still_private(int fd, const std::string& path, DiskOp op) const;
 
   DiskStoreOptions options_;
   std::string root_;
-  bool read_only_;
+  bool read_only_ = false;
+  // Descriptors of dir, dir/v1 and its subdirectories; -1 where a read-only
+  // store found one missing.
+  int dir_fd_ = -1, root_fd_ = -1, entries_fd_ = -1, locks_fd_ = -1, tmp_fd_ = -1, quarantine_fd_ = -1;
 };
 
 }  // namespace lazyjit::cache

@@ -12,8 +12,10 @@
 
 namespace lazyjit::cache::posix_io {
 
-int open_regular(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+int open_regular(const std::string& path, int flags) { return open_regular_at(AT_FDCWD, path, flags); }
+
+int open_regular_at(int dir_fd, const std::string& name, int flags) {
+  int fd = ::openat(dir_fd, name.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ELOOP) errno = kNotRegular;  // O_NOFOLLOW met a symlink
     return -1;
@@ -30,9 +32,11 @@ int open_regular(const std::string& path, int flags) {
   return fd;
 }
 
-std::string file_type_name(const std::string& path) {
+std::string file_type_name(const std::string& path) { return file_type_name_at(AT_FDCWD, path); }
+
+std::string file_type_name_at(int dir_fd, const std::string& name) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return "missing";
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return "missing";
   if (S_ISLNK(st.st_mode)) return "a symlink";
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISDIR(st.st_mode)) return "a directory";
@@ -70,16 +74,6 @@ bool read_all(int fd, std::string* out) {
   }
 }
 
-bool fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = ::fsync(fd) == 0;
-  int err = errno;
-  ::close(fd);
-  errno = err;
-  return ok;
-}
-
 DiskError error_kind(int err) {
   switch (err) {
     case kNotRegular: return DiskError::NotAFile;
@@ -96,10 +90,21 @@ std::string error_text(const std::string& what, int err) {
   return what + ": " + (err == kNotRegular ? std::string("not a regular file") : std::strerror(err));
 }
 
-std::vector<std::string> list_dir(const std::string& dir) {
+int open_dir_at(int dir_fd, const std::string& name) {
+  return ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+namespace {
+
+// Lists the directory open at `fd` and closes `fd`.
+std::vector<std::string> list_open_dir(int fd) {
   std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
+  if (fd < 0) return names;
+  DIR* d = ::fdopendir(fd);  // owns `fd` from here
+  if (!d) {
+    ::close(fd);
+    return names;
+  }
   while (struct dirent* e = ::readdir(d)) {
     if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
     names.emplace_back(e->d_name);
@@ -107,6 +112,10 @@ std::vector<std::string> list_dir(const std::string& dir) {
   ::closedir(d);
   return names;
 }
+
+}  // namespace
+
+std::vector<std::string> list_dir_at(int dir_fd) { return list_open_dir(open_dir_at(dir_fd, ".")); }
 
 double mtime_seconds(const struct stat& st) { return double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9; }
 

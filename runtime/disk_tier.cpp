@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -52,7 +51,7 @@ std::unique_ptr<DiskTier> DiskTier::open(const Config& config, std::string code_
   std::string warning;
   auto store = cache::DiskStore::open(opts, &warning);
   if (!store) {
-    std::fprintf(stderr, "lazyjit: on-disk compile cache off: %s\n", warning.c_str());
+    std::fprintf(stderr, "%s\n", warning.c_str());  // "lazyjit: not using the on-disk compile cache: <why>"
     if (!config.remote_cache.empty()) std::fprintf(stderr, "lazyjit: remote compile cache off with it\n");
     return nullptr;
   }
@@ -113,16 +112,15 @@ std::shared_ptr<const lowering::Program> DiskTier::load_sibling(const cache::Cac
   const std::string own = key.str() + ".ljc";
   const std::string structure = own.substr(0, own.find('-') + 1);
   const std::string code = own.substr(own.rfind('-'));
-  std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(store_->root() + "/entries", ec)) {
-    const std::string f = e.path().filename().string();
+  std::vector<std::pair<double, std::string>> found;
+  // Listed through the store's directory descriptor, like every other access.
+  for (const cache::DiskStore::Listed& e : store_->list()) {
+    const std::string f = e.key + ".ljc";
     if (f == own) return nullptr;  // stored for these sizes: the key's own load finds it
     if (f.size() != own.size() || f.compare(0, structure.size(), structure) != 0 ||
         f.compare(f.size() - code.size(), code.size(), code) != 0)
       continue;
-    std::error_code tec;
-    found.emplace_back(e.last_write_time(tec), f.substr(0, f.size() - 4));
+    found.emplace_back(e.mtime, e.key);
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = 0; i < found.size() && i < 3; ++i)
