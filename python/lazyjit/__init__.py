@@ -316,6 +316,8 @@ if not hasattr(torch, "lazyjit"):
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                          for_packed_sequence=True, for_storage=True)
 
+from . import _pickle  # noqa: E402,F401  pickle and multiprocessing queues carry lazyjit tensors (_pickle.py)
+
 
 def _patch_printing():
     # Printing formats the elements on the CPU: one sync, instead of the dozens
