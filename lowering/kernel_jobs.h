@@ -6,9 +6,9 @@
 // ir::Hash128 `key` (exact, or generic when `generic`), a bool `generic` and a
 // std::string `symbol`.
 #pragma once
+#include <algorithm>
 #include <exception>
 #include <functional>
-#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,43 +48,49 @@ std::vector<std::string> kernel_names(const Plan& plan);
 // count is 0, throw_if_interrupted().
 void run_compile_jobs(size_t count, int threads, const std::function<void(size_t)>& one);
 
-// A target's compiled kernels by key, for reuse; least recently used go first.
+// A target's compiled kernels by key, for reuse among the programs alive: it
+// holds none itself (weak references), so a kernel's code (its JITDylib, its
+// CUDA module) is freed with the last program that uses it, and an evicted
+// program takes its code with it unless a program still alive shares it.
 template <class Code>
 class KernelCache {
  public:
   using Ref = std::shared_ptr<const Code>;
-  static constexpr size_t kMaxKernels = 4096;
 
-  std::mutex mu;  // held by the callers of use, keep and clear
+  std::mutex mu;  // held by the callers of use, keep, clear and size
 
-  // The kernel kept under `key` (now the most recently used), or null.
+  // The kernel kept under `key` while a program holds it, or null.
   Ref use(const ir::Hash128& key) {
     auto it = kernels_.find(key);
     if (it == kernels_.end()) return nullptr;
-    lru_.splice(lru_.end(), lru_, it->second.at);
-    return it->second.code;
+    Ref c = it->second.lock();
+    if (!c) kernels_.erase(it);
+    return c;
   }
   void keep(const Ref& c) {
-    if (!c || kernels_.count(c->key)) return;
-    lru_.push_back(c->key);
-    kernels_.emplace(c->key, Kept{c, std::prev(lru_.end())});
-    while (kernels_.size() > kMaxKernels) {
-      kernels_.erase(lru_.front());
-      lru_.pop_front();
+    if (!c) return;
+    auto [it, fresh] = kernels_.emplace(c->key, c);
+    if (!fresh) {
+      if (!it->second.expired()) return;
+      it->second = c;
+    }
+    // Keys of freed kernels go in sweeps, each after the map doubled.
+    if (kernels_.size() >= sweep_at_) {
+      for (auto i = kernels_.begin(); i != kernels_.end();) i = i->second.expired() ? kernels_.erase(i) : std::next(i);
+      sweep_at_ = std::max<size_t>(kMinSweep, 2 * kernels_.size());
     }
   }
   void clear() {
     kernels_.clear();
-    lru_.clear();
+    sweep_at_ = kMinSweep;
   }
+  // Keys kept, some perhaps of kernels freed since the last sweep.
+  size_t size() const { return kernels_.size(); }
 
  private:
-  struct Kept {
-    Ref code;
-    std::list<ir::Hash128>::iterator at;
-  };
-  std::unordered_map<ir::Hash128, Kept, Hash128Hash> kernels_;
-  std::list<ir::Hash128> lru_;
+  static constexpr size_t kMinSweep = 64;
+  std::unordered_map<ir::Hash128, std::weak_ptr<const Code>, Hash128Hash> kernels_;
+  size_t sweep_at_ = kMinSweep;
 };
 
 // The compile of one plan: per kernel, found in the kernel cache or the job

@@ -64,7 +64,9 @@ struct Replay {
 };
 
 struct ShapeBinder::Family {
-  std::shared_ptr<const lowering::Program> program;
+  // Not kept alive here: a program the runtime dropped (evicted, and no bound
+  // program made from it alive) is freed with its code, and binds no more.
+  std::weak_ptr<const lowering::Program> program;
   std::vector<ir::Hash128> kernel_keys;  // generic key of each plan kernel
   std::optional<Replay> replay;          // none: run the passes on each new graph
 };
@@ -145,7 +147,7 @@ void ShapeBinder::remember(const Graph& traced, uint64_t code_hash, std::shared_
   auto f = std::make_shared<Family>();
   f->kernel_keys = generic_keys(program->graph, program->plan);
   f->replay = make_replay(traced, program->graph, disabled_passes, device_);
-  f->program = std::move(program);
+  f->program = program;
   const ir::Hash128 s = traced.hashes().structure;
   const Key key{s.lo, s.hi, code_hash};
   std::lock_guard<std::mutex> lock(mu_);
@@ -158,6 +160,7 @@ void ShapeBinder::remember(const Graph& traced, uint64_t code_hash, std::shared_
     }
   }
   auto& fs = it->second;
+  fs.erase(std::remove_if(fs.begin(), fs.end(), [](const auto& g) { return g->program.expired(); }), fs.end());
   fs.insert(fs.begin(), std::move(f));
   if (fs.size() > kPerStructure) fs.pop_back();
 }
@@ -175,7 +178,9 @@ std::shared_ptr<const lowering::Program> ShapeBinder::bind(const Graph& traced, 
   }
   std::optional<Graph> passed;  // the passes run on `traced`, when a family has no replay
   for (const auto& f : fs) {
-    const Graph& pg = f->program->graph;
+    std::shared_ptr<const lowering::Program> from = f->program.lock();
+    if (!from) continue;
+    const Graph& pg = from->graph;
     std::optional<Graph> g;
     if (f->replay) {
       g = replay_passes(traced, pg, *f->replay);
@@ -186,7 +191,7 @@ std::shared_ptr<const lowering::Program> ShapeBinder::bind(const Graph& traced, 
     if (!g) continue;
     std::optional<lowering::Plan> plan;
     try {
-      plan = lowering::bind_plan(*g, f->program->plan);
+      plan = lowering::bind_plan(*g, from->plan);
     } catch (const std::runtime_error&) {  // a row schedule that no longer holds
       continue;
     }
@@ -194,7 +199,7 @@ std::shared_ptr<const lowering::Program> ShapeBinder::bind(const Graph& traced, 
     auto p = std::make_shared<lowering::Program>();
     p->plan = std::move(*plan);
     p->graph = std::move(*g);
-    if (f->program->code) p->code = std::make_unique<BoundCode>(f->program);
+    if (from->code) p->code = std::make_unique<BoundCode>(from);
     p->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return p;
   }

@@ -36,7 +36,9 @@ namespace lazyjit::runtime {
 class ShapeBinder {
  public:
   // Remembers `program`, compiled (or loaded) for `traced`, as one that graphs
-  // of `traced`'s structure may bind to, when all its code is shape-generic.
+  // of `traced`'s structure may bind to, when all its code is shape-generic;
+  // while it lives (held by the program cache, or by a program bound from it):
+  // the binder does not keep it, so an evicted program is freed with its code.
   // `code_hash` tells programs of other code apart (NaN-checked stores).
   void remember(const ir::Graph& traced, uint64_t code_hash, std::shared_ptr<const lowering::Program> program,
                 const std::vector<std::string>& disabled_passes);

@@ -1,9 +1,10 @@
 // The host CPU target: codegen (codegen.h) + ORC (jit.h), and the kernel cache.
 //
 // Each kernel is compiled alone, into an object of its own linked into a
-// JITDylib of its own, and kept by key (kernel_key.h): a plan whose kernels were
-// all compiled before (another shape, another graph, identical layers) costs no
-// LLVM work. The kernels a plan still needs compile in parallel.
+// JITDylib of its own, and found by key (kernel_key.h) while a program using it
+// is alive: a plan whose kernels such programs hold (another shape, another
+// graph, identical layers) costs no LLVM work. The last program using a kernel
+// takes its JITDylib with it. The kernels a plan still needs compile in parallel.
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/Support/raw_ostream.h>
@@ -283,7 +284,7 @@ class CpuTarget : public Target {
   CodegenOptions opts_;
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
-  KernelCache<KernelCode> cache_;  // kept for reuse
+  KernelCache<KernelCode> cache_;  // shared among the programs alive
 };
 
 }  // namespace
