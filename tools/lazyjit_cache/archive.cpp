@@ -81,7 +81,8 @@ int cmd_export(const Common& c, const std::string& file) {
     }
     auto decoded = cache::entry_file::decode(bytes, "", all[i].key);
     if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded)) {
-      std::fprintf(stderr, "lazyjit-cache: skipping damaged %s: %s\n", all[i].key.c_str(), err->message.c_str());
+      std::fprintf(stderr, "lazyjit-cache: skipping damaged %s: %s\n", printable(all[i].key).c_str(),
+                   printable(err->message).c_str());
       ++skipped;
       continue;
     }
@@ -187,15 +188,17 @@ int cmd_import(const Common& c, const ImportOptions& o) {
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/import/1"}, {"dir", cache.dir}, {"imported", imported},
                 {"refused", refused}, {"complete", !damaged}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const auto& x : refused)
-      std::printf("refused %s: %s\n", x["key"].get<std::string>().c_str(), x["reason"].get<std::string>().c_str());
+      std::printf("refused %s: %s\n", printable(x["key"].get<std::string>()).c_str(),
+                  printable(x["reason"].get<std::string>()).c_str());
     if (damaged)
-      std::printf("nothing imported into %s: %zu of %zu entries failed their checks\n", cache.dir.c_str(),
+      std::printf("nothing imported into %s: %zu of %zu entries failed their checks\n", printable(cache.dir).c_str(),
                   refused.size(), records.size());
     else
-      std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), cache.dir.c_str(), refused.size());
+      std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), printable(cache.dir).c_str(),
+                  refused.size());
   }
   return refused.empty() ? 0 : 1;
 }

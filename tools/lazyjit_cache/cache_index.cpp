@@ -12,6 +12,7 @@
 
 #include "cache/entry_file.h"
 #include "cache/posix_io.h"
+#include "tools/lazyjit_cache/manifest_reader.h"
 
 namespace lazyjit::cache_tool {
 namespace entry_file = lazyjit::cache::entry_file;
@@ -61,11 +62,7 @@ void read_manifest(Entry& e) {
     if (::pread(fd, text.data(), m, entry_file::kHeaderBytes) != (ssize_t)m) {
       e.problem = "manifest unreadable";
     } else {
-      e.manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (!e.manifest.is_object()) {
-        e.manifest = nullptr;
-        e.problem = "manifest is not a JSON object";
-      }
+      e.manifest = parse_manifest(text, &e.problem);
     }
   }
   ::close(fd);
@@ -80,7 +77,9 @@ void read_stats(Entry& e, const std::string& path) {
   if (n <= 0) return;
   json s = json::parse(std::string(buf, n), nullptr, false);
   if (!s.is_object()) return;
-  if (s.contains("hits") && s["hits"].is_number()) e.hits = s["hits"].get<int64_t>();
+  // Typed reads: a float out of int64_t's range would be undefined to convert.
+  if (s.contains("hits") && s["hits"].is_number_unsigned() && s["hits"].get<uint64_t>() <= uint64_t(INT64_MAX))
+    e.hits = s["hits"].get<int64_t>();
   if (s.contains("last_used") && s["last_used"].is_number()) e.last_used = s["last_used"].get<double>();
 }
 

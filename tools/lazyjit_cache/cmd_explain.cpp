@@ -177,38 +177,39 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
                 {"other", other},
                 {"first_ir_difference", first_ir},
                 {"first_op_difference", first_op}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return 0;
   }
-  std::printf("a  %s  (%s)\nb  %s  (%s)\n", a.key.c_str(), a.site().c_str(), b.key.c_str(), b.site().c_str());
+  // Keys, sites, target fields and IR lines come from the entries: printed escaped.
+  auto p = [](const std::string& text) { return printable(text); };
+  auto pj = [](const json& v) { return printable(v.is_string() ? v.get<std::string>() : v.dump()); };
+  std::printf("a  %s  (%s)\nb  %s  (%s)\n", p(a.key).c_str(), p(a.site()).c_str(), p(b.key).c_str(), p(b.site()).c_str());
   if (a.key == b.key) {
     std::printf("\nthe same entry\n");
     return 0;
   }
   std::string ps;
-  for (auto& p : parts) ps += (ps.empty() ? "" : ", ") + p.get<std::string>();
+  for (auto& part : parts) ps += (ps.empty() ? "" : ", ") + part.get<std::string>();
   std::printf("\nkey parts that differ: %s\n", ps.empty() ? "none (same parts, different file names?)" : ps.c_str());
   for (auto& t : target) {
     if (t.contains("only_a"))
-      std::printf("  target %s: only in a %s, only in b %s\n", t["field"].get<std::string>().c_str(),
-                  t["only_a"].dump().c_str(), t["only_b"].dump().c_str());
+      std::printf("  target %s: only in a %s, only in b %s\n", pj(t["field"]).c_str(), p(t["only_a"].dump()).c_str(),
+                  p(t["only_b"].dump()).c_str());
     else
-      std::printf("  target %s: %s → %s\n", t["field"].get<std::string>().c_str(), t["a"].get<std::string>().c_str(),
-                  t["b"].get<std::string>().c_str());
+      std::printf("  target %s: %s → %s\n", pj(t["field"]).c_str(), pj(t["a"]).c_str(), pj(t["b"]).c_str());
   }
   for (auto& o : other)
-    std::printf("  %s: %s → %s\n", o["field"].get<std::string>().c_str(), o["a"].dump().c_str(), o["b"].dump().c_str());
+    std::printf("  %s: %s → %s\n", pj(o["field"]).c_str(), p(o["a"].dump()).c_str(), p(o["b"].dump()).c_str());
   if (!inputs.empty()) std::printf("\ninputs that differ\n");
-  for (auto& d : inputs) std::printf("  %s\n", d["text"].get<std::string>().c_str());
+  for (auto& d : inputs) std::printf("  %s\n", pj(d["text"]).c_str());
   if (!outputs.empty()) std::printf("\noutputs that differ\n");
-  for (auto& d : outputs) std::printf("  %s\n", d["text"].get<std::string>().c_str());
-  auto print_difference = [](const char* what, const json& d) {
+  for (auto& d : outputs) std::printf("  %s\n", pj(d["text"]).c_str());
+  auto print_difference = [&](const char* what, const json& d) {
     if (d.is_null()) return;
-    std::printf("\n%s (line %d): %s vs %s\n  a: %s\n  b: %s\n", what, d["line"].get<int>(),
-                d["op_a"].get<std::string>().c_str(), d["op_b"].get<std::string>().c_str(),
-                d["a"].get<std::string>().c_str(), d["b"].get<std::string>().c_str());
+    std::printf("\n%s (line %d): %s vs %s\n  a: %s\n  b: %s\n", what, d["line"].get<int>(), pj(d["op_a"]).c_str(),
+                pj(d["op_b"]).c_str(), pj(d["a"]).c_str(), pj(d["b"]).c_str());
     if (!d["site_a"].is_null() || !d["site_b"].is_null())
-      std::printf("  call sites: %s vs %s\n", d["site_a"].dump().c_str(), d["site_b"].dump().c_str());
+      std::printf("  call sites: %s vs %s\n", p(d["site_a"].dump()).c_str(), p(d["site_b"].dump()).c_str());
   };
   if (first_ir.is_null()) std::printf("\nIR: identical\n");
   print_difference("first IR line that differs", first_ir);

@@ -36,7 +36,7 @@ void sort_entries(std::vector<Entry>& v, const std::string& field, bool reverse)
 }
 
 void print_section(const char* title, const std::string& text) {
-  std::printf("\n== %s\n%s", title, text.c_str());
+  std::printf("\n== %s\n%s", title, printable_text(text).c_str());
   if (!text.empty() && text.back() != '\n') std::printf("\n");
 }
 
@@ -55,7 +55,7 @@ int cmd_ls(const Common& c, const LsOptions& o) {
     json rows = json::array();
     for (const Entry& e : shown) rows.push_back(entry_summary(e));
     json out = {{"schema", "lazyjit-cache/ls/1"}, {"dir", cache.dir}, {"entries", rows}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return 0;
   }
   Table t;
@@ -72,7 +72,7 @@ int cmd_ls(const Common& c, const LsOptions& o) {
                       std::to_string(e.ops()), e.site(), shapes_text(e.manifest.value("inputs", json::array()))});
   }
   t.print(stdout);
-  if (shown.empty()) std::printf("(no entries in %s)\n", cache.dir.c_str());
+  if (shown.empty()) std::printf("(no entries in %s)\n", printable(cache.dir).c_str());
   return 0;
 }
 
@@ -125,24 +125,26 @@ int cmd_show(const Common& c, const ShowOptions& o) {
     if (!llvm_note.empty()) out["notes"].push_back(llvm_note);
     if (!asm_note.empty()) out["notes"].push_back(asm_note);
     for (const std::string& n : cuda.notes) out["notes"].push_back(n);
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return 0;
   }
-  std::printf("key         %s\n", e.key.c_str());
-  std::printf("path        %s\n", e.path.c_str());
-  std::printf("kind        %s\n", e.kind().c_str());
+  // Every string from the entry is printed through printable(): a key (a file
+  // name) or a manifest field may hold newlines or terminal escapes.
+  std::printf("key         %s\n", printable(e.key).c_str());
+  std::printf("path        %s\n", printable(e.path).c_str());
+  std::printf("kind        %s\n", printable(e.kind()).c_str());
   std::printf("created     %s\n", format_time(e.created()).c_str());
   std::printf("last used   %s (%lld hits)\n", format_time(e.last_used).c_str(), (long long)e.hits);
   std::printf("compile ms  %s\n", format_ms(e.compile_ms()).c_str());
   std::printf("size        %s (object code %s)\n", human_bytes(e.file_bytes).c_str(),
               human_bytes(m.value("object_bytes", uint64_t{0})).c_str());
-  std::printf("site        %s\n", e.site().c_str());
+  std::printf("site        %s\n", printable(e.site()).c_str());
   std::printf("ops         %lld (kernels %lld, aten steps %lld, scalars %lld)\n", (long long)e.ops(),
               (long long)m.value("kernels", 0), (long long)m.value("aten_steps", 0), (long long)m.value("scalars", 0));
-  std::printf("inputs      %s\n", shapes_text(m.value("inputs", json::array())).c_str());
-  std::printf("outputs     %s\n", shapes_text(m.value("outputs", json::array())).c_str());
-  std::printf("libtorch    %s\n", m.value("libtorch_version", std::string("?")).c_str());
-  std::printf("fingerprint %s\n", m.value("code_fingerprint", std::string("?")).c_str());
+  std::printf("inputs      %s\n", printable(shapes_text(m.value("inputs", json::array()))).c_str());
+  std::printf("outputs     %s\n", printable(shapes_text(m.value("outputs", json::array()))).c_str());
+  std::printf("libtorch    %s\n", printable(m.value("libtorch_version", std::string("?"))).c_str());
+  std::printf("fingerprint %s\n", printable(m.value("code_fingerprint", std::string("?"))).c_str());
   print_section("IR", m.value("ir", std::string()));
   print_section("plan", m.value("plan", std::string()));
   if (cuda_entry || obj.format == ObjectCode::Format::Cuda)

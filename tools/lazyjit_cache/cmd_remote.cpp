@@ -20,6 +20,7 @@
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/foreign.h"
+#include "tools/lazyjit_cache/manifest_reader.h"
 #include "tools/lazyjit_cache/progress.h"
 #include "tools/lazyjit_cache/text_format.h"
 
@@ -82,14 +83,11 @@ Entry remote_entry(const std::string& key, const cache::RedisStore::Head& h) {
   else if (b.size() < entry_file::kHeaderBytes || b.compare(0, 8, entry_file::kMagic, 8) != 0)
     e.problem = "not a lazyjit cache entry (bad magic)";
   else if (le(8, 4) != entry_file::kVersion) e.problem = "entry format version " + std::to_string(le(8, 4));
-  else if (entry_file::kHeaderBytes + le(12, 4) + le(16, 8) + 9 > h.size) e.problem = "lengths do not fit (truncated?)";
+  else if (le(16, 8) > h.size || entry_file::kHeaderBytes + le(12, 4) + le(16, 8) + 9 > h.size)  // no wrap-around
+    e.problem = "lengths do not fit (truncated?)";
   else if (b.size() != entry_file::kHeaderBytes + le(12, 4)) e.problem = "manifest unreadable";
   else {
-    e.manifest = json::parse(b.substr(entry_file::kHeaderBytes), nullptr, /*allow_exceptions=*/false);
-    if (!e.manifest.is_object()) {
-      e.manifest = nullptr;
-      e.problem = "manifest is not a JSON object";
-    }
+    e.manifest = parse_manifest(std::string_view(b).substr(entry_file::kHeaderBytes), &e.problem);
   }
   return e;
 }
@@ -124,7 +122,7 @@ int cmd_remote_ls(const Common& c, const RemoteOptions& o) {
     }
     json out = {{"schema", "lazyjit-cache/remote-ls/1"}, {"remote", store.options().url.str()},
                 {"total_bytes", total}, {"entries", rows}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return 0;
   }
   Table t;
@@ -189,10 +187,11 @@ int cmd_remote_push(const Common& c, const RemoteOptions& o) {
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/remote-push/1"}, {"dir", cache.dir}, {"remote", store.options().url.str()},
                 {"pushed", pushed}, {"present", present}, {"refused", refused}, {"bytes", bytes_sent}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const auto& x : refused)
-      std::printf("refused %s: %s\n", x["key"].get<std::string>().c_str(), x["reason"].get<std::string>().c_str());
+      std::printf("refused %s: %s\n", printable(x["key"].get<std::string>()).c_str(),
+                  printable(x["reason"].get<std::string>()).c_str());
     std::printf("pushed %zu entries (%s) to %s, %zu already there, refused %zu\n", pushed.size(),
                 human_bytes(bytes_sent).c_str(), store.options().url.str().c_str(), present.size(), refused.size());
   }
@@ -252,12 +251,13 @@ int cmd_remote_pull(const Common& c, const RemoteOptions& o) {
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/remote-pull/1"}, {"dir", cache.dir}, {"remote", store.options().url.str()},
                 {"pulled", pulled}, {"present", present}, {"refused", refused}, {"bytes", bytes_got}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const auto& x : refused)
-      std::printf("refused %s: %s\n", x["key"].get<std::string>().c_str(), x["reason"].get<std::string>().c_str());
+      std::printf("refused %s: %s\n", printable(x["key"].get<std::string>()).c_str(),
+                  printable(x["reason"].get<std::string>()).c_str());
     std::printf("pulled %zu entries (%s) from %s into %s, %zu already here, refused %zu\n", pulled.size(),
-                human_bytes(bytes_got).c_str(), store.options().url.str().c_str(), cache.dir.c_str(), present.size(),
+                human_bytes(bytes_got).c_str(), store.options().url.str().c_str(), printable(cache.dir).c_str(), present.size(),
                 refused.size());
   }
   return refused.empty() ? 0 : 1;

@@ -55,7 +55,7 @@ int cmd_prune(const Common& c, const PruneOptions& o) {
     }
     std::string error;
     if (!o.dry_run && !remove_entry(cache, e.key, &error)) {
-      std::fprintf(stderr, "lazyjit-cache: %s\n", error.c_str());
+      std::fprintf(stderr, "lazyjit-cache: %s\n", printable(error).c_str());
       ++failures;
       continue;
     }
@@ -65,12 +65,12 @@ int cmd_prune(const Common& c, const PruneOptions& o) {
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/prune/1"}, {"dir", cache.dir}, {"dry_run", o.dry_run}, {"removed", removed},
                 {"freed_bytes", freed}, {"kept", all.size() - removed.size()}, {"kept_bytes", kept_bytes}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const auto& r : removed)
       std::printf("%s %s  %s  last used %s  (%s)\n", o.dry_run ? "would remove" : "removed",
-                  short_key(r["key"]).c_str(), human_bytes(r["file_bytes"]).c_str(),
-                  format_time(r["last_used"]).c_str(), r["reason"].get<std::string>().c_str());
+                  printable(short_key(r["key"])).c_str(), human_bytes(r["file_bytes"]).c_str(),
+                  format_time(r["last_used"]).c_str(), printable(r["reason"].get<std::string>()).c_str());
     std::printf("%s %zu entries (%s); kept %zu (%s)\n", o.dry_run ? "would remove" : "removed", removed.size(),
                 human_bytes(freed).c_str(), all.size() - removed.size(), human_bytes(kept_bytes).c_str());
   }
@@ -83,7 +83,7 @@ int cmd_rm(const Common& c, const std::string& key) {
   const Entry& e = find_entry(all, key);
   std::string error;
   if (!remove_entry(cache, e.key, &error)) throw ToolError("lazyjit-cache: " + error, 1);
-  std::printf("removed %s (%s)\n", e.key.c_str(), human_bytes(e.file_bytes).c_str());
+  std::printf("removed %s (%s)\n", printable(e.key).c_str(), human_bytes(e.file_bytes).c_str());
   return 0;
 }
 
@@ -101,13 +101,14 @@ int cmd_clear(const Common& c, bool yes) {
   for (const Entry& e : all) bytes += e.file_bytes;
   if (!yes) {
     std::printf("would remove %zu entries (%s) and %zu quarantined files from %s; run with --yes to do it\n",
-                all.size(), human_bytes(bytes).c_str(), quarantined.size(), cache.dir.c_str());
+                all.size(), human_bytes(bytes).c_str(), quarantined.size(), printable(cache.dir).c_str());
     return 0;
   }
   int failures = 0;
   for (const Entry& e : all) {
     std::string error;
-    if (!remove_entry(cache, e.key, &error)) std::fprintf(stderr, "lazyjit-cache: %s\n", error.c_str()), ++failures;
+    if (!remove_entry(cache, e.key, &error))
+      std::fprintf(stderr, "lazyjit-cache: %s\n", printable(error).c_str()), ++failures;
   }
   for (const std::string& q : quarantined) ::unlink(q.c_str());
   std::printf("removed %zu entries (%s) and %zu quarantined files\n", all.size() - failures, human_bytes(bytes).c_str(),

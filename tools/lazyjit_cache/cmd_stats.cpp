@@ -58,10 +58,10 @@ int cmd_stats(const Common& c, int top) {
                 {"unreadable", unreadable},          {"bytes", bytes},          {"hits", hits},
                 {"hit_ratio", ratio},                {"compile_ms", compile_ms}, {"saved_ms", saved_ms},
                 {"never_hit", never_keys},           {"top_sites", site_rows}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
     return 0;
   }
-  std::printf("cache         %s\n", cache.dir.c_str());
+  std::printf("cache         %s\n", printable(cache.dir).c_str());
   std::printf("entries       %zu (%lld unreadable)\n", all.size(), (long long)unreadable);
   std::printf("size          %s\n", human_bytes(bytes).c_str());
   std::printf("hits          %lld\n", (long long)hits);
@@ -80,7 +80,7 @@ int cmd_stats(const Common& c, int top) {
   if (!never.empty()) {
     std::printf("\nnever hit\n");
     for (size_t i = 0; i < never.size() && i < 20; ++i)
-      std::printf("  %s  %s\n", short_key(never[i]->key).c_str(), never[i]->site().c_str());
+      std::printf("  %s  %s\n", printable(short_key(never[i]->key)).c_str(), printable(never[i]->site()).c_str());
     if (never.size() > 20) std::printf("  ... and %zu more (--json lists all)\n", never.size() - 20);
   }
   return 0;

@@ -1,7 +1,8 @@
 // verify: every entry read in full and checked as the runtime would check it
 // (cache::entry_file::decode: header, lengths, XXH64, signature when a secret
 // is given, manifest payload fields), plus the program payload's own trailing
-// checksum (lowering/program_bytes.cpp) and the manifest's kind and key.
+// checksum (lowering/program_bytes.cpp), the manifest's kind and key, and that
+// the manifest is one the tool can read (manifest_reader.h).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include "graph_ir/hash.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
+#include "tools/lazyjit_cache/manifest_reader.h"
 #include "tools/lazyjit_cache/progress.h"
+#include "tools/lazyjit_cache/text_format.h"
 
 namespace lazyjit::cache_tool {
 
@@ -42,7 +45,11 @@ std::optional<Bad> check(const Entry& e, const std::string& secret) {
   if (auto* err = std::get_if<cache::entry_file::DecodeError>(&decoded))
     return Bad{e.key, cache::disk_error_name(err->kind), err->message, err->kind};
   const auto& d = std::get<cache::entry_file::Decoded>(decoded);
-  json m = json::parse(d.manifest, nullptr, false);
+  // Checksummed is not well formed: a manifest the tool's commands cannot
+  // read (nested too deep, a field of the wrong type) is damage.
+  std::string problem;
+  json m = parse_manifest(d.manifest, &problem);
+  if (!m.is_object()) return Bad{e.key, "corrupt", problem, cache::DiskError::Corrupt};
   if (m.value("kind", "") != "program")
     return Bad{e.key, "foreign", "manifest kind is not \"program\"", cache::DiskError::Foreign};
   std::string_view p = d.payload;
@@ -85,10 +92,10 @@ int cmd_verify(const Common& c, const VerifyOptions& o) {
       rows.push_back({{"key", b.key}, {"kind", b.kind}, {"message", b.message}, {"quarantined", b.quarantined}});
     json out = {{"schema", "lazyjit-cache/verify/1"}, {"dir", cache.dir}, {"checked", all.size()},
                 {"signatures_checked", !o.secret.empty()}, {"healthy", bad.empty()}, {"bad", rows}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const Bad& b : bad)
-      std::printf("BAD  %s  %s: %s%s\n", b.key.c_str(), b.kind.c_str(), b.message.c_str(),
+      std::printf("BAD  %s  %s: %s%s\n", printable(b.key).c_str(), b.kind.c_str(), printable(b.message).c_str(),
                   b.quarantined ? " (quarantined)" : "");
     std::printf("%zu entries checked%s: %s\n", all.size(), o.secret.empty() ? " (no secret: signatures not checked)" : "",
                 bad.empty() ? "healthy" : (std::to_string(bad.size()) + " bad").c_str());

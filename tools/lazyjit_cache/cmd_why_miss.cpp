@@ -50,10 +50,17 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
     size_t kind_end = rest.find(": ");
     std::string kind = rest.substr(0, kind_end), detail = kind_end == std::string::npos ? "" : rest.substr(kind_end + 2);
     ++s.compiles, ++s.kinds[kind], ++total;
-    for (std::sregex_iterator it(detail.begin(), detail.end(), kDim), end; it != end; ++it) {
-      s.dims[(*it)[1]].insert(std::stoll((*it)[2]));
-      s.dims[(*it)[1]].insert(std::stoll((*it)[3]));
-    }
+    // std::regex recurses per character it matches: a line of a million
+    // digits would overflow the stack. The runtime's lines are short.
+    if (detail.size() <= 4096)
+      for (std::sregex_iterator it(detail.begin(), detail.end(), kDim), end; it != end; ++it) {
+        try {
+          int64_t from = std::stoll((*it)[2]), to = std::stoll((*it)[3]);
+          s.dims[(*it)[1]].insert(from);
+          s.dims[(*it)[1]].insert(to);
+        } catch (const std::out_of_range&) {  // not a size lazyjit printed
+        }
+      }
     size_t op = detail.find("op #");
     if (op != std::string::npos && s.other.size() < 3) s.other.push_back(detail.substr(op));
   }
@@ -66,25 +73,26 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
                       {"op_changes", s.other}});
     }
     std::printf("%s\n", json({{"schema", "lazyjit-cache/why-miss/1"}, {"log", log_file}, {"compiles", total},
-                              {"sites", rows}}).dump(1).c_str());
+                              {"sites", rows}}).dump(1, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
   }
   if (sites.empty()) {
-    std::printf("no compiles in %s (was it written with LAZYJIT_LOG=recompiles?)\n", log_file.c_str());
+    std::printf("no compiles in %s (was it written with LAZYJIT_LOG=recompiles?)\n", printable(log_file).c_str());
     return 0;
   }
   std::printf("%lld compiles at %zu call sites\n", (long long)total, sites.size());
   for (const auto& [site, s] : sites) {
-    std::printf("\n%s: %lld compiles (", site.c_str(), (long long)s.compiles);
+    std::printf("\n%s: %lld compiles (", printable(site).c_str(), (long long)s.compiles);
     bool first = true;
-    for (const auto& [k, n] : s.kinds) std::printf("%s%lld %s", first ? "" : ", ", (long long)n, k.c_str()), first = false;
+    for (const auto& [k, n] : s.kinds)
+      std::printf("%s%lld %s", first ? "" : ", ", (long long)n, printable(k).c_str()), first = false;
     std::printf(")\n");
     for (const auto& [d, sizes] : s.dims) {
       std::string list;
       for (int64_t x : sizes) list += (list.empty() ? "" : ", ") + std::to_string(x);
-      std::printf("  %s took %zu sizes: %s\n", d.c_str(), sizes.size(), list.c_str());
+      std::printf("  %s took %zu sizes: %s\n", printable(d).c_str(), sizes.size(), list.c_str());
     }
-    for (const std::string& o : s.other) std::printf("  %s\n", o.c_str());
+    for (const std::string& o : s.other) std::printf("  %s\n", printable(o).c_str());
     if (!s.dims.empty() && s.compiles > 2)
       std::printf("  → a varying dim: pad or bucket it to a few sizes (each size is a program)\n");
   }

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "cache/disk_error.h"
+#include "tools/lazyjit_cache/manifest_reader.h"
 
 namespace lazyjit::cache_tool {
 
@@ -74,7 +75,10 @@ std::string admission_refusal(std::string_view file, const std::string& key, con
     return std::string(cache::disk_error_name(err->kind)) + ": " + err->message;
   *out = std::get<cache::entry_file::Decoded>(decoded);
   if (allow_foreign) return "";
-  std::string why = foreign_reason(json::parse(out->manifest, nullptr, false), expect_fingerprint, host);
+  std::string problem;
+  json m = parse_manifest(out->manifest, &problem);
+  if (!m.is_object()) return std::string(cache::disk_error_name(cache::DiskError::Corrupt)) + ": " + problem;
+  std::string why = foreign_reason(m, expect_fingerprint, host);
   return why.empty() ? "" : "foreign: " + why;
 }
 

@@ -18,6 +18,7 @@
 
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
+#include "tools/lazyjit_cache/text_format.h"
 
 using namespace lazyjit::cache_tool;
 
@@ -350,11 +351,11 @@ int main(int argc, char** argv) {
       if (remote_push->parsed()) return cmd_remote_push(c, remote);
       if (remote_pull->parsed()) return cmd_remote_pull(c, remote);
     }
-  } catch (const ToolError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+  } catch (const ToolError& e) {  // may name keys and fields from disk: printed escaped
+    std::fprintf(stderr, "%s\n", printable_text(e.what()).c_str());
     return e.exit_code;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lazyjit-cache: %s\n", e.what());
+    std::fprintf(stderr, "lazyjit-cache: %s\n", printable_text(e.what()).c_str());
     return 2;
   }
   return 2;
