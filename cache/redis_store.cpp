@@ -174,22 +174,6 @@ std::string RedisUrl::str() const {
   return "redis://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + std::to_string(db);
 }
 
-struct RedisStore::Reply {
-  int type = 0;  // REDIS_REPLY_*
-  std::string str;
-  long long integer = 0;
-  std::vector<Reply> elements;
-
-  static Reply from(const redisReply* r) {
-    Reply out;
-    out.type = r->type;
-    out.integer = r->integer;
-    if (r->str) out.str.assign(r->str, r->len);
-    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(from(r->element[i]));
-    return out;
-  }
-};
-
 RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
 
 RedisStore::~RedisStore() {
@@ -360,7 +344,7 @@ RemoteStatus RedisStore::connect_locked(Deadline deadline) {
 }
 
 RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies,
-                                    Deadline deadline) {
+                                    Deadline deadline, ReplyLimits limits) {
   replies->clear();
   SigpipeBlock no_sigpipe;
   if (!ctx_) return {RemoteError::Connect, "not connected"};
@@ -380,46 +364,60 @@ RemoteStatus RedisStore::run_locked(const std::vector<std::vector<std::string>>&
   }
   const std::string took_too_long =
       "the whole exchange took over the " + std::to_string(options_.timeout.count()) + " ms timeout";
-  // A failed read or write: the connection is out of step, never used again.
-  auto fail = [&](const std::string& what) {
-    RemoteStatus s = status_of(ctx_, what + " on " + options_.url.str());
-    if (s.error == RemoteError::Timeout) s = timed_out(what, took_too_long);
-    drop_locked();
-    return s;
-  };
   // Send: each write waits at most until the deadline, so a server that takes
-  // the value in a little at a time cannot stretch the call.
+  // the value in a little at a time cannot stretch the call. A failed write:
+  // the connection is out of step, never used again.
   for (int done = 0; !done;) {
     if (!arm(ctx_->fd, SO_SNDTIMEO, deadline)) {
       drop_locked();
       return timed_out(first, took_too_long);
     }
-    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return fail(first);
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) {
+      RemoteStatus s = status_of(ctx_, first + " on " + options_.url.str());
+      if (s.error == RemoteError::Timeout) s = timed_out(first, took_too_long);
+      drop_locked();
+      return s;
+    }
   }
-  // Read: the reader parses what has arrived; each read waits at most until
-  // the deadline, so a reply that dribbles in cannot stretch the call.
+  // Read: the reader parses what has arrived, within `limits`; each read waits
+  // at most until the deadline, so a reply that dribbles in cannot stretch the
+  // call. Any failure drops the connection: it is out of step.
+  ReplyReader reader(limits);
+  char buf[1 << 16];
   RemoteStatus server_error;
   for (const auto& cmd : commands) {
-    void* raw = nullptr;
-    for (;;) {
-      if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
-        if (raw) freeReplyObject(raw);
-        return fail(cmd[0]);
+    const std::string what = cmd[0] + " on " + options_.url.str();
+    Reply reply;
+    for (std::string why;;) {
+      ReplyReader::Result result = reader.next(&reply, &why, deadline);
+      if (result == ReplyReader::Result::Done) break;
+      if (result == ReplyReader::Result::Bad) {
+        drop_locked();
+        return {RemoteError::Protocol, what + ": not a reply this client takes (" + why + ")"};
       }
-      if (raw) break;
-      if (!arm(ctx_->fd, SO_RCVTIMEO, deadline)) {
+      if (result == ReplyReader::Result::Late || !arm(ctx_->fd, SO_RCVTIMEO, deadline)) {
         drop_locked();
         return timed_out(cmd[0], took_too_long);
       }
-      if (redisBufferRead(ctx_) != REDIS_OK) return fail(cmd[0]);
+      ssize_t n = ::recv(ctx_->fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        reader.feed(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      const int err = errno;
+      drop_locked();
+      if (n == 0) return {RemoteError::Connect, what + ": the server closed the connection"};
+      if (err == EAGAIN || err == EWOULDBLOCK) return timed_out(cmd[0], took_too_long);
+      return {RemoteError::Connect, what + ": " + std::strerror(err)};
     }
-    auto* r = static_cast<redisReply*>(raw);
-    replies->push_back(Reply::from(r));
-    freeReplyObject(r);
     // Read every reply first, so that the connection stays in step.
-    if (replies->back().type == REDIS_REPLY_ERROR && server_error.ok())
-      server_error = {RemoteError::Server, cmd[0] + " on " + options_.url.str() + ": " + replies->back().str};
+    if (reply.type == Reply::Type::Error && server_error.ok())
+      server_error = {RemoteError::Server, what + ": " + reply_text(reply.str)};
+    replies->push_back(std::move(reply));
   }
+  // Bytes no command asked for: the server is out of step; the next call connects anew.
+  if (reader.pending() > 0) drop_locked();
   return server_error;
 }
 
@@ -430,9 +428,12 @@ std::optional<std::string> RedisStore::get(const std::string& key, uint64_t max_
   *status = connect_locked(deadline);
   if (!status->ok()) return std::nullopt;
   std::vector<Reply> r;
-  *status = run_locked({{"GETRANGE", options_.prefix + key, "0", std::to_string(max_bytes)}}, &r, deadline);
+  // GETRANGE 0 max_bytes answers at most max_bytes + 1 bytes: a longer claim is a protocol error.
+  ReplyLimits limits;
+  limits.max_bulk = max_bytes + 1;
+  *status = run_locked({{"GETRANGE", options_.prefix + key, "0", std::to_string(max_bytes)}}, &r, deadline, limits);
   if (!status->ok()) return std::nullopt;
-  if (r[0].type != REDIS_REPLY_STRING) {
+  if (r[0].type != Reply::Type::Bulk) {
     *status = {RemoteError::Protocol, "GETRANGE on " + options_.url.str() + " gave no string"};
     return std::nullopt;
   }
@@ -478,7 +479,7 @@ RemoteStatus RedisStore::keys(std::vector<std::string>* out) {
     s = run_locked({{"SCAN", cursor, "MATCH", match, "COUNT", "1000"}}, &r, deadline);
     if (!s.ok()) return s;
     deadline = Clock::now() + options_.timeout;
-    if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements.size() != 2 || r[0].elements[1].type != REDIS_REPLY_ARRAY)
+    if (r[0].type != Reply::Type::Array || r[0].elements.size() != 2 || r[0].elements[1].type != Reply::Type::Array)
       return {RemoteError::Protocol, "SCAN on " + options_.url.str() + " gave an unexpected answer"};
     cursor = r[0].elements[0].str;
     for (const Reply& k : r[0].elements[1].elements)
@@ -504,7 +505,7 @@ RemoteStatus RedisStore::exists(const std::vector<std::string>& keys, std::vecto
     std::vector<Reply> r;
     if (s = run_locked(cmds, &r, deadline); !s.ok()) return s;
     deadline = Clock::now() + options_.timeout;
-    for (size_t i = 0; i < r.size(); ++i) (*out)[at + i] = r[i].type == REDIS_REPLY_INTEGER && r[i].integer > 0;
+    for (size_t i = 0; i < r.size(); ++i) (*out)[at + i] = r[i].type == Reply::Type::Integer && r[i].integer > 0;
   }
   return {};
 }
@@ -534,7 +535,9 @@ RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t ma
     std::vector<size_t> of;
     for (size_t i = at; i < end; ++i) {
       Head& h = (*out)[i];
-      h.size = r[2 * (i - at)].type == REDIS_REPLY_INTEGER ? static_cast<uint64_t>(r[2 * (i - at)].integer) : 0;
+      h.size = r[2 * (i - at)].type == Reply::Type::Integer && r[2 * (i - at)].integer > 0
+                   ? static_cast<uint64_t>(r[2 * (i - at)].integer)
+                   : 0;
       h.bytes = r[2 * (i - at) + 1].str;
       if (h.bytes.size() < header || std::memcmp(h.bytes.data(), entry_file::kMagic, 8) != 0) continue;
       uint64_t m = std::min<uint64_t>(le(h.bytes, 12, 4), max_manifest);
@@ -543,7 +546,9 @@ RemoteStatus RedisStore::heads(const std::vector<std::string>& keys, uint64_t ma
       of.push_back(i);
     }
     if (cmds.empty()) continue;
-    if (s = run_locked(cmds, &r, deadline); !s.ok()) return s;
+    ReplyLimits limits;
+    limits.max_bulk = std::max<uint64_t>(limits.max_bulk, max_manifest);
+    if (s = run_locked(cmds, &r, deadline, limits); !s.ok()) return s;
     deadline = Clock::now() + options_.timeout;
     for (size_t j = 0; j < of.size(); ++j) (*out)[of[j]].bytes += r[j].str;
   }

@@ -19,7 +19,11 @@
 // must cover the largest entry at the link's speed. A failed call returns its
 // error and drops the connection (never read again mid-reply); the next call
 // connects again. Nothing throws on a server that is down, slow, full or
-// speaks something else. SIGPIPE from a closed socket is kept from the process
+// speaks something else. Replies are parsed by cache/redis_reply.h, not by
+// hiredis's reader: a header that claims more than a call can take (an array
+// of 2^31 elements, a bulk string past the caller's byte limit, arrays nested
+// deeper than any reply of these commands, a line without end) is a Protocol
+// error at once, with nothing allocated for the claim. SIGPIPE from a closed socket is kept from the process
 // (blocked on the calling thread for the call).
 //
 // A RedisStore is one connection behind a mutex: its methods may be called from
@@ -34,6 +38,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "cache/redis_reply.h"
 
 struct redisContext;
 
@@ -55,7 +61,7 @@ enum class RemoteError {
   Connect,   // no connection (refused, unreachable, name not found, auth or SELECT refused)
   Timeout,   // no answer within the timeout
   Server,    // the server answered with an error (OOM, READONLY, ...)
-  Protocol,  // an answer of a type the command does not give
+  Protocol,  // an answer of a type the command does not give, or past ReplyLimits (cache/redis_reply.h)
   TooLarge,  // the value is over the caller's byte limit (not read past it)
 };
 const char* remote_error_name(RemoteError e);  // "connect", "timeout", ...
@@ -108,7 +114,7 @@ class RedisStore {
   const RedisStoreOptions& options() const { return options_; }
 
  private:
-  struct Reply;
+  using Reply = RedisReply;
   struct Lookup;
   using Deadline = std::chrono::steady_clock::time_point;
   // The call's turn on the connection, waited for until `deadline`.
@@ -118,9 +124,11 @@ class RedisStore {
   RemoteStatus resolve_locked(Deadline deadline, std::string* address);
   void drop_locked();
   // Sends every command (argv lists) in one write, then reads one reply each,
-  // all by `deadline` (past it: Timeout, and the connection is dropped).
+  // all by `deadline` (past it: Timeout, and the connection is dropped). A
+  // reply past `limits` (a bulk string over limits.max_bulk: the most the
+  // commands can answer) is a Protocol error, and the connection is dropped.
   RemoteStatus run_locked(const std::vector<std::vector<std::string>>& commands, std::vector<Reply>* replies,
-                          Deadline deadline);
+                          Deadline deadline, ReplyLimits limits = {});
   RemoteStatus timed_out(const std::string& what, const std::string& why) const;
 
   RedisStoreOptions options_;

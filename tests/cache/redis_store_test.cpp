@@ -322,6 +322,33 @@ TEST(RedisStore, AStatusLineThatDribblesTimesOut) {
   EXPECT_LT(took, 1500ms);
 }
 
+// Issue 48, defect 6: hiredis's reader took a header at its word. "*2147483647"
+// allocated an array of 2^31 pointers and, at the timeout, walked it to free
+// it: a 100 ms get took 15 s (12 s of CPU). Every header that claims more
+// than the call can take is now a protocol error at once, the connection
+// dropped, within the timeout.
+TEST(RedisStore, HeadersThatClaimTooMuchAreProtocolErrorsWithinTheTimeout) {
+  std::string deep;
+  for (int i = 0; i < 1000; ++i) deep += "*1\r\n";
+  for (const std::string& reply :
+       {std::string("*2147483647\r\n"), std::string("*4294967297\r\n"), std::string("*2\r\n$1\r\n0\r\n*2000000\r\n"),
+        std::string("$9223372036854775807\r\n"), std::string("$2000000\r\n"), std::string("*-2\r\n"),
+        std::string("$-7\r\n"), std::string(":99999999999999999999\r\n"), deep, "+" + std::string(200000, 'K')}) {
+    FakeServer server({.reply = reply});
+    RedisStore store(server.options(100ms));
+    const std::string shown = reply.substr(0, 24);
+    RemoteStatus s;
+    auto took = timed([&] { EXPECT_FALSE(store.get("k", 1 << 20, &s)); });
+    EXPECT_EQ(s.error, RemoteError::Protocol) << shown << ": " << s.message;
+    EXPECT_LT(took, 2s) << shown;
+    std::vector<std::string> keys;  // the tool's first call
+    took = timed([&] { s = store.keys(&keys); });
+    EXPECT_EQ(s.error, RemoteError::Protocol) << shown << ": " << s.message;
+    EXPECT_LT(took, 2s) << shown;
+    EXPECT_EQ(server.accepted(), 2) << shown << ": the connection was dropped after the bad reply";
+  }
+}
+
 TEST(RedisStore, ConnectingIsWithinTheSameTimeout) {
   // AUTH's reply dribbles: connecting is part of the call and of its bound.
   FakeServer server({.reply = "$1000000\r\n", .dribble = 'x'});
