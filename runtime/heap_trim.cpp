@@ -4,6 +4,9 @@
 #include <malloc.h>
 #endif
 
+#include <unistd.h>
+
+#include "executor/buffer_pool.h"
 #include "runtime/runtime.h"
 
 namespace lazyjit::runtime {
@@ -22,6 +25,18 @@ void Runtime::trim_heap() {
   constexpr size_t kLooseBytes = size_t{32} << 20;
   if (mallinfo2().fordblks > kLooseBytes) malloc_trim(0);
 #endif
+}
+
+void release_cached_memory() {
+  executor::trim_buffer_pool();
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+std::pair<size_t, size_t> host_memory_info() {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return {static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page};
 }
 
 }  // namespace lazyjit::runtime

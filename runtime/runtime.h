@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/compile_cache.h"
@@ -257,5 +258,11 @@ class Runtime {
 // Whether generated kernels compute elementwise ops in `t` (else the tracer
 // records them as ATen library steps).
 bool kernels_support(ir::DType t);
+
+// torch.accelerator.empty_cache(): the memory kept for programs' buffers, and
+// the heap's free pages, go back to the system (heap_trim.cpp).
+void release_cached_memory();
+// The host's (free, total) bytes of memory: where the CPU target keeps data.
+std::pair<size_t, size_t> host_memory_info();
 
 }  // namespace lazyjit::runtime

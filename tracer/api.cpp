@@ -79,6 +79,21 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tracer::record_op>());
 }
 
+// `param.data = t` between the CPU and lazyjit (accelerate and diffusers'
+// offloading move weights so), as between the CPU and CUDA: both are dense
+// strided tensors, so one's metadata may be copied onto the other. ATen's own
+// rule lists only its in-tree dense backends.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", [](const at::Tensor& self, const at::Tensor& from) {
+    auto dense = [](const at::Tensor& t) {
+      return t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested() &&
+             (t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
+    };
+    return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+           (dense(self) && dense(from));
+  });
+}
+
 namespace tracer {
 void ensure_autograd_device_queue();  // autograd_queue.cpp
 }

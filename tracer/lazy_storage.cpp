@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "runtime/runtime.h"
+#include "tracer/device_memory.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -14,7 +15,17 @@ namespace lazyjit::tracer {
 namespace {
 std::atomic<uint64_t> next_seq{1};
 
-void delete_storage(void* p) { delete static_cast<LazyStorage*>(p); }
+void delete_storage(void* p) {
+  auto* s = static_cast<LazyStorage*>(p);
+  note_device_bytes(-s->counted_bytes, /*allocation_or_free=*/true);
+  delete s;
+}
+
+LazyStorage* counted(LazyStorage* s, size_t nbytes) {
+  s->counted_bytes = static_cast<int64_t>(nbytes);
+  note_device_bytes(s->counted_bytes, /*allocation_or_free=*/true);
+  return s;
+}
 
 // The data pointer is the LazyStorage itself: unique per storage (so code that
 // compares data_ptr()s to find tied weights works) and never dereferenced.
@@ -22,12 +33,29 @@ c10::DataPtr make_data_ptr(LazyStorage* s) {
   return c10::DataPtr(s, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, 0));
 }
 
-struct LazyAllocator final : c10::Allocator {
+// A device allocator, as torch.accelerator expects of an accelerator's:
+// storages are made here (their elements live where the runtime computes
+// them), with the memory statistics of tracer/device_memory.h.
+struct LazyAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     // Untyped allocations (e.g. from untyped_storage resizes) are bytes.
     auto* s = new LazyStorage{static_cast<int64_t>(nbytes), at::kByte, next_seq++};
-    return make_data_ptr(s);
+    return make_data_ptr(counted(s, nbytes));
   }
+  bool initialized() override { return true; }
+  // torch.accelerator.empty_cache(): the blocks the runtime keeps for
+  // programs' buffers go back to the system (the storages stay).
+  void emptyCache(c10::MempoolId_t) override { runtime::release_cached_memory(); }
+  // One stream: programs run in the order they were recorded, so a storage is
+  // never handed out while a program on another stream may still read it.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
+    return device_memory_stats();
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override { reset_device_accumulated(); }
+  void resetPeakStats(c10::DeviceIndex) override { reset_device_peak(); }
+  // The elements live in the host's memory (the CPU target's data device).
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex) override { return runtime::host_memory_info(); }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     TORCH_CHECK(false, "lazyjit: raw copies of device memory are not supported");
@@ -44,7 +72,7 @@ c10::Storage make_storage(int64_t numel, at::ScalarType dtype) {
   auto* s = new LazyStorage{numel, dtype, next_seq++};
   size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, make_data_ptr(s), &allocator,
+      c10::StorageImpl::use_byte_size_t(), nbytes, make_data_ptr(counted(s, nbytes)), &allocator,
       /*resizable=*/true));
 }
 

@@ -44,6 +44,8 @@ struct LazyStorage {
   // graphs that read its data compile their kernels (lowering/shapes.h).
   uint8_t marks = 0;
   static constexpr uint8_t kMarkDynamic = 1, kMarkStatic = 2;
+  // Its bytes in the device's memory statistics (tracer/device_memory.h).
+  int64_t counted_bytes = 0;
   ~LazyStorage();
 };
 

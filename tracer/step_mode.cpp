@@ -20,7 +20,12 @@ namespace lazyjit {
 
 namespace {
 
-std::atomic<Mode> g_mode{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
+// Read at first use, not when the library loads: `import torch` loads lazyjit
+// (python/lazyjit_autoload.py), and a program may set LAZYJIT_MODE after that.
+std::atomic<Mode>& g_mode() {
+  static std::atomic<Mode> m{runtime::process_config().step_mode ? Mode::Step : Mode::Lazy};
+  return m;
+}
 thread_local int t_step_regions = 0;
 
 struct Hook {
@@ -62,7 +67,7 @@ void update_flags() {
 
 void set_mode(Mode m) {
   if (m == Mode::Step) sync();  // step mode starts from materialized tensors
-  g_mode = m;
+  g_mode() = m;
 }
 
 void set_mode(const std::string& m) {
@@ -71,7 +76,7 @@ void set_mode(const std::string& m) {
   else TORCH_CHECK(false, "lazyjit: unknown mode '", m, "' (expected \"lazy\" or \"step\")");
 }
 
-Mode mode() { return t_step_regions > 0 ? Mode::Step : g_mode.load(); }
+Mode mode() { return t_step_regions > 0 ? Mode::Step : g_mode().load(); }
 
 void step_region_enter() {
   sync();  // step mode starts from materialized tensors

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "tracer/device_memory.h"
 #include "tracer/device_ops.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/trace_context.h"
@@ -129,6 +130,8 @@ void resize_storage_bytes(const c10::Storage& st, size_t nbytes) {
   LazyStorage& ls = lazy_storage(st);
   size_t isz = c10::elementSize(ls.dtype);
   auto numel = static_cast<int64_t>((nbytes + isz - 1) / isz);
+  note_device_bytes(static_cast<int64_t>(nbytes) - ls.counted_bytes, /*allocation_or_free=*/false);
+  ls.counted_bytes = static_cast<int64_t>(nbytes);
   TraceContext& ctx = TraceContext::get();
   at::Tensor whole = make_tensor(st, ls.dtype, {ls.numel}, {1}, 0);
   c10::StorageImpl* impl = st.unsafeGetStorageImpl();
