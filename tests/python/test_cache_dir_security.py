@@ -179,3 +179,17 @@ def test_lock_files_do_not_outlive_their_holders(tmp_path):
     r, _ = finish(start(cache, "sin", 5))
     assert r["disk_hits"] == 1
     assert os.listdir(locks) == []
+
+
+def test_clear_removes_lock_files_nobody_holds(tmp_path):
+    from test_cache_tool import TOOL
+    cache = tmp_path / "cache"
+    r, _ = finish(start(cache, "sin", 5))
+    assert r["disk_writes"] == 1
+    locks = cache / "v1" / "locks"
+    for name in ("killed-a.lock", "killed-b.lock"):
+        open(locks / name, "w").close()
+    out = subprocess.run([TOOL, "--dir", str(cache), "clear", "--yes"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "1 entries" in out.stdout and "2 lock files" in out.stdout, out.stdout
+    assert os.listdir(locks) == [] and entries(cache) == []

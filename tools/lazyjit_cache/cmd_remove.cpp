@@ -1,9 +1,10 @@
 // prune, rm, clear: safe next to running processes because they only unlink
 // whole files (cache/disk_store.h's rule: nothing is rewritten in place). A
 // process that opened an entry keeps reading the bytes it opened; one that
-// looks it up afterwards misses and compiles again. locks/ and tmp/ are left
-// alone: a lock file is never deleted (a waiter may hold it), and a tmp file
-// may be a write in flight (the runtime's cleanup() removes stale ones).
+// looks it up afterwards misses and compiles again. tmp/ is left alone: a tmp
+// file may be a write in flight (the runtime's cleanup() removes stale ones).
+// clear removes the lock files nobody holds (cache/file_lock.h: a held one is
+// left to its holder, who removes it on release).
 #include <dirent.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "cache/file_lock.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/text_format.h"
@@ -111,8 +113,9 @@ int cmd_clear(const Common& c, bool yes) {
       std::fprintf(stderr, "lazyjit-cache: %s\n", printable(error).c_str()), ++failures;
   }
   for (const std::string& q : quarantined) ::unlink(q.c_str());
-  std::printf("removed %zu entries (%s) and %zu quarantined files\n", all.size() - failures, human_bytes(bytes).c_str(),
-              quarantined.size());
+  const size_t locks = cache::FileLock::remove_unheld(cache.root + "/locks");
+  std::printf("removed %zu entries (%s), %zu quarantined files and %zu lock files\n", all.size() - failures,
+              human_bytes(bytes).c_str(), quarantined.size(), locks);
   return failures ? 1 : 0;
 }
 
