@@ -78,10 +78,18 @@ DiskTier::DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fin
 }
 
 bool DiskTier::expected(const std::string& manifest) const {
+  // Untrusted bytes (a good checksum needs no secret): a field of another JSON
+  // type is a manifest this build did not write, a miss, never an exception.
   json m = json::parse(manifest, nullptr, /*allow_exceptions=*/false);
-  return m.is_object() && m.value("format", 0) == kManifestFormat && m.value("kind", "") == "program" &&
-         m.value("code_fingerprint", "") == code_fingerprint_ &&
-         m.value("libtorch_version", "") == TORCH_VERSION;
+  if (!m.is_object()) return false;
+  auto text = [&](const char* field, const std::string& want) {
+    auto it = m.find(field);
+    return it != m.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+  };
+  auto format = m.find("format");
+  return format != m.end() && format->is_number_integer() && format->get<int64_t>() == kManifestFormat &&
+         text("kind", "program") && text("code_fingerprint", code_fingerprint_) &&
+         text("libtorch_version", TORCH_VERSION);
 }
 
 std::shared_ptr<const lowering::Program> DiskTier::load(const std::string& name) {

@@ -6,7 +6,7 @@ an entry needs. `lazyjit-cache ls --json` lists that entry as damaged, naming
 the field, and the others as usual (before, "ops": "three" made it exit 2 for
 the whole cache); `verify` calls it bad. A field the runtime does not read
 leaves the entry usable: the next process loads it and computes what eager
-does.
+does; one it checks (kind, format) makes the entry a miss, compiled again.
 """
 import json
 import os
@@ -123,3 +123,9 @@ def test_hostile_manifests_are_damage_not_failures(tmp_path, rewrite, damaged):
         again, err = run(tmp_path, widths=(16, 24), **NO_SECRET)
         assert again["sums"] == first["sums"], (again, err)
         assert again["disk_hits"] == 2 and again["compiles"] == 0, again
+    else:
+        # Fields the runtime checks: of the wrong type, the entry is a miss
+        # (set aside, compiled again), never an exception at the sync.
+        again, err = run(tmp_path, widths=(16, 24), **NO_SECRET)
+        assert again["sums"] == first["sums"], (again, err)
+        assert again["disk_hits"] == 1 and again["compiles"] == 1, again
