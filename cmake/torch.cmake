@@ -11,7 +11,7 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
-  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/execution_device.cpp executor/device_launch.cpp
+  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/execution_device.cpp executor/device_launch.cpp executor/sim_launch.cpp
   executor/collective_step.cpp executor/collective_in_flight.cpp executor/graph_replay.cpp executor/graph_replays.cpp
   runtime/config.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp

@@ -41,6 +41,7 @@ const char* counter_name(Counter c) {
     case Counter::GraphNotReplayable: return "graph_not_replayable_programs";
     case Counter::CudaGraphsCaptured: return "cuda_graphs_captured";
     case Counter::CudaGraphReplays: return "cuda_graph_replays";
+    case Counter::DeviceKernelLaunches: return "device_kernel_launches";
     case Counter::kCount: break;
   }
   return "?";

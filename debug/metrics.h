@@ -49,6 +49,9 @@ enum class Counter : int {
   GraphNotReplayable,
   CudaGraphsCaptured,
   CudaGraphReplays,
+  // Kernels launched on the target's device: the GPU (cuda) or the simulated
+  // one (cuda-sim); 0 under the cpu target.
+  DeviceKernelLaunches,
   kCount
 };
 

@@ -11,6 +11,8 @@
 
 #include "bridge/aten_ir.h"
 #include "cuda_driver/driver.h"
+#include "debug/metrics.h"
+#include "executor/sim_launch.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -66,6 +68,8 @@ std::vector<int64_t> device_dims(const lowering::FusedKernel& k, const std::vect
 bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk, const std::vector<int64_t>& dims,
                           const ir::Graph& g, std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars,
                           const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores) {
+  // cuda-sim: the same kernel, launch and parameters, on the simulated GPU.
+  if (dk.simulated) return launch_simulated_kernel(k, dk, dims, g, env, scalars, into, check_stores);
   const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   std::optional<c10::Device> device;
   for (const lowering::Access& a : k.loads)
@@ -131,6 +135,7 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
   // PyTorch's current stream on the device, so the kernel is ordered with the
   // ATen ops around it and with the caching allocator's reuse of its buffers.
   c10::Stream stream = cuda->getStream(*device);
+  debug::Metrics::get().add(debug::Counter::DeviceKernelLaunches);
   cuda_driver::launch(dk.function, grid, static_cast<uint32_t>(dk.block), static_cast<uint32_t>(dk.shared_bytes),
                       stream.native_handle(), params.data());
   return check_stores && flag.item<int32_t>() != 0;  // item(): a sync on the stream

@@ -39,6 +39,9 @@ struct DeviceKernel {
   // Grid::Rows: rows a block runs at once: block / 32 for warp rows (one warp
   // a row, LaunchShape::Rows::Warp), 1 for block rows. Always 1 for Elements.
   int32_t rows_per_block = 1;
+  // The cuda-sim target (lowering/cuda_sim/): `function` is a host
+  // cuda_sim::SimKernel, launched on a simulated GPU over CPU tensors.
+  bool simulated = false;
 };
 
 }  // namespace lazyjit::lowering

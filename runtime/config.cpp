@@ -105,8 +105,8 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   };
   if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
   else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
-  if (std::string t = env("LAZYJIT_TARGET"); t == "cuda") c.target = t;
-  else if (!t.empty() && t != "cpu") bad("LAZYJIT_TARGET", t, "cpu or cuda", "cpu");
+  if (std::string t = env("LAZYJIT_TARGET"); t == "cuda" || t == "cuda-sim") c.target = t;
+  else if (!t.empty() && t != "cpu") bad("LAZYJIT_TARGET", t, "cpu, cuda or cuda-sim", "cpu");
   c.dump_dir = env("LAZYJIT_DUMP");
   for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
     if (what == "recompiles") c.log_recompiles = true;

@@ -17,8 +17,10 @@ enum class RecompileStance { Warn, Error, OpByOp };
 
 struct Config {
   bool step_mode = false;                    // LAZYJIT_MODE=step: run each op eagerly (debug)
-  // LAZYJIT_TARGET=cpu|cuda: what kernels are compiled for: the host CPU (LLVM
-  // ORC), or NVIDIA GPUs (LLVM NVPTX, run on PyTorch's current CUDA stream).
+  // LAZYJIT_TARGET=cpu|cuda|cuda-sim: what kernels are compiled for: the host
+  // CPU (LLVM ORC), NVIDIA GPUs (LLVM NVPTX, run on PyTorch's current CUDA
+  // stream), or the CUDA target's kernels run on the host (a test target:
+  // lowering/cuda_sim/sim_target.h; data and ATen steps as under cpu).
   std::string target = "cpu";
   std::string dump_dir;                      // LAZYJIT_DUMP=<dir>: graph, pass, plan, LLVM dumps
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...

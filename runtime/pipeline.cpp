@@ -46,6 +46,7 @@
 #include "executor/graph_replays.h"
 #include "graph_ir/hash.h"
 #include "lowering/compile_threads.h"
+#include "lowering/cuda_sim/sim_target.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
 #include "runtime/disk_tier.h"
@@ -60,6 +61,7 @@ namespace {
 // driver, a GPU: each checked here, so that a missing one is one clear error
 // at the first op, not a failure in the first compile or launch).
 std::unique_ptr<lowering::Target> make_target(const Config& config, const lowering::CodegenOptions& codegen) {
+  if (config.target == "cuda-sim") return lowering::make_cuda_sim_target(codegen);
   if (config.target != "cuda") return lowering::make_cpu_target(codegen);
   // PyTorch first: with a CPU-only build no driver or GPU would help.
   if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA))

@@ -44,7 +44,9 @@ def mode() -> str:
 
 
 def target() -> str:
-    """What kernels are compiled for: ``"cpu"`` (the default) or ``"cuda"``.
+    """What kernels are compiled for: ``"cpu"`` (the default), ``"cuda"``, or
+    ``"cuda-sim"`` (the CUDA target's kernels run on the host CPU: a test
+    target, correct but slow; data and library calls stay on the CPU).
 
     Set by ``LAZYJIT_TARGET`` in the environment before the first lazyjit op
     (it is read once; there is no ``set_target``: programs, caches and the

@@ -51,7 +51,41 @@ def test_an_unknown_target_names_the_variable_and_the_values_and_runs_on_the_cpu
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["target", "cpu", "ok"], p.stdout
     warnings = [l for l in p.stderr.splitlines() if l.startswith("lazyjit: warning:")]
-    assert warnings == [f"lazyjit: warning: LAZYJIT_TARGET={value} is not cpu or cuda; using cpu"], p.stderr
+    assert warnings == [f"lazyjit: warning: LAZYJIT_TARGET={value} is not cpu, cuda or cuda-sim; using cpu"], p.stderr
+
+
+# cuda-sim: the CUDA target's kernels on the host (tests/cuda_sim/ runs them
+# against eager). Its programs are its own: on one disk cache, neither the CPU's
+# nor its own of another kind are served to the other.
+SIM_PROBE = ("import torch, lazyjit; x = torch.randn(1000, 300); "
+             "torch.testing.assert_close(torch.softmax(x.to('lazyjit') * 2, -1).cpu(), torch.softmax(x * 2, -1)); "
+             "m = lazyjit.metrics(); "
+             "print(lazyjit.target(), m['device_kernel_launches'], m['disk_hits'], m['compiles'], flush=True)")
+
+
+@pytest.mark.parametrize("value", ["cuda-sim", "cpu"])
+def test_cuda_sim_runs_kernels_on_its_simulated_gpu_and_cpu_launches_none(value):
+    p = run(SIM_PROBE, LAZYJIT_TARGET=value)
+    assert p.returncode == 0, p.stderr
+    target, launches, _, _ = p.stdout.split()
+    assert target == value and p.stderr == "", (p.stdout, p.stderr)
+    assert (int(launches) > 0) == (value == "cuda-sim"), p.stdout
+
+
+def test_cuda_sim_and_cpu_programs_do_not_share_keys(tmp_path):
+    disk = {"LAZYJIT_CACHE": "on", "LAZYJIT_CACHE_DIR": str(tmp_path)}
+    def probe(target):
+        p = run(SIM_PROBE, LAZYJIT_TARGET=target, **disk)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split()
+    assert probe("cpu")[1:] == ["0", "0", "1"]
+    # The CPU's program is on disk: cuda-sim compiles its own...
+    first = probe("cuda-sim")
+    assert first[2:] == ["0", "1"], first
+    # ...and loads it (its kernels' host objects) in the next process.
+    again = probe("cuda-sim")
+    assert again[2:] == ["1", "0"] and int(again[1]) > 0, again
+    assert probe("cpu")[1:] == ["0", "1", "0"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU here: tests/gpu/ runs the CUDA target")

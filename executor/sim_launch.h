@@ -1,0 +1,26 @@
+// Runs one kernel of the cuda-sim target (lowering/cuda_sim/sim_target.h) on
+// its simulated GPU (lowering/cuda_sim/sim_grid.h) over CPU tensors: the
+// cuda-sim counterpart of launch_device_kernel (device_launch.h), which calls
+// it for a DeviceKernel that is `simulated`. The launch is the GPU's: the same
+// grid (device_grid), block and parameters (device_kernel.h).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "lowering/device_kernel.h"
+#include "lowering/plan.h"
+
+namespace lazyjit::executor {
+
+// As launch_device_kernel: stores are new CPU tensors (or `into`'s, when
+// contiguous and of the value's type); returns whether the kernel stored a NaN
+// or Inf when `check_stores`. Blocks run on ATen's threads.
+bool launch_simulated_kernel(const lowering::FusedKernel& k, const lowering::DeviceKernel& dk,
+                             const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
+                             const std::vector<int64_t>& scalars,
+                             const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores);
+
+}  // namespace lazyjit::executor
