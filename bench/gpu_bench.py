@@ -334,7 +334,7 @@ def main(argv=None) -> int:
             w.stop()
     results["meta"]["worker_starts"] = {s: w.starts for s, w in workers.items()}
     print(save(results, stem, t_start))
-    # last, for scripts/device/run.sh's summary (it keeps the bench log's last table lines)
+    # last, for scripts/gpu_check.sh's summary (it keeps the bench log's last table lines)
     print("\n" + render_done_when(results))
     print(f"[gpu_bench] wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json').name} in "
           f"{results['total_wall_s']:.0f} s", file=sys.stderr)

@@ -10,7 +10,7 @@ Columns (each a median of --reps timed runs after warm-up, CUDA events):
 Also the bandwidth each reaches (bytes read + written / time) against copy's.
 
 Run on a GPU machine: LAZYJIT_TARGET=cuda PYTHONPATH=python python bench/gpu_chain.py
-(scripts/device/run.sh does). Prints a markdown table; --json FILE writes it too.
+(scripts/gpu_check.sh does). Prints a markdown table; --json FILE writes it too.
 """
 import argparse
 import json

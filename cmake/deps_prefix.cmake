@@ -1,5 +1,5 @@
 # -DLAZYJIT_DEPS_PREFIX=DIR: LLVM 19, oneTBB, xxHash and hiredis from one folder,
-# for a machine that lacks them (the lent GPU machine: docs/gpu.md). DIR is
+# for a machine that lacks them (a GPU machine, say: docs/gpu.md). DIR is
 # what scripts/device/pack.sh packs into .device/deps.tar.xz, unpacked:
 #   llvm/include/{llvm,llvm-c}       LLVM 19's headers
 #   llvm/lib/libLLVM*.a              static archives of the components lazyjit uses

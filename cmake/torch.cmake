@@ -22,8 +22,8 @@ add_library(lazyjit SHARED
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 # CUDA graphs (executor/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
 # only against a torch with CUDA (libtorch_cuda, which TORCH_LIBRARIES then links).
-# LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the device run's
-# fallback when that translation unit fails to build: scripts/device/run.sh).
+# LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the GPU check's
+# fallback when that translation unit fails to build: scripts/gpu_check.sh).
 option(LAZYJIT_CUDA_GRAPHS_BUILD "CUDA graphs, when the torch found has CUDA" ON)
 find_library(LAZYJIT_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
 if(LAZYJIT_TORCH_CUDA_LIBRARY AND LAZYJIT_CUDA_GRAPHS_BUILD)

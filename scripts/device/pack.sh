@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Packs what the lent GPU machine lacks to build lazyjit into .device/ (ignored
-# by git; a run call takes it with carry [".device"]; docs/gpu.md):
+# Packs into .device/ (ignored by git) what a machine without LLVM 19, oneTBB,
+# xxHash or hiredis needs to build lazyjit; scripts/gpu_check.sh unpacks it
+# there when .device/deps.tar.xz is in the working tree (docs/gpu.md):
 #   .device/deps.tar.xz   LLVM 19 (static archives of the components lazyjit uses,
 #                         and the headers), oneTBB (libtbb.so.12, headers), xxHash
 #                         (headers), hiredis (libhiredis.a, headers), and Python 3.12
 #                         headers in case the machine has none; unpacked, it is the
 #                         folder -DLAZYJIT_DEPS_PREFIX names (cmake/deps_prefix.cmake)
 #   .device/MANIFEST.txt  what is inside, sizes, sha256
-# Run here, on the machine with the Debian packages (scripts/setup.sh installs
-# them). Takes about a minute (xz on 2 cores). Prints the sizes, and fails if
+# Run on a machine with the Debian packages (scripts/setup.sh installs them),
+# then copy the working tree with .device/ to the GPU machine. Takes about a minute (xz on 2 cores). Prints the sizes, and fails if
 # .device and the working tree together pass LAZYJIT_CARRY_LIMIT_MIB (60).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -291,7 +291,7 @@ TEST(GraphReplays, OffTheCudaTargetNoProgramHasGraphs) {
   }
 }
 
-// On a GPU (skipped elsewhere; scripts/device/run.sh runs it): a capture whose
+// On a GPU (skipped elsewhere; scripts/gpu_check.sh runs it): a capture whose
 // body breaks it leaves PyTorch as it found it: random draws on the GPU still
 // work (the default generator left capture mode) and the graph's pool no
 // longer takes allocations.

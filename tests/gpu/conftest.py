@@ -1,6 +1,6 @@
 """GPU tests: lazyjit's CUDA target against CUDA eager, on a machine with an
-NVIDIA GPU and a CUDA build of PyTorch (scripts/device/run.sh runs them on the
-lent H200; docs/gpu.md). Without a GPU every test here is skipped: the CPU
+NVIDIA GPU and a CUDA build of PyTorch (bash scripts/gpu_check.sh runs them;
+docs/gpu.md). Without a GPU every test here is skipped: the CPU
 suite (tests/python, ctest) covers everything up to the PTX and ptxas.
 
 The process runs with LAZYJIT_TARGET=cuda, set before lazyjit is imported.

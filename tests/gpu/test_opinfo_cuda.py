@@ -29,7 +29,7 @@ the test fails once, at the end, listing them all. XFAIL (empty until a device
 run says otherwise) names ops expected to mismatch; such an op that passes is
 listed too.
 
-With LAZYJIT_DEVICE_MORE set (scripts/device/run.sh sets it) the results go to
+With LAZYJIT_DEVICE_MORE set (scripts/gpu_check.sh sets it) the results go to
 $LAZYJIT_DEVICE_MORE/opinfo_cuda.json: per sample its status, reason, the
 sample's description, seconds, and whether it needed the loose tolerance.
 

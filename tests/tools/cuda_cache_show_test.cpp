@@ -8,7 +8,7 @@
 // SASS needs nvdisasm or cuobjdump (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin,
 // the tool's own rule): where one is installed (the GPU machine's CUDA
 // toolkit) the tests assert the SASS, elsewhere the note naming what to
-// install. The device run (scripts/device/run.sh) builds and runs every
+// install. The GPU check (scripts/gpu_check.sh) builds and runs every
 // cuda*tests target, so the SASS path runs there.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
