@@ -168,8 +168,10 @@ Value* KernelEmitter::warp_reduce(Value* v, OpKind k, DType at) {
   // the same pairs, commuted). Not reassociable across the shuffles.
   for (int m = 16; m >= 1; m /= 2) {
     v = reduction_step(b_, k, v, shuffle_xor(v, m), at);
+    // copyFastMathFlags assigns; setFastMathFlags would OR in no flags and
+    // leave the builder's reassoc on.
     if (auto* I = llvm::dyn_cast<llvm::Instruction>(v); I && llvm::isa<llvm::FPMathOperator>(I))
-      I->setFastMathFlags(llvm::FastMathFlags());
+      I->copyFastMathFlags(llvm::FastMathFlags());
   }
   return v;
 }

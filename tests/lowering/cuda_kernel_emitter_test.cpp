@@ -14,6 +14,8 @@
 // for ptxas.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <algorithm>
 #include <barrier>
 #include <cmath>
@@ -388,6 +390,41 @@ TEST(CudaKernelEmitter, SumOverTheLastTwoDimsOfA3dTensor) {
     // Thread 0 stores the row's sum.
     EXPECT_NE(e->ir.find("store.rows:"), std::string::npos) << e->ir;
   }
+}
+
+// The butterfly's adds combine a lane's value with a shuffled one: they carry
+// no fast-math flag (reassoc would let LLVM regroup them across the shuffles,
+// and lanes could then disagree by an ulp), while the per-thread accumulation
+// before them keeps reassoc.
+TEST(CudaKernelEmitter, ButterflyAddsCarryNoFastMathFlags) {
+  ir::Graph g;
+  ValueId x = g.add_input(tt(f, {4, 6, 9000}));
+  ValueId s = g.add_node1(OpKind::ReduceSum, {x}, {dt(f), dims_attr({1, 2})}, tt(f, {4, 1, 1}));
+  g.add_output(s);
+  Plan p = plan_graph(g);
+  const FusedKernel& k = only_row_kernel(p, g);
+  auto e = emit(g, k, true, false);
+  std::vector<std::string> shuffled;  // the names of the shuffles' results
+  std::istringstream lines(e->ir);
+  for (std::string l; std::getline(lines, l);) {
+    auto eq = l.find(" = call float @llvm.nvvm.shfl.sync.bfly.f32");
+    if (eq != std::string::npos) shuffled.push_back(l.substr(l.find('%'), eq - l.find('%')));
+  }
+  ASSERT_EQ(shuffled.size(), 10u) << e->ir;
+  size_t butterfly_adds = 0;
+  std::istringstream again(e->ir);
+  for (std::string l; std::getline(again, l);) {
+    if (l.find(" fadd ") == std::string::npos) continue;
+    for (const auto& s : shuffled) {
+      const auto at = l.find(s);
+      if (at == std::string::npos || at + s.size() < l.size() && std::isalnum(static_cast<unsigned char>(l[at + s.size()])))
+        continue;
+      ++butterfly_adds;
+      EXPECT_NE(l.find(" fadd float "), std::string::npos) << "a butterfly add with fast-math flags: " << l;
+    }
+  }
+  EXPECT_EQ(butterfly_adds, 10u) << e->ir;
+  EXPECT_NE(e->ir.find("fadd reassoc float"), std::string::npos) << e->ir;  // the per-thread sums
 }
 
 TEST(CudaKernelEmitter, Int64MaxRowKernelShufflesHalves) {
