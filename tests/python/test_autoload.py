@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 
 def _run(code, **env):
@@ -28,7 +30,9 @@ def test_autoload_can_be_turned_off():
     assert out.split() == ["False"]
 
 
-def test_device_map_lazyjit_and_generate_give_the_cpus_tokens(tmp_path):
+@pytest.mark.parametrize("device_map", ["lazyjit", "auto"])
+def test_device_map_lazyjit_and_generate_give_the_cpus_tokens(tmp_path, device_map):
+    # "auto": accelerate places the model on the process's accelerator, lazyjit.
     code = f"""
 import sys, torch, transformers
 cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -38,7 +42,7 @@ transformers.LlamaForCausalLM(cfg).save_pretrained({str(tmp_path)!r})
 ids = torch.tensor([[1, 5, 9, 3]])
 ref = transformers.AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}).generate(
     ids, max_new_tokens=6, do_sample=False)
-lm = transformers.AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, device_map="lazyjit")
+lm = transformers.AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, device_map={device_map!r})
 assert next(lm.parameters()).device.type == "lazyjit", next(lm.parameters()).device
 out = lm.generate(ids.to("lazyjit"), max_new_tokens=6, do_sample=False)
 print(out.cpu().tolist() == ref.tolist(), ref.shape[1])
