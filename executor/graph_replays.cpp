@@ -1,6 +1,7 @@
 #include "executor/graph_replays.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -53,6 +54,13 @@ RunResult GraphReplays::run(const Bindings& b, const RunFn& run_program) {
     if (!b.inputs[i].defined() || b.inputs[i].device() != device_) {
       last_not_replayed_ = "input " + std::to_string(i) + " is not on " + device_.str() +
                            " (a graph copies nothing from the host)";
+      return run_program(b);
+    }
+  // An input whose elements share memory (expanded: stride 0) has no buffer of
+  // its own shape to copy it into at each replay: such a run is not a graph.
+  for (size_t i = 0; i < b.inputs.size(); ++i)
+    if (at::has_internal_overlap(b.inputs[i]) != at::MemOverlap::No) {
+      last_not_replayed_ = "input " + std::to_string(i) + " has elements that share memory (expanded)";
       return run_program(b);
     }
   std::vector<int64_t> key = run_key(b);

@@ -209,6 +209,23 @@ TEST(GraphReplays, InputsOffTheDeviceAreNotReplayed) {
   EXPECT_EQ(gr.last_not_replayed(), "input 0 is not on meta (a graph copies nothing from the host)");
 }
 
+TEST(GraphReplays, ExpandedInputsRunWithoutAGraph) {
+  // A stride-0 input: a graph's own buffer for it cannot be written (its
+  // elements share memory), so these runs are not replays, and nothing throws.
+  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  int captures = 0;
+  executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
+  auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
+  for (int step = 0; step < 4; ++step) {
+    at::Tensor x = torch::randn({1, 4}).expand({4, 4});
+    executor::RunResult r = gr.run({{x}, {slot(0.5)}}, run);
+    ASSERT_EQ(r.outputs.size(), 1u);
+    EXPECT_TRUE(torch::allclose(r.outputs[0], expected(x, 0.5), 1e-5, 1e-5)) << "step " << step;
+  }
+  EXPECT_EQ(captures, 0);
+  EXPECT_EQ(gr.last_not_replayed(), "input 0 has elements that share memory (expanded)");
+}
+
 TEST(GraphReplays, AFailedCaptureIsNotTriedAgain) {
   executor::Executable e(rt().compile(replayable(), "graph_replay"));
   int tries = 0;
