@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
@@ -33,8 +34,12 @@ bool launch_simulated_kernel(const lowering::FusedKernel& k, const lowering::Dev
         dest->second.is_contiguous() && dest->second.sizes().equals(t.sizes) &&
         dest->second.scalar_type() == bridge::to_aten(t.dtype))
       env[v] = dest->second;
-    else
+    else {
+      // New memory as a GPU's is: whatever was there. 0xff bytes (NaN as
+      // floats), so that an element a kernel fails to write shows in a test.
       env[v] = at::empty(t.sizes, at::TensorOptions().dtype(bridge::to_aten(t.dtype)));
+      if (env[v].nbytes()) std::memset(env[v].data_ptr(), 0xff, env[v].nbytes());
+    }
     bufs.push_back(env[v].data_ptr());
   }
   const int64_t total = device_total(k, dk.grid);

@@ -15,9 +15,10 @@
 
 namespace lazyjit::executor {
 
-// As launch_device_kernel: stores are new CPU tensors (or `into`'s, when
-// contiguous and of the value's type); returns whether the kernel stored a NaN
-// or Inf when `check_stores`. Blocks run on ATen's threads.
+// As launch_device_kernel: stores are new CPU tensors, filled with 0xff bytes
+// first (NaN as floats: an element the kernel does not write shows), or
+// `into`'s, when contiguous and of the value's type; returns whether the kernel
+// stored a NaN or Inf when `check_stores`. Blocks run on ATen's threads.
 bool launch_simulated_kernel(const lowering::FusedKernel& k, const lowering::DeviceKernel& dk,
                              const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
                              const std::vector<int64_t>& scalars,

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import lazyjit
 from conftest import DEV, launches
 
 TOL = {torch.float32: dict(rtol=1.3e-6, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
@@ -25,10 +26,17 @@ def close(got, want, tol):
     torch.testing.assert_close(got.cpu(), want, equal_nan=True, **tol)
 
 
-def on_gpu(fn, *inputs):
-    """fn on the inputs moved to lazyjit, synced; and the kernels that launched."""
+def on_gpu(fn, *inputs, shapes="exact"):
+    """fn on the inputs moved to lazyjit, synced; and the kernels that launched.
+    shapes: "exact" (kernels for these sizes: i32 indices, the vector chunks'
+    count known), "generic" (sizes read at run time) or None (lazyjit's choice:
+    exact, then generic or bound to new sizes when a second size comes)."""
     before = launches()
-    out = fn(*[x.to(DEV) for x in inputs]).cpu()
+    lazy = [x.to(DEV) for x in inputs]
+    for t in lazy:
+        if t.dim() and shapes is not None:
+            (lazyjit.mark_static if shapes == "exact" else lazyjit.mark_dynamic)(t, list(range(t.dim())))
+    out = fn(*lazy).cpu()
     return out, launches() - before
 
 
@@ -38,9 +46,10 @@ def chain(x, y):
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 31, 33, 1000, 1003, 4099])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_elementwise_tails(n, dtype):
+@pytest.mark.parametrize("shapes", ["exact", "generic"])
+def test_elementwise_tails(shapes, n, dtype):
     x, y = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
-    got, ran = on_gpu(chain, x, y)
+    got, ran = on_gpu(chain, x, y, shapes=shapes)
     assert ran >= 1
     close(got, chain(x, y), TOL[dtype])
 
@@ -65,14 +74,25 @@ def test_inputs_at_storage_offset_one_and_transposed(dtype):
 
 def test_a_million_element_chain_runs_in_seconds():
     x, y = torch.randn(1 << 20), torch.randn(1 << 20)
-    on_gpu(chain, x[:1000], y[:1000])  # compiled (shape-generic) before the clock starts
+    on_gpu(chain, x, y, shapes="generic")  # compiled before the clock starts
     t0 = time.perf_counter()
-    got, ran = on_gpu(chain, x, y)
+    got, ran = on_gpu(chain, x, y, shapes="generic")
     seconds = time.perf_counter() - t0
     print(f"cuda-sim: 1M-element chain in {seconds:.3f} s ({ran} launches)")
     assert ran >= 1
     close(got, chain(x, y), TOL[torch.float32])
     assert seconds < 20, seconds
+
+
+def test_a_program_bound_to_new_sizes_launches_its_kernels():
+    """A chain compiled for 1003 elements, then run at 2^20 and 77: the program
+    of the second size is the first's bound to it (runtime/shape_binder.h),
+    whose kernels are the same simulated ones."""
+    for n in (1003, 1 << 20, 77):
+        x, y = torch.randn(n), torch.randn(n)
+        got, ran = on_gpu(lambda a, b: chain(a, b) + 1, x, y, shapes=None)
+        assert ran == 1, n
+        close(got, chain(x, y) + 1, TOL[torch.float32])
 
 
 ROW_SHAPES = [(5, 1), (3, 1000), (2, 5000), (67, 33), (1, 5000)]
@@ -95,9 +115,10 @@ ROW_OPS = {
 
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("op", list(ROW_OPS))
-def test_row_kernels_float32(op, shape):
+@pytest.mark.parametrize("shapes", ["exact", "generic"])
+def test_row_kernels_float32(shapes, op, shape):
     x = torch.randn(shape) * 3
-    got, ran = on_gpu(ROW_OPS[op], x)
+    got, ran = on_gpu(ROW_OPS[op], x, shapes=shapes)
     assert ran >= 1
     close(got, ROW_OPS[op](x), RTOL[torch.float32])
 
