@@ -18,11 +18,11 @@ forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/
 forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"
 forbid cuda_driver "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any layer (it is the driver API alone)"
 forbid lowering "$torch|cache/|executor/|runtime/|tracer/|bridge/" "libtorch or the layers above it"
-forbid lowering "llvm/" "LLVM outside the targets (lowering/cpu/, lowering/cuda/) and their shared element emitters (lowering/element/)" "^lowering/(cpu|cuda|element)/"
-# The two targets are siblings: neither includes the other.
-forbid lowering/cpu "lowering/cuda/" "the CUDA target"
-forbid lowering/cuda "lowering/cpu/" "the CPU target"
-forbid lowering/element "lowering/cpu/|lowering/cuda/" "either target (they include it)"
+forbid lowering "llvm/" "LLVM outside the targets (lowering/cpu/, lowering/cuda/, lowering/cuda_sim/) and their shared element emitters (lowering/element/)" "^lowering/(cpu|cuda|cuda_sim|element)/"
+# The two targets are siblings: neither includes the other; cuda-sim (lowering/cuda_sim/) builds on both.
+forbid lowering/cpu "lowering/cuda/|lowering/cuda_sim/" "the CUDA targets"
+forbid lowering/cuda "lowering/cpu/|lowering/cuda_sim/" "the CPU target or the simulator (cuda-sim runs the CUDA target's kernels: it builds on both, neither on it)"
+forbid lowering/element "lowering/cpu/|lowering/cuda/|lowering/cuda_sim/" "any target (they include it)"
 forbid bridge "llvm/|cache/|lowering/|executor/|runtime/|tracer/" "LLVM or any layer but graph_ir"
 forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/|lowering/cuda/|lowering/element/" "LLVM, the cache or the layers above it"
 forbid runtime "llvm/|tracer/|lowering/cpu/|lowering/element/" "LLVM or the tracer"
