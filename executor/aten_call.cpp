@@ -87,9 +87,12 @@ AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms) : o
   for (const c10::Argument& r : schema.returns()) return_aliases_.push_back(r.alias_info() != nullptr);
 }
 
-c10::IValue AtenCall::operand_value(const Operand& o, const std::vector<at::Tensor>& env,
+c10::IValue AtenCall::operand_value(const ir::Graph& g, const Operand& o, const std::vector<at::Tensor>& env,
                                     const std::vector<int64_t>& scalars) const {
-  if (o.scalar_slot < 0) return env[o.value];
+  if (o.scalar_slot < 0) {
+    const at::Tensor& t = env[o.value];
+    return t.defined() ? with_layout(t, g.value(o.value).type) : t;
+  }
   c10::Scalar s = bridge::scalar_from_slot(scalars.at(o.scalar_slot), o.dtype);
   switch (o.as) {
     case ScalarAs::Double: return s.toDouble();
@@ -110,7 +113,7 @@ void AtenCall::run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor
     switch (a.kind) {
       case Arg::Kind::Constant: stack.push_back(a.constant); break;
       case Arg::Kind::Operand: {
-        c10::IValue iv = operand_value(a.operands[0], env, scalars);
+        c10::IValue iv = operand_value(g, a.operands[0], env, scalars);
         if (a.mutated && iv.isTensor()) {
           iv = iv.toTensor().clone(at::MemoryFormat::Preserve);
           mutated.push_back(iv.toTensor());
@@ -120,7 +123,7 @@ void AtenCall::run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor
       }
       case Arg::Kind::TensorList: {
         std::vector<at::Tensor> l;
-        for (const Operand& o : a.operands) l.push_back(operand_value(o, env, scalars).toTensor());
+        for (const Operand& o : a.operands) l.push_back(operand_value(g, o, env, scalars).toTensor());
         stack.push_back(std::move(l));
         break;
       }
@@ -129,7 +132,7 @@ void AtenCall::run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor
         for (const Operand& o : a.operands)
           l.push_back(o.value == static_cast<ir::ValueId>(-1)
                           ? std::optional<at::Tensor>()
-                          : std::optional<at::Tensor>(operand_value(o, env, scalars).toTensor()));
+                          : std::optional<at::Tensor>(operand_value(g, o, env, scalars).toTensor()));
         stack.push_back(std::move(l));
         break;
       }

@@ -4,6 +4,15 @@
 // wants, a tensor list). Running it builds the stack without parsing types or
 // looking up names.
 //
+// Every tensor operand reaches the op in its value's declared layout (with_layout,
+// executor/tensor_layout.h), never in whatever strides a view step left at run
+// time. The tracer declares each operand with the sizes and strides the op saw
+// when it was recorded (tracer/aten_node.cpp): a view keeps its own strides
+// (no copy), and a value a view was copied into (x.contiguous() of a
+// channels-last or expanded x) arrives in the copy's layout, not the view's.
+// So an op such as native_group_norm_backward, which reads dY and X in X's
+// suggested memory format without checking dY's, computes what eager does.
+//
 // Mutable arguments are cloned first, so the node stays functional: its outputs
 // are the clones, then the op's returns.
 #pragma once
@@ -41,7 +50,7 @@ class AtenCall {
     std::vector<Operand> operands;  // Operand: one; lists: one per element (value -1: None)
     bool mutated = false;           // cloned before the call
   };
-  c10::IValue operand_value(const Operand& o, const std::vector<at::Tensor>& env,
+  c10::IValue operand_value(const ir::Graph& g, const Operand& o, const std::vector<at::Tensor>& env,
                             const std::vector<int64_t>& scalars) const;
 
   c10::OperatorHandle op_;

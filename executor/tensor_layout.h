@@ -1,5 +1,7 @@
 // Values in the executor are CPU tensors with exactly the layout their IR type
-// declares; these helpers keep it so.
+// declares, except a view step's result, which is the view itself (its
+// as_strided strides: for a view the tracer read for an ATen step, also its
+// declared ones). Every step takes what it reads through with_layout.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -32,8 +32,12 @@ void record_aten(const c10::OperatorHandle& op, const OpInfo& info, const Stack&
   const std::vector<uint8_t>& flags = info.arg_flags;
   std::vector<ValueId> operands;
   std::vector<ir::Attr> attrs{{info.name}};
+  // The step gets each operand in its value's declared layout (aten_call.h),
+  // and that is the layout the op sees here: a view read for the op is
+  // declared with its own strides, and any other value the tensor reads is
+  // declared with the tensor's sizes and strides (TraceContext::read).
   auto operand = [&](const at::Tensor& t) -> int32_t {
-    operands.push_back(is_lazy(t) ? ctx.read(t) : ctx.scalar_tensor(t));
+    operands.push_back(is_lazy(t) ? ctx.read(t, /*own_layout=*/true) : ctx.scalar_tensor(t));
     return static_cast<int32_t>(operands.size() - 1);
   };
   std::vector<size_t> mutated;

@@ -144,7 +144,9 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
       out.strides = t.strides().vec();
       out.offset = t.storage_offset();
     } else {
-      ir::ValueId v = ctx.read(t);
+      // A dense result keeps its strides (a channels-last activation saved for
+      // the backward graph, which reads it as the FX graph's meta says).
+      ir::ValueId v = ctx.read(t, /*own_layout=*/t.is_non_overlapping_and_dense());
       const ir::Node& p = graph.producer(v);
       // An input returned as it is (a constant): no step computes it.
       if (p.kind == ir::OpKind::Input) {

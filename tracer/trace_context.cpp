@@ -135,13 +135,14 @@ ValueId TraceContext::storage_value(LazyStorage& s, const at::Tensor* hint) {
   return s.value;
 }
 
-ValueId TraceContext::read(const at::Tensor& t) {
+ValueId TraceContext::read(const at::Tensor& t, bool own_layout) {
   LazyStorage& s = storage_of(t);
   ValueId base = storage_value(s, &t);
   const TensorType& bt = graph_->value(base).type;
   if (t.storage_offset() == 0 && t.sizes().equals(bt.sizes) && t.strides().equals(bt.strides))
     return base;
   TensorType view{bt.dtype, t.sizes().vec(), ir::contiguous_strides(t.sizes().vec())};
+  if (own_layout) view.strides = t.strides().vec();
   return graph_->add_node1(OpKind::AsStrided, {base},
                            {{t.sizes().vec(), true}, {t.strides().vec(), true}, {t.storage_offset(), true}},
                            view);

@@ -76,7 +76,12 @@ class TraceContext {
 
   ir::Graph& graph() { return *graph_; }
   // The value `t` reads (an AsStrided view of its storage's value when needed).
-  ir::ValueId read(const at::Tensor& t);
+  // A view's value is declared contiguous (the layout kernels read it in),
+  // except with `own_layout`: then with t's own strides, dense or not (a
+  // channels-last tensor, a transpose, a slice with gaps, an expand), which is
+  // how an ATen step gets it (executor/aten_call.h). Such a value is a view of
+  // its storage's value and never a storage's value itself.
+  ir::ValueId read(const at::Tensor& t, bool own_layout = false);
   // Makes `t`'s elements equal `v` (which has t's sizes); views of the same
   // storage see the change.
   void write(const at::Tensor& t, ir::ValueId v);
