@@ -1,6 +1,6 @@
 """Checksummed entries whose manifests are hostile (issue 48, defects 5 and 8),
 as a real run wrote them and then rewritten: one field of the wrong JSON type,
-or a field nested 100,000 deep, the checksum recomputed (XXH64, below, checked
+or a field nested 100,000 deep, the checksum recomputed (XXH64, checked
 against the entries as written). No secret is set, so a good checksum is all
 an entry needs. `lazyjit-cache ls --json` lists that entry as damaged, naming
 the field, and the others as usual (before, "ops": "three" made it exit 2 for
@@ -14,46 +14,8 @@ import struct
 
 import pytest
 
+from test_cache_binding import xxh64
 from test_remote_cache import TOOL, disk_entries, run, tool
-
-P1, P2, P3, P4, P5 = (11400714785074694791, 14029467366897019727, 1609587929392839161, 9650029242287828579,
-                      2870177450012600261)
-M = (1 << 64) - 1
-
-
-def _rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & M
-
-
-def _round(acc, lane):
-    return (_rotl((acc + lane * P2) & M, 31) * P1) & M
-
-
-def xxh64(data, seed=0):
-    n, i = len(data), 0
-    if n >= 32:
-        v = [(seed + P1 + P2) & M, (seed + P2) & M, seed, (seed - P1) & M]
-        while i + 32 <= n:
-            v = [_round(v[k], struct.unpack_from("<Q", data, i + 8 * k)[0]) for k in range(4)]
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & M
-        for x in v:
-            h = ((h ^ _round(0, x)) * P1 + P4) & M
-    else:
-        h = (seed + P5) & M
-    h = (h + n) & M
-    while i + 8 <= n:
-        h = (_rotl(h ^ _round(0, struct.unpack_from("<Q", data, i)[0]), 27) * P1 + P4) & M
-        i += 8
-    if i + 4 <= n:
-        h = (_rotl(h ^ ((struct.unpack_from("<I", data, i)[0] * P1) & M), 23) * P2 + P3) & M
-        i += 4
-    while i < n:
-        h = (_rotl(h ^ ((data[i] * P5) & M), 11) * P1) & M
-        i += 1
-    h = ((h ^ (h >> 33)) * P2) & M
-    h = ((h ^ (h >> 29)) * P3) & M
-    return h ^ (h >> 32)
 
 
 def split(data):
