@@ -50,6 +50,14 @@ std::string ptx_symbol(const std::string& name) {
   return s;
 }
 
+// The bytes of a kernel's parameters (device_kernel.h): a pointer per buffer
+// load and store and for the NaN/Inf flag, `total`, and the dims array.
+size_t param_bytes(const FusedKernel& k, bool check_stores) {
+  size_t words = k.stores.size() + (check_stores ? 1 : 0) + 1 + kernel_dims(k).size();
+  for (const Access& a : k.loads) words += a.scalar_index < 0 ? 1 : 0;
+  return 8 * words;
+}
+
 // One compiled kernel: PTX, cubin, and when loaded, its module and function.
 struct KernelCode {
   ir::Hash128 key;  // the key it is kept under: exact, or generic when `generic`
@@ -64,7 +72,7 @@ struct KernelCode {
 using KernelRef = std::shared_ptr<const KernelCode>;
 
 // The code of a plan (what Program bytes carry), as one blob:
-//   "LJCU" u32 version, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
+//   "LJCU" u32 version, str arch, u32 PTX ISA (81: 8.1), u32 unit count, per
 //   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
 //   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, i32 rows
 //   per block, str PTX, str cubin; then u32 kernel count, per kernel: u32 unit.
@@ -186,6 +194,16 @@ class CudaTarget : public Target {
     plan.kernel_fns.clear();
     const size_t n = plan.kernels.size();
     if (n == 0) return make_code({}, plan, {});
+    // Refused before any compile: ptxas would only say "too much parameter space".
+    const size_t limit = static_cast<size_t>(cuda::max_param_bytes(o_.arch, isa_));
+    for (const FusedKernel& k : plan.kernels)
+      if (size_t bytes = param_bytes(k, plan.check_stores); bytes > limit)
+        throw std::runtime_error("lazyjit: CUDA target: kernel " + k.name + " needs " + std::to_string(bytes) +
+                                 " bytes of kernel parameters (" + std::to_string(k.loads.size()) + " loads, " +
+                                 std::to_string(k.stores.size()) + " stores at rank " +
+                                 std::to_string(k.sizes.size()) + "), more than the " + std::to_string(limit) +
+                                 " bytes PTX " + cuda::ptx_isa_text(isa_) + " allows on " + o_.arch +
+                                 " (sm_70 and later allow 32764): not compiled");
     // The code follows each kernel's launch shape: it is part of the keys.
     KernelJobs<KernelCode> work(g, plan, shapes, cache_, /*launch_shapes=*/true);
     work.trace_cached([](size_t) { return debug::TraceArgs{{"target", "cuda"}}; });
@@ -369,7 +387,7 @@ class CudaTarget : public Target {
   }
 
   CudaOptions o_;
-  int isa_ = 78;
+  int isa_ = 81;
   std::string driver_;
   std::shared_ptr<const cuda::Libdevice> libdevice_;
   std::string ptxas_;          // empty: the driver assembles

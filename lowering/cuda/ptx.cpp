@@ -40,10 +40,10 @@ int arch_number(const std::string& arch, bool* accel = nullptr) {
 
 }  // namespace
 
-int ptx_isa(const std::string& arch) {
-  bool accel = false;
-  arch_number(arch, &accel);
-  return accel ? 80 : 78;
+int ptx_isa(const std::string& arch) { return arch_number(arch) >= 70 ? 81 : 78; }
+
+int max_param_bytes(const std::string& arch, int isa) {
+  return isa >= 81 && arch_number(arch) >= 70 ? 32764 : 4096;
 }
 
 std::string ptx_isa_text(int isa) { return std::to_string(isa / 10) + "." + std::to_string(isa % 10); }

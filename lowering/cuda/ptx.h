@@ -12,10 +12,15 @@ namespace lazyjit::lowering::cuda {
 inline constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 
 // The PTX ISA version the code for `arch` is emitted in, as LLVM's feature
-// number (78: PTX 7.8). 7.8 (CUDA 11.8) is the first that knows sm_89/sm_90 and
-// what every driver since CUDA 11.8 JIT-compiles; sm_90a needs 8.0. Throws for
-// an arch that is not "sm_<N>[a]".
+// number (81: PTX 8.1). sm_70 and later: 8.1 (CUDA 12.1), the first that lets
+// a kernel's parameters take up to 32,764 bytes there (a fused kernel with ~100
+// loads at rank 4 needs ~5 KB of them); sm_90a needs 8.0 anyway. Older archs:
+// 7.8 (CUDA 11.8), with the 4,096-byte limit. Throws for an arch that is not
+// "sm_<N>[a]".
 int ptx_isa(const std::string& arch);
+// The bytes a kernel's parameters may take at PTX ISA `isa` on `arch`: 32,764
+// from PTX 8.1 on sm_70+, else 4,096 (ptxas refuses more).
+int max_param_bytes(const std::string& arch, int isa);
 // "7.8" for 78.
 std::string ptx_isa_text(int isa);
 

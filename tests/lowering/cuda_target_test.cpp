@@ -144,13 +144,15 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
   c.object = c.code->object();
   c.archive = read_archive(c.object);
   EXPECT_EQ(c.archive.arch, arch);
-  EXPECT_EQ(c.archive.isa, 78u);
-  EXPECT_EQ(c.archive.of.size(), n);
   const int sm = std::stoi(arch.substr(3));
+  // PTX 8.1 on sm_70+: kernel parameters up to 32,764 bytes there.
+  const uint32_t isa = sm >= 70 ? 81 : 78;
+  EXPECT_EQ(c.archive.isa, isa);
+  EXPECT_EQ(c.archive.of.size(), n);
   for (const Unit& u : c.archive.units) {
     EXPECT_NE(u.ptx.find(".entry " + u.symbol), std::string::npos) << u.ptx.substr(0, 2000);
     EXPECT_NE(u.ptx.find(".target " + arch), std::string::npos);
-    EXPECT_NE(u.ptx.find(".version 7.8"), std::string::npos);
+    EXPECT_NE(u.ptx.find(".version " + std::to_string(isa / 10) + "." + std::to_string(isa % 10)), std::string::npos);
     // libdevice linked and inlined: nothing left to resolve
     EXPECT_EQ(u.ptx.find(".extern .func"), std::string::npos) << u.ptx;
     EXPECT_EQ(u.ptx.find("__nv_"), std::string::npos) << "libdevice not inlined";
@@ -613,9 +615,58 @@ TEST(CudaTargetFingerprint, NamesArchPtxAndToolkit) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->fingerprint(), b->fingerprint());
   std::string fp = b->fingerprint();
-  for (const char* part : {"target cuda;arch sm_90;", "ptx 7.8;", "llvm 19", ";libdevice ", ";ptxas ", ";driver none;", ";rev "})
+  for (const char* part : {"target cuda;arch sm_90;", "ptx 8.1;", "llvm 19", ";libdevice ", ";ptxas ", ";driver none;", ";rev "})
     EXPECT_NE(fp.find(part), std::string::npos) << part << " in " << fp;
   EXPECT_EQ(fp.find(";rev "), fp.rfind(";rev "));
+}
+
+// 1 + 2 * `fmas` float32 inputs at rank 4, v = fma(v, a, b) down a chain (two
+// loads a node: a plan's kernel holds at most 64 nodes), broadcast ([2,1,4,1]
+// and [1,3,1,5] into [2,3,4,5]) so that no dims coalesce: one kernel whose
+// parameters take 8 bytes a load pointer and 40 bytes a load's strides and
+// offset in its dims, ~4.9 KB for 101 loads.
+ir::Graph many_loads_graph(int fmas) {
+  ir::Graph g;
+  const DType f = DType::Float32;
+  ValueId v = g.add_input(tt(f, {2, 1, 4, 1}));
+  for (int i = 0; i < fmas; ++i) {
+    ValueId a = g.add_input(tt(f, {1, 3, 1, 5}));
+    ValueId b = g.add_input(tt(f, {2, 1, 4, 1}));
+    v = g.add_node1(OpKind::Fma, {v, a, b}, {dt(f)}, tt(f, {2, 3, 4, 5}));
+  }
+  g.add_output(v);
+  return g;
+}
+
+// PTX 7.8 keeps kernel parameters to 4,096 bytes: ptxas refused such a kernel
+// ("Entry function ... uses too much parameter space"). PTX 8.1 on sm_70+
+// allows 32,764; an older arch refuses the kernel before compiling it.
+TEST(CudaTargetParams, AHundredLoadsAtRankFourAssembleOnSm75AndLater) {
+  ir::Graph g = many_loads_graph(50);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str(g);
+  ASSERT_EQ(p.kernels[0].sizes.size(), 4u) << p.str(g);
+  ASSERT_GE(p.kernels[0].loads.size(), 100u);
+  ASSERT_GT(8 * (kernel_dims(p.kernels[0]).size() + p.kernels[0].loads.size()), 4096u);
+  for (const std::string arch : {"sm_75", "sm_90"}) {
+    auto t = cuda_target(arch);
+    ASSERT_TRUE(t);
+    Compiled c = compile_and_check(*t, g, arch);
+    ASSERT_TRUE(c.code) << arch;
+    ASSERT_EQ(c.archive.units.size(), 1u);
+    EXPECT_EQ(c.archive.isa, 81u);
+  }
+  auto old = cuda_target("sm_60");
+  ASSERT_TRUE(old);
+  Plan p60 = plan_graph(g);
+  std::string err = error_of([&] { old->compile(g, p60); });
+  EXPECT_NE(err.find("kernel " + p60.kernels[0].name + " needs "), std::string::npos) << err;
+  EXPECT_NE(err.find("more than the 4096 bytes PTX 7.8 allows on sm_60"), std::string::npos) << err;
+  EXPECT_EQ(err.find("ptxas"), std::string::npos) << "refused before ptxas: " << err;
+  // Small kernels still compile there (PTX 7.8, the 4 KB limit).
+  ir::Graph small = many_loads_graph(10);
+  Plan ps = plan_graph(small);
+  EXPECT_EQ(error_of([&] { old->compile(small, ps); }).find("kernel parameters"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaTarget, ::testing::Values("sm_80", "sm_90"));

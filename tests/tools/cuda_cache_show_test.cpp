@@ -235,7 +235,7 @@ class CudaCacheShow : public ::testing::Test {
 TEST_F(CudaCacheShow, TableNamesEachKernelsLaunchShapeAndArch) {
   std::string out = show(key_, "");
   EXPECT_NE(out.find("== CUDA kernels"), std::string::npos) << out;
-  EXPECT_NE(out.find("target      cuda sm_90, PTX ISA 7.8; 2 plan kernels, 2 compiled"), std::string::npos) << out;
+  EXPECT_NE(out.find("target      cuda sm_90, PTX ISA 8.1; 2 plan kernels, 2 compiled"), std::string::npos) << out;
   const std::string table = out.substr(std::min(out.find("== CUDA kernels"), out.size()));
   for (const std::string& s : symbols_) {
     size_t at = table.find("\n" + s + " ");
@@ -266,7 +266,7 @@ TEST_F(CudaCacheShow, AsmPrintsPtxAndSassOrSaysWhatToInstall) {
     EXPECT_NE(listing.find(".entry " + s), std::string::npos) << listing;
   }
   for (const std::string& s : symbols_)
-    EXPECT_NE(listing.find("== kernel " + s + " (shape-generic): sm_90, PTX ISA 7.8, grid " + grid_of_[s] +
+    EXPECT_NE(listing.find("== kernel " + s + " (shape-generic): sm_90, PTX ISA 8.1, grid " + grid_of_[s] +
                            ", block " + std::to_string(block_of_[s]) + ", shared 0 B, " +
                            std::to_string(per_thread(s)) + " per thread" +
                            (grid_of_[s] == "rows" ? ", 4 rows a block (one warp a row)" : "") + "\n"),
@@ -295,7 +295,7 @@ TEST_F(CudaCacheShow, JsonHasKernelsPtxAndSassOrANote) {
   ASSERT_TRUE(j.contains("cuda")) << out;
   const json& c = j["cuda"];
   EXPECT_EQ(c["arch"], "sm_90");
-  EXPECT_EQ(c["ptx_isa"], "7.8");
+  EXPECT_EQ(c["ptx_isa"], "8.1");
   ASSERT_EQ(c["kernels"].size(), 2u) << c.dump(2);
   EXPECT_EQ(c["plan_kernels"].size(), 2u);
   std::set<std::string> grids;
