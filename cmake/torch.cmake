@@ -62,6 +62,11 @@ add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/execut
                tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp
                tests/executor/graph_replay_test.cpp tests/executor/shape_binder_device_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
+# A stand-in libcuda.so.1 for cuda_driver_test (LAZYJIT_TEST_LIBCUDA): the
+# driver layer's rules on contexts, error logs and captures without a GPU.
+add_library(fake_libcuda SHARED tests/executor/fake_libcuda.c)
+add_dependencies(executor_tests fake_libcuda)
+target_compile_definitions(executor_tests PRIVATE LAZYJIT_FAKE_LIBCUDA="$<TARGET_FILE:fake_libcuda>")
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_BACKGROUND_COMPILE=off")
 

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace lazyjit::cuda_driver {
@@ -48,7 +51,7 @@ struct Api {
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuCtxGetDevice)(CUdevice*);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
-  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, CUjit_option*, void**);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -81,6 +84,14 @@ std::string error_text(const Api& api, CUresult r) {
   std::string s = name ? name : "CUDA error " + std::to_string(r);
   if (what) s += std::string(" (") + what + ")";
   return s;
+}
+
+// What the driver wrote into an error-log buffer, without trailing newlines;
+// never past the buffer, whether or not the driver ended it with a NUL.
+std::string log_text(const std::vector<char>& log) {
+  std::string text(log.data(), strnlen(log.data(), log.size()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
 }
 
 const Driver& driver() {
@@ -117,7 +128,7 @@ const Driver& driver() {
     sym(a.cuCtxSetCurrent, "cuCtxSetCurrent");
     sym(a.cuCtxGetDevice, "cuCtxGetDevice");
     sym(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    sym(a.cuModuleLoadData, "cuModuleLoadData");
+    sym(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
     sym(a.cuModuleUnload, "cuModuleUnload");
     sym(a.cuCtxSynchronize, "cuCtxSynchronize");
     sym(a.cuModuleGetFunction, "cuModuleGetFunction");
@@ -179,7 +190,7 @@ const Api& with_context() {
   return a;
 }
 
-// A cubin (ELF) or fatbin, which cuModuleLoadData takes as it is; anything else
+// A cubin (ELF) or fatbin, which cuModuleLoadDataEx takes as it is; anything else
 // is PTX text.
 bool is_binary(const std::string& image) {
   if (image.size() >= 4 && image.compare(0, 4, "\x7f" "ELF") == 0) return true;
@@ -187,33 +198,155 @@ bool is_binary(const std::string& image) {
   return image.size() >= 4 && std::equal(kFatbin, kFatbin + 4, reinterpret_cast<const unsigned char*>(image.data()));
 }
 
+// Loads `image` into the context current on this thread. The driver's error
+// log goes into the error: CUDA_ERROR_INVALID_IMAGE alone does not say why.
+CUmodule load_here(const Api& a, const std::string& image) {
+  std::vector<char> log(16 * 1024, '\0');
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size() - 1))};
+  CUmodule m = nullptr;
+  if (CUresult r = a.cuModuleLoadDataEx(&m, image.data(), 2, opts, values); r != CUDA_SUCCESS) {
+    std::string text = log_text(log);
+    throw std::runtime_error("lazyjit: cuModuleLoadDataEx: " + error_text(a, r) + (text.empty() ? "" : ": " + text));
+  }
+  return m;
+}
+
+// `ctx` current on this thread for the scope; the one before it after.
+class ContextScope {
+ public:
+  ContextScope(const Api& a, CUcontext ctx) : a_(a) {
+    check(a, a.cuCtxGetCurrent(&saved_), "cuCtxGetCurrent");
+    if (saved_ != ctx) {
+      check(a, a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+      swapped_ = true;
+    }
+  }
+  ~ContextScope() {
+    if (swapped_) a_.cuCtxSetCurrent(saved_);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  const Api& a_;
+  CUcontext saved_ = nullptr;
+  bool swapped_ = false;
+};
+
+// Graph captures under way (capture_began), and the modules dropped during
+// one: their unload waits for the captures to end. Unloading waits for the
+// module's kernels with cuCtxSynchronize, which breaks a capture under way on
+// any thread. `g_unload_mu` is held while unloading, so no capture starts then.
+std::mutex g_unload_mu;
+int g_captures = 0;
+std::vector<std::pair<CUcontext, CUmodule>> g_pending;
+
+// Under g_unload_mu, with no capture under way: waits for each module's
+// context (its kernels may still be queued on a stream: the driver does not
+// promise to wait for them; dropping a program is rare, so a full wait is
+// fine) and unloads the modules.
+void unload_now(const Api& a, std::vector<std::pair<CUcontext, CUmodule>>& mods) {
+  std::vector<CUcontext> synced;
+  for (auto& [ctx, m] : mods) {
+    try {
+      ContextScope in(a, ctx);
+      if (std::find(synced.begin(), synced.end(), ctx) == synced.end()) {
+        a.cuCtxSynchronize();
+        synced.push_back(ctx);
+      }
+      a.cuModuleUnload(m);
+    } catch (...) {
+    }
+  }
+  mods.clear();
+}
+
+// Unloads `mods` now, or after the captures under way end.
+void unload(const Api& a, std::vector<std::pair<CUcontext, CUmodule>> mods) {
+  std::lock_guard<std::mutex> lock(g_unload_mu);
+  g_pending.insert(g_pending.end(), mods.begin(), mods.end());
+  if (g_captures == 0) unload_now(a, g_pending);
+}
+
+class LoadedModule;
+// Each function handed out, by its handle: the module and name it has, so a
+// launch in another context runs the same kernel loaded there.
+struct FunctionHome {
+  const LoadedModule* module;
+  std::string name;
+  CUcontext ctx;
+};
+std::mutex g_functions_mu;
+std::unordered_map<CUfunction, FunctionHome> g_functions;
+
+// A module image, loaded into each context that launches one of its kernels:
+// a CUmodule and its functions belong to one context, and with several GPUs
+// (or a thread whose current device is not the one the program was loaded
+// on) a launch happens in another.
 class LoadedModule final : public Module {
  public:
-  explicit LoadedModule(CUmodule m) : module_(m) {}
+  LoadedModule(std::string image, CUcontext ctx, CUmodule m) : image_(std::move(image)), home_(ctx) {
+    modules_[ctx] = m;
+  }
   ~LoadedModule() override {
     // At exit the driver may be torn down already: nothing to report then.
     try {
-      const Api& a = with_context();
-      // Its kernels may still be queued on a stream (a program dropped right
-      // after a run): the driver does not promise to wait for them. Dropping
-      // a program is rare (cache eviction, clear_cache), so a full wait is fine.
-      a.cuCtxSynchronize();
-      a.cuModuleUnload(module_);
+      {
+        std::lock_guard<std::mutex> lock(g_functions_mu);
+        for (CUfunction f : handed_out_) g_functions.erase(f);
+      }
+      unload(api(), std::vector<std::pair<CUcontext, CUmodule>>(modules_.begin(), modules_.end()));
     } catch (...) {
     }
   }
   void* function(const std::string& name) const override {
-    const Api& a = api();
+    CUfunction f = in_context(api(), home_, name);
+    std::lock_guard<std::mutex> lock(g_functions_mu);
+    g_functions[f] = FunctionHome{this, name, home_};
+    handed_out_.push_back(f);
+    return f;
+  }
+  // `name` in context `ctx`, the image loaded there first when it is not yet.
+  CUfunction in_context(const Api& a, CUcontext ctx, const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(ctx, name);
+    for (const auto& [k, f] : functions_)
+      if (k == key) return f;
+    ContextScope in(a, ctx);
+    auto it = modules_.find(ctx);
+    if (it == modules_.end()) it = modules_.emplace(ctx, load_here(a, image_)).first;
     CUfunction f = nullptr;
-    CUresult r = a.cuModuleGetFunction(&f, module_, name.c_str());
+    CUresult r = a.cuModuleGetFunction(&f, it->second, name.c_str());
     if (r != CUDA_SUCCESS)
       throw std::runtime_error("lazyjit: cuModuleGetFunction(\"" + name + "\"): " + error_text(a, r));
+    functions_.emplace_back(key, f);
     return f;
   }
 
  private:
-  CUmodule module_;
+  std::string image_;
+  CUcontext home_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<CUcontext, CUmodule> modules_;
+  mutable std::vector<std::pair<std::pair<CUcontext, std::string>, CUfunction>> functions_;
+  mutable std::vector<CUfunction> handed_out_;  // under g_functions_mu
 };
+
+// `f` (a function handed out by a LoadedModule) as it is in `ctx`.
+CUfunction for_context(const Api& a, CUfunction f, CUcontext ctx) {
+  const LoadedModule* module = nullptr;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(g_functions_mu);
+    auto it = g_functions.find(f);
+    if (it == g_functions.end() || it->second.ctx == ctx) return f;
+    module = it->second.module;
+    name = it->second.name;
+  }
+  // The program launching `f` holds its module.
+  return module->in_context(a, ctx, name);
+}
 
 }  // namespace
 
@@ -252,19 +385,20 @@ std::shared_ptr<Module> load_module(const std::string& image) {
   if (image.empty()) throw std::invalid_argument("lazyjit: load_module: an empty image");
   const Api& a = with_context();
   // PTX goes through the driver's assembler first, whose error log says what
-  // is wrong with it (cuModuleLoadData would only say CUDA_ERROR_INVALID_PTX).
+  // is wrong with it (loading it would only say CUDA_ERROR_INVALID_PTX).
   std::string cubin;
   const std::string& bytes = is_binary(image) ? image : (cubin = assemble(image));
-  CUmodule m = nullptr;
-  check(a, a.cuModuleLoadData(&m, bytes.data()), "cuModuleLoadData");
-  return std::make_shared<LoadedModule>(m);
+  CUcontext ctx = nullptr;
+  check(a, a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUmodule m = load_here(a, bytes);
+  return std::make_shared<LoadedModule>(bytes, ctx, m);
 }
 
 std::string assemble(const std::string& ptx) {
   const Api& a = with_context();
   std::vector<char> log(16 * 1024, '\0');
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size()))};
+  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size() - 1))};
   CUlinkState state = nullptr;
   check(a, a.cuLinkCreate(2, opts, values, &state), "cuLinkCreate");
   struct Destroy {
@@ -273,8 +407,7 @@ std::string assemble(const std::string& ptx) {
     ~Destroy() { a.cuLinkDestroy(s); }
   } destroy{a, state};
   auto fail = [&](const char* call, CUresult r) {
-    std::string text = log.data();
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+    std::string text = log_text(log);
     throw std::runtime_error(std::string("lazyjit: ") + call + ": " + error_text(a, r) +
                              (text.empty() ? "" : ": " + text));
   };
@@ -293,12 +426,29 @@ std::string assemble(const std::string& ptx) {
 
 void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes, void* stream, void** params) {
   const Api& a = with_context();
-  auto f = static_cast<CUfunction>(function);
+  CUcontext ctx = nullptr;
+  check(a, a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUfunction f = for_context(a, static_cast<CUfunction>(function), ctx);
   if (shared_bytes > kDefaultSharedBytes && a.cuFuncSetAttribute)
     check(a, a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes)),
           "cuFuncSetAttribute");
   check(a, a.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, static_cast<CUstream>(stream), params, nullptr),
         "cuLaunchKernel");
+}
+
+void capture_began() {
+  std::lock_guard<std::mutex> lock(g_unload_mu);
+  ++g_captures;
+}
+
+void capture_ended() {
+  std::lock_guard<std::mutex> lock(g_unload_mu);
+  if (g_captures > 0) --g_captures;
+  if (g_captures > 0 || g_pending.empty()) return;
+  try {
+    unload_now(api(), g_pending);
+  } catch (...) {
+  }
 }
 
 }  // namespace lazyjit::cuda_driver

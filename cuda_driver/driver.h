@@ -31,14 +31,25 @@ class Module {
 };
 
 // Loads a cubin, or PTX text (then the driver JIT-compiles it), into the
-// current context.
+// current context (device 0's primary context when none is current). A launch
+// in another context (another GPU) loads it there first. A failed load's
+// error holds the driver's error log.
 std::shared_ptr<Module> load_module(const std::string& image);
 
 // PTX to a cubin for the current device, by the driver's own assembler
 // (cuLinkCreate/cuLinkAddData/cuLinkComplete): used when no ptxas is found.
 std::string assemble(const std::string& ptx);
 
-// cuLaunchKernel on `stream` (a CUstream; null: the legacy default stream).
+// cuLaunchKernel on `stream` (a CUstream; null: the legacy default stream), in
+// the current context: `function`'s module is loaded there when it was loaded
+// into another.
 void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes, void* stream, void** params);
+
+// A CUDA graph capture begins and ends in this process (executor/cuda_graph.cpp).
+// While one is under way, modules dropped are not unloaded (unloading waits
+// with cuCtxSynchronize, which would break the capture): the last capture to
+// end unloads them.
+void capture_began();
+void capture_ended();
 
 }  // namespace lazyjit::cuda_driver

@@ -12,6 +12,8 @@
 #include <map>
 #include <mutex>
 
+#include "cuda_driver/driver.h"
+
 namespace lazyjit::executor {
 
 namespace {
@@ -90,6 +92,12 @@ std::unique_ptr<CapturedRun> capture_cuda_graph(const std::function<void()>& bod
     // and keep their addresses for every replay. Thread-local capture mode:
     // other threads' CUDA calls (a background compile loading a module, a
     // DataLoader pinning memory) neither fail nor break this capture.
+    // Modules dropped meanwhile (another thread's program evicted) are
+    // unloaded after it: unloading waits with cuCtxSynchronize.
+    struct DeferUnloads {
+      DeferUnloads() { cuda_driver::capture_began(); }
+      ~DeferUnloads() { cuda_driver::capture_ended(); }
+    } defer_unloads;
     run->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       body();

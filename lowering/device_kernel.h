@@ -27,7 +27,7 @@ struct DeviceKernel {
     Elements,  // plain kernels: one thread per element of the iteration space
     Rows,      // row kernels: rows_per_block rows a block (one block, or one warp, a row)
   };
-  void* function = nullptr;  // CUfunction, loaded into PyTorch's current context
+  void* function = nullptr;  // CUfunction (a launch in another context loads its module there)
   Grid grid = Grid::Elements;
   int32_t block = 256;       // threads per block (a multiple of 32)
   int32_t shared_bytes = 0;  // dynamic shared memory per block

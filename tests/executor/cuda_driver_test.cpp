@@ -7,10 +7,12 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "cuda_driver/driver.h"
 
@@ -95,3 +97,110 @@ TEST_F(CudaDriverLibrary, ALibraryThatIsNotTheDriverIsNamedWithWhatItLacks) {
   EXPECT_EXIT(probe("libm.so.6", "libm.so.6 has no cuInit"), ::testing::ExitedWithCode(0),
               "why: libm.so.6 has no cuInit");
 }
+
+// With a stand-in driver (tests/executor/fake_libcuda.c: two devices, a
+// module's functions launch only in the context it was loaded into, a
+// cuCtxSynchronize during a capture breaks it), each in a process of its own.
+#ifdef LAZYJIT_FAKE_LIBCUDA
+namespace {
+
+// The stand-in's own functions (fake_cuda_*), from the library the driver
+// layer loaded (dlopen of the same path gives the same library).
+template <class F>
+F fake(const char* name) {
+  void* lib = dlopen(LAZYJIT_FAKE_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
+  void* f = lib ? dlsym(lib, name) : nullptr;
+  if (!f) {
+    std::fprintf(stderr, "no %s in %s\n", name, LAZYJIT_FAKE_LIBCUDA);
+    std::exit(9);
+  }
+  return reinterpret_cast<F>(f);
+}
+
+void use_fake_driver() {
+  setenv("LAZYJIT_TEST_LIBCUDA", LAZYJIT_FAKE_LIBCUDA, 1);
+  std::string why;
+  if (!cuda_driver::available(&why)) {
+    std::fprintf(stderr, "stand-in driver not available: %s\n", why.c_str());
+    std::exit(8);
+  }
+}
+
+const std::string kImage = std::string("\x7f" "ELF a good cubin");
+
+}  // namespace
+
+class CudaDriverStandIn : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+// A module the driver refuses: the error holds the driver's error log, not
+// only CUDA_ERROR_INVALID_IMAGE.
+TEST_F(CudaDriverStandIn, ALoadThatFailsSaysWhatTheDriversLogSays) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        std::string what = thrown([] { cuda_driver::load_module(std::string("\x7f" "ELFbad cubin")); });
+        std::fprintf(stderr, "error: %s\n", what.c_str());
+        std::exit(what.find("CUDA_ERROR_INVALID_IMAGE") != std::string::npos &&
+                          what.find("ptxas fatal: bad thing") != std::string::npos
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0), "error: .*CUDA_ERROR_INVALID_IMAGE.*ptxas fatal: bad thing");
+}
+
+// A program loaded with device 0's context current (a thread with no context:
+// device 0's primary) launched on device 1: the kernel runs there (its module
+// is loaded into device 1's context once), not CUDA_ERROR_INVALID_HANDLE.
+TEST_F(CudaDriverStandIn, AKernelLaunchedOnAnotherDeviceRunsThere) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        auto make_current = fake<void (*)(int)>("fake_cuda_make_current");
+        auto launches = fake<int (*)()>("fake_cuda_launches");
+        auto loads = fake<int (*)()>("fake_cuda_loads");
+        make_current(-1);
+        auto m = cuda_driver::load_module(kImage);
+        void* f = m->function("fused_0");
+        for (int device : {1, 0, 1}) {
+          make_current(device);
+          std::string what = thrown([&] { cuda_driver::launch(f, 1, 32, 0, nullptr, nullptr); });
+          if (!what.empty()) {
+            std::fprintf(stderr, "launch on device %d: %s\n", device, what.c_str());
+            std::exit(1);
+          }
+        }
+        std::fprintf(stderr, "launches %d loads %d\n", launches(), loads());
+        std::exit(launches() == 3 && loads() == 2 ? 0 : 2);
+      },
+      ::testing::ExitedWithCode(0), "launches 3 loads 2");
+}
+
+// A program dropped on another thread while a graph capture is under way: its
+// module is not unloaded then (unloading waits with cuCtxSynchronize, which
+// breaks the capture), but when the capture ends.
+TEST_F(CudaDriverStandIn, AModuleDroppedDuringACaptureIsUnloadedAfterIt) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        auto capturing = fake<void (*)(int)>("fake_cuda_set_capturing");
+        auto broken = fake<int (*)()>("fake_cuda_capture_broken");
+        auto unloads = fake<int (*)()>("fake_cuda_unloads");
+        auto make_current = fake<void (*)(int)>("fake_cuda_make_current");
+        make_current(0);
+        auto m = cuda_driver::load_module(kImage);
+        m->function("fused_0");
+        cuda_driver::capture_began();
+        capturing(1);
+        std::thread([&] { m.reset(); }).join();
+        const int during = unloads();
+        capturing(0);
+        cuda_driver::capture_ended();
+        std::fprintf(stderr, "broken %d unloads during %d after %d\n", broken(), during, unloads());
+        std::exit(broken() == 0 && during == 0 && unloads() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "broken 0 unloads during 0 after 1");
+}
+#endif
