@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "bridge/aten_ir.h"
 #include "executor/buffer_pool.h"
@@ -14,6 +16,12 @@ namespace lazyjit::executor {
 void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const int64_t* dims, const ir::Graph& g,
                    std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars, int threads,
                    const std::vector<std::pair<ir::ValueId, at::Tensor>>& into) {
+  // The CUDA target leaves kernel_fns null: its kernels run through
+  // device_kernel(), and one without it (not loaded) has no code to run here.
+  if (!fn)
+    throw std::runtime_error("lazyjit: kernel " + k.name +
+                             " has no CPU code and no loaded device kernel: its program was compiled for a GPU "
+                             "target whose kernel is not loaded here, so it cannot run");
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
   for (const lowering::Access& a : k.loads) {

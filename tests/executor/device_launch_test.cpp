@@ -158,6 +158,31 @@ TEST(DeviceLaunch, KernelsWithoutDeviceCodeRunOnTheCpuAsBefore) {
   EXPECT_TRUE(torch::allclose(r.outputs[1], w.tanh()));
 }
 
+// The CUDA target leaves every kernel_fns entry null; a kernel whose device
+// kernel is missing (not loaded) must fail its step, not call a null function
+// on the CPU (it crashed the process with SIGSEGV).
+TEST(DeviceLaunch, AKernelWithNeitherDeviceNorCpuCodeFailsItsStep) {
+  auto p = two_kernels({false, false});
+  ASSERT_EQ(p->plan.kernels.size(), 2u);
+  p->plan.kernel_fns[1] = nullptr;
+  at::Tensor x = torch::randn({8, 16}), w = torch::randn({5});
+  executor::RunResult r = executor::Executable(p).run(bindings(x, w), 1);
+  ASSERT_EQ(r.failures.size(), 1u);
+  try {
+    std::rethrow_exception(r.failures[0].error);
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel " + p->plan.kernels[1].name + " has no CPU code and no loaded device kernel"),
+              std::string::npos)
+        << e.what();
+  }
+  // The other kernel's output is still computed.
+  const std::vector<ValueId>& lost = p->plan.kernels[1].stores;
+  for (size_t o = 0; o < p->graph.outputs().size(); ++o) {
+    bool made_there = std::find(lost.begin(), lost.end(), p->graph.outputs()[o]) != lost.end();
+    EXPECT_EQ(r.outputs[o].defined(), !made_there) << o;
+  }
+}
+
 TEST(DeviceLaunch, AKernelWithDeviceCodeGoesToTheGpuLaunch) {
   if (c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) GTEST_SKIP() << "a CUDA PyTorch: tests/gpu/ launches";
   // Each kernel claimed in turn: exactly the outputs it makes are lost, with
