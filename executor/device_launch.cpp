@@ -80,6 +80,13 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
   if (!device) device = cuda->getDevice();
   // Allocations, the stream and the driver's current context: this device's.
   c10::DeviceGuard guard(*device);
+  // PyTorch's current stream on the device, so the kernel is ordered with the
+  // ATen ops around it and with the caching allocator's reuse of its buffers.
+  c10::Stream stream = cuda->getStream(*device);
+  // A storage made on another stream (a side stream's tensor) goes back to the
+  // caching allocator in that stream's order when freed: recorded on this
+  // stream (recordStream), it is not handed out again before the kernel ran.
+  auto record = [&](const at::Tensor& t) { cuda->recordDataPtrOnStream(t.storage().data_ptr(), stream); };
 
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
@@ -92,6 +99,7 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
       const ir::TensorType& type = g.value(a.value).type;
       if (env[a.value].device() == *device) {
         const at::Tensor& t = env[a.value] = with_layout(env[a.value], type);
+        record(t);
         bufs.push_back(t.data_ptr());
       } else {
         copies.push_back(with_layout(env[a.value].to(*device), type));
@@ -105,9 +113,10 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
     auto dest = std::find_if(into.begin(), into.end(), [&](const auto& d) { return d.first == v; });
     if (dest != into.end() && dest->second.defined() && dest->second.device() == *device &&
         dest->second.is_contiguous() && dest->second.sizes().equals(t.sizes) &&
-        dest->second.scalar_type() == bridge::to_aten(t.dtype))
+        dest->second.scalar_type() == bridge::to_aten(t.dtype)) {
       env[v] = dest->second;
-    else
+      record(env[v]);
+    } else
       env[v] = at::empty(t.sizes, on_device.dtype(bridge::to_aten(t.dtype)));  // PyTorch's caching allocator
     bufs.push_back(env[v].data_ptr());
   }
@@ -132,9 +141,6 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
   }
   params.push_back(&total);
   params.push_back(d.data());  // a byval array: its bytes
-  // PyTorch's current stream on the device, so the kernel is ordered with the
-  // ATen ops around it and with the caching allocator's reuse of its buffers.
-  c10::Stream stream = cuda->getStream(*device);
   debug::Metrics::get().add(debug::Counter::DeviceKernelLaunches);
   cuda_driver::launch(dk.function, grid, static_cast<uint32_t>(dk.block), static_cast<uint32_t>(dk.shared_bytes),
                       stream.native_handle(), params.data());
