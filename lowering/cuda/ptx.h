@@ -19,7 +19,8 @@ inline constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 // "sm_<N>[a]".
 int ptx_isa(const std::string& arch);
 // The bytes a kernel's parameters may take at PTX ISA `isa` on `arch`: 32,764
-// from PTX 8.1 on sm_70+, else 4,096 (ptxas refuses more).
+// from PTX 8.1 on sm_70+, else CUDA's documented 4 KB (4,096; CUDA 13's ptxas
+// takes up to 4,352 there).
 int max_param_bytes(const std::string& arch, int isa);
 // "7.8" for 78.
 std::string ptx_isa_text(int isa);
