@@ -5,6 +5,7 @@
 // the loads and stores of each kernel.
 #include "lowering/plan.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "lowering/plan_internal.h"
@@ -156,6 +157,29 @@ struct Builder {
       : g(graph), opts(o), step_of_value(graph.values().size(), -1),
         kernel_of_node(graph.nodes().size(), -1) {}
 
+  // At least the bytes of parameters (device_kernel.h) kernel `ki` needs with
+  // node `n` in it: per operand made outside it a pointer, its strides and
+  // offset (rank + 1 dims); per node a pointer (each result may be a store);
+  // the NaN/Inf flag, `total`, the sizes and a cat's ends.
+  int64_t param_bytes_bound(int32_t ki, const Node& n) const {
+    const FusedKernel& k = plan.kernels[ki];
+    const int64_t rank = std::max<int64_t>(static_cast<int64_t>(k.sizes.size()), 1);
+    std::vector<ValueId> outside;
+    int64_t words = 0;
+    auto count = [&](const Node& m) {
+      for (ValueId v : m.operands) {
+        if (kernel_of_node[g.value(v).node] == ki) continue;
+        if (m.kind != OpKind::Cat && std::find(outside.begin(), outside.end(), v) != outside.end()) continue;
+        outside.push_back(v);
+        words += 1 + rank + 1;
+      }
+      words += 1 + (m.kind == OpKind::Cat ? static_cast<int64_t>(m.operands.size()) : 0);
+    };
+    for (uint32_t ni : k.nodes) count(g.nodes()[ni]);
+    count(n);
+    return 8 * (words + 2 + rank);
+  }
+
   // The step a kernel must follow to read `v`.
   int32_t dependency(ValueId v) const {
     if (is_folded_view(g, v)) return step_of_value[g.producer(v).operands[0]];
@@ -245,6 +269,7 @@ struct Builder {
         Role r = role_in(plan.kernels[st.kernel], n);
         if (r == Role::None) continue;
         if (static_cast<int32_t>(plan.kernels[st.kernel].nodes.size()) >= opts.max_kernel_nodes) break;
+        if (opts.max_kernel_param_bytes > 0 && param_bytes_bound(st.kernel, n) > opts.max_kernel_param_bytes) break;
         auto fits = [&](int32_t at) {
           for (ValueId v : n.operands) {
             int32_t d = dependency(v);

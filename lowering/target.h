@@ -95,6 +95,9 @@ class Target {
   // code generator, ~10 ms of CPU on first use), compiling a kernel it keeps
   // nowhere. The runtime calls it on its compile worker at start.
   virtual void warm_up() {}
+  // Most bytes of parameters one of its kernels may take (plans are cut to
+  // fit: PlanOptions::max_kernel_param_bytes); 0: no limit (the CPU's).
+  virtual int64_t max_kernel_param_bytes() const { return 0; }
 };
 
 // The host CPU through LLVM's ORC LLJIT. Thread-safe.

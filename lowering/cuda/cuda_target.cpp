@@ -317,6 +317,8 @@ class CudaTarget : public Target {
     compile_one(g, plan.kernels[0], ir::Hash128{}, /*generic=*/true, /*check_stores=*/false, /*assemble=*/false);
   }
 
+  int64_t max_kernel_param_bytes() const override { return cuda::max_param_bytes(o_.arch, isa_); }
+
  private:
   std::unique_ptr<CudaCode> make_code(std::vector<KernelRef> refs, const Plan& plan, std::vector<bool> reused,
                                       std::string ir = {}) const {

@@ -20,6 +20,7 @@
 #include "lowering/cuda/ptx.h"
 #include "lowering/cuda/ptxas.h"
 #include "lowering/cuda/toolkit.h"
+#include "lowering/lower.h"
 #include "lowering/plan.h"
 #include "lowering/target.h"
 #include "tests/lowering/test_support.h"
@@ -667,6 +668,40 @@ TEST(CudaTargetParams, AHundredLoadsAtRankFourAssembleOnSm75AndLater) {
   ir::Graph small = many_loads_graph(10);
   Plan ps = plan_graph(small);
   EXPECT_EQ(error_of([&] { old->compile(small, ps); }).find("kernel parameters"), std::string::npos);
+}
+
+// A target whose kernels take at most 4 KB of parameters (sm_60: PTX 7.8) gets
+// plans whose kernels fit: lower() cuts the fused chain where the parameters
+// would pass the limit, instead of the compile refusing the kernel.
+TEST(CudaTargetParams, PlansForAnOlderArchCutKernelsToItsLimit) {
+  auto old = cuda_target("sm_60");
+  auto now = cuda_target("sm_90");
+  ASSERT_TRUE(old && now);
+  EXPECT_EQ(old->max_kernel_param_bytes(), 4096);
+  EXPECT_EQ(now->max_kernel_param_bytes(), 32764);
+  ir::Graph g = many_loads_graph(50);
+  // The parameter bytes of each kernel, counted as device_kernel.h lays them out.
+  auto bytes = [](const FusedKernel& k) {
+    size_t words = k.stores.size() + 1 + kernel_dims(k).size();
+    for (const Access& a : k.loads) words += a.scalar_index < 0 ? 1 : 0;
+    return 8 * words;
+  };
+  PlanOptions o;
+  o.max_kernel_param_bytes = old->max_kernel_param_bytes();
+  Plan p = plan_graph(g, o);
+  EXPECT_GE(p.kernels.size(), 2u) << p.str(g);
+  for (const FusedKernel& k : p.kernels) EXPECT_LE(bytes(k), 4096u) << k.name << "\n" << p.str(g);
+  // Every node still runs, once.
+  size_t nodes = 0;
+  for (const FusedKernel& k : p.kernels) nodes += k.nodes.size();
+  EXPECT_EQ(nodes, 50u);
+  // lower() asks the target: no kernel is refused for its parameters (sm_60's
+  // cubins may still fail in a ptxas that no longer makes them).
+  std::string err = error_of([&] { lower(ir::Graph(g), *old, LowerOptions{}); });
+  EXPECT_EQ(err.find("bytes of kernel parameters"), std::string::npos) << err;
+  // The sm_90 plan keeps the chain in one kernel.
+  auto prog = lower(ir::Graph(g), *now, LowerOptions{});
+  EXPECT_EQ(prog->plan.kernels.size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaTarget, ::testing::Values("sm_80", "sm_90"));
