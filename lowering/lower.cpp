@@ -45,7 +45,9 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   PlanOptions plan_opts = opts.plan;
   plan_opts.fuse = opts.plan.fuse && !off("fuse");
   plan_opts.buffers = opts.plan.buffers && !off("buffers");
-  if (int64_t cap = target.max_kernel_param_bytes(); cap > 0 && (plan_opts.max_kernel_param_bytes <= 0 || cap < plan_opts.max_kernel_param_bytes))
+  // A GPU target's limit on kernel parameters (the caller's, when tighter).
+  if (int64_t cap = target.max_kernel_param_bytes();
+      cap > 0 && (plan_opts.max_kernel_param_bytes <= 0 || cap < plan_opts.max_kernel_param_bytes))
     plan_opts.max_kernel_param_bytes = cap;
   program->plan = opts.op_by_op ? plan_op_by_op(graph, plan_opts) : plan_graph(graph, plan_opts);
   dump(".plan.txt", program->plan.str(graph));
