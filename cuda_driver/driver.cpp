@@ -59,6 +59,7 @@ struct Api {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
   CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);  // CUstreamCaptureStatus: 1 active
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuLinkCreate)(unsigned, CUjit_option*, void**, CUlinkState*);
   CUresult (*cuLinkAddData)(CUlinkState, CUjitInputType, void*, size_t, const char*, unsigned, CUjit_option*,
@@ -135,6 +136,7 @@ const Driver& driver() {
     sym(a.cuFuncSetAttribute, "cuFuncSetAttribute", /*required=*/false);
     sym(a.cuLaunchKernel, "cuLaunchKernel");
     sym(a.cuGetErrorName, "cuGetErrorName");
+    sym(a.cuStreamIsCapturing, "cuStreamIsCapturing", /*required=*/false);
     sym(a.cuGetErrorString, "cuGetErrorString", /*required=*/false);
     sym(a.cuLinkCreate, "cuLinkCreate_v2");
     sym(a.cuLinkAddData, "cuLinkAddData_v2");
@@ -234,13 +236,28 @@ class ContextScope {
   bool swapped_ = false;
 };
 
-// Graph captures under way (capture_began), and the modules dropped during
-// one: their unload waits for the captures to end. Unloading waits for the
-// module's kernels with cuCtxSynchronize, which breaks a capture under way on
-// any thread. `g_unload_mu` is held while unloading, so no capture starts then.
+// Graph captures under way (capture_began, and streams that launches found
+// capturing: a capture of PyTorch's that holds lazyjit kernels), and the
+// modules dropped during one: their unload waits for the captures to end.
+// Unloading waits for the module's kernels with cuCtxSynchronize, which breaks
+// a capture under way on any thread. `g_unload_mu` is held while unloading, so
+// no capture of ours starts then.
 std::mutex g_unload_mu;
 int g_captures = 0;
+std::vector<CUstream> g_capturing_streams;
 std::vector<std::pair<CUcontext, CUmodule>> g_pending;
+
+// Under g_unload_mu: whether a capture is under way (streams that ended
+// theirs are forgotten).
+bool capture_under_way(const Api& a) {
+  auto ended = [&](CUstream s) {
+    int status = 0;
+    return a.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS || status != 1;
+  };
+  g_capturing_streams.erase(std::remove_if(g_capturing_streams.begin(), g_capturing_streams.end(), ended),
+                            g_capturing_streams.end());
+  return g_captures > 0 || !g_capturing_streams.empty();
+}
 
 // Under g_unload_mu, with no capture under way: waits for each module's
 // context (its kernels may still be queued on a stream: the driver does not
@@ -266,7 +283,7 @@ void unload_now(const Api& a, std::vector<std::pair<CUcontext, CUmodule>>& mods)
 void unload(const Api& a, std::vector<std::pair<CUcontext, CUmodule>> mods) {
   std::lock_guard<std::mutex> lock(g_unload_mu);
   g_pending.insert(g_pending.end(), mods.begin(), mods.end());
-  if (g_captures == 0) unload_now(a, g_pending);
+  if (!g_pending.empty() && !capture_under_way(a)) unload_now(a, g_pending);
 }
 
 class LoadedModule;
@@ -391,6 +408,7 @@ std::shared_ptr<Module> load_module(const std::string& image) {
   CUcontext ctx = nullptr;
   check(a, a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   CUmodule m = load_here(a, bytes);
+  unload(a, {});  // modules whose unload waited for a capture that has ended
   return std::make_shared<LoadedModule>(bytes, ctx, m);
 }
 
@@ -434,6 +452,16 @@ void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes
           "cuFuncSetAttribute");
   check(a, a.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, static_cast<CUstream>(stream), params, nullptr),
         "cuLaunchKernel");
+  // Launched into a capture (the legacy stream never captures): no module is
+  // unloaded until it ends.
+  int status = 0;
+  if (stream && a.cuStreamIsCapturing &&
+      a.cuStreamIsCapturing(static_cast<CUstream>(stream), &status) == CUDA_SUCCESS && status == 1) {
+    std::lock_guard<std::mutex> lock(g_unload_mu);
+    auto s = static_cast<CUstream>(stream);
+    if (std::find(g_capturing_streams.begin(), g_capturing_streams.end(), s) == g_capturing_streams.end())
+      g_capturing_streams.push_back(s);
+  }
 }
 
 void capture_began() {
@@ -444,9 +472,10 @@ void capture_began() {
 void capture_ended() {
   std::lock_guard<std::mutex> lock(g_unload_mu);
   if (g_captures > 0) --g_captures;
-  if (g_captures > 0 || g_pending.empty()) return;
+  if (g_pending.empty()) return;
   try {
-    unload_now(api(), g_pending);
+    const Api& a = api();
+    if (!capture_under_way(a)) unload_now(a, g_pending);
   } catch (...) {
   }
 }

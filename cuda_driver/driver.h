@@ -48,7 +48,9 @@ void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes
 // A CUDA graph capture begins and ends in this process (executor/cuda_graph.cpp).
 // While one is under way, modules dropped are not unloaded (unloading waits
 // with cuCtxSynchronize, which would break the capture): the last capture to
-// end unloads them.
+// end unloads them. A capture launch() finds its stream in (PyTorch's, around
+// lazyjit's kernels) defers unloads the same way, until a later load or
+// unload finds that stream capturing no more.
 void capture_began();
 void capture_ended();
 

@@ -203,4 +203,31 @@ TEST_F(CudaDriverStandIn, AModuleDroppedDuringACaptureIsUnloadedAfterIt) {
       },
       ::testing::ExitedWithCode(0), "broken 0 unloads during 0 after 1");
 }
+
+// The same for a capture lazyjit did not start (PyTorch's torch.cuda.graph
+// around lazyjit's kernels), seen by a launch into it: the module is unloaded
+// once the stream captures no more, at the next load.
+TEST_F(CudaDriverStandIn, AModuleDroppedDuringACaptureOfItsKernelsIsUnloadedAfterIt) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        auto capturing = fake<void (*)(int)>("fake_cuda_set_capturing");
+        auto broken = fake<int (*)()>("fake_cuda_capture_broken");
+        auto unloads = fake<int (*)()>("fake_cuda_unloads");
+        auto make_current = fake<void (*)(int)>("fake_cuda_make_current");
+        make_current(0);
+        auto m = cuda_driver::load_module(kImage);
+        void* f = m->function("fused_0");
+        capturing(1);
+        int stream = 0;  // any non-null CUstream
+        cuda_driver::launch(f, 1, 32, 0, &stream, nullptr);
+        std::thread([&] { m.reset(); }).join();
+        const int during = unloads();
+        capturing(0);
+        auto other = cuda_driver::load_module(kImage);
+        std::fprintf(stderr, "broken %d unloads during %d after %d\n", broken(), during, unloads());
+        std::exit(broken() == 0 && during == 0 && unloads() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "broken 0 unloads during 0 after 1");
+}
 #endif

@@ -10,7 +10,8 @@
 //    CUDA_ERROR_INVALID_IMAGE and writes "ptxas fatal: bad thing" into the
 //    error-log buffer (CU_JIT_ERROR_LOG_BUFFER, 5; its size, 6);
 //  - while fake_cuda_set_capturing(1), cuCtxSynchronize breaks the capture
-//    (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), as a real one does.
+//    (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), as a real one does, and
+//    cuStreamIsCapturing says every stream but the legacy one captures.
 // fake_cuda_* functions let the test drive and inspect it.
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +119,10 @@ CUresult cuCtxSynchronize(void) {
     capture_broken = 1;
     return kCaptureUnsupported;
   }
+  return kSuccess;
+}
+CUresult cuStreamIsCapturing(void* stream, int* status) {
+  *status = capturing && stream ? 1 : 0;
   return kSuccess;
 }
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
