@@ -24,9 +24,20 @@ void launch_kernel(const lowering::FusedKernel& k, lowering::KernelFn fn, const 
                              "target whose kernel is not loaded here, so it cannot run");
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size());
+  std::vector<at::Tensor> converted;
   for (const lowering::Access& a : k.loads) {
     if (a.scalar_index >= 0) continue;
-    const at::Tensor& t = env[a.value] = with_layout(env[a.value], g.value(a.value).type);
+    const ir::TensorType& type = g.value(a.value).type;
+    if (type.dtype != ir::DType::Other && env[a.value].scalar_type() != bridge::to_aten(type.dtype)) {
+      // The kernel reads the bytes as its type's dtype: a value of another
+      // dtype (an ATen step whose kernel returned another dtype than its meta
+      // kernel said) is read converted, never past the end of a smaller
+      // buffer. The steps that take it as an ATen operand still get it as is.
+      converted.push_back(with_layout(env[a.value].to(bridge::to_aten(type.dtype)), type));
+      bufs.push_back(converted.back().data_ptr());
+      continue;
+    }
+    const at::Tensor& t = env[a.value] = with_layout(env[a.value], type);
     bufs.push_back(t.data_ptr());
   }
   int64_t numel = 1;

@@ -1,6 +1,7 @@
 #include "tracer/meta_inference.h"
 
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -192,6 +193,38 @@ bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
   return e;
 }
 
+// `v`'s tensor as a meta tensor of dtype `dt` (its geometry kept).
+IValue retyped(const IValue& v, at::ScalarType dt) {
+  if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() == dt) return v;
+  const at::Tensor& t = v.toTensor();
+  return at::empty_strided(t.sizes(), t.strides(), t.options().dtype(dt));
+}
+
+// Where an op's meta kernel gives another result dtype than the kernel that
+// runs (ATen's native_group_norm and its backward, group_norm.cpp), the
+// kernel's: the graph must type a step's result as the data it will hold, or
+// the kernels after it read its bytes as another dtype (a bfloat16 dX read as
+// float32: twice its bytes, past the end of its buffer). A reduced-precision X
+// with float32 weights (a norm kept in float32 while the activations are
+// bfloat16) is "mixed": mean and rstd are float32 on the CPU, X's dtype on
+// meta; the backward's dX has X's dtype on the CPU, float32 on meta.
+void kernel_dtypes(const c10::OperatorHandle& op, const Stack& args, Stack* rets) {
+  const std::string& name = op.schema().name();
+  if (name == "aten::native_group_norm" && args.size() >= 3 && rets->size() == 3 && args[0].isTensor()) {
+    at::ScalarType x = args[0].toTensor().scalar_type(), param = at::ScalarType::Undefined;
+    for (size_t i : {1, 2})  // ATen's get_parameter_type: the first defined one
+      if (param == at::ScalarType::Undefined && args[i].isTensor() && args[i].toTensor().defined())
+        param = args[i].toTensor().scalar_type();
+    bool mixed = param != at::ScalarType::Undefined && param != x;
+    at::ScalarType stats = mixed ? at::toOpMathType(x) : x;
+    (*rets)[1] = retyped((*rets)[1], stats);
+    (*rets)[2] = retyped((*rets)[2], stats);
+  } else if (name == "aten::native_group_norm_backward" && args.size() >= 2 && rets->size() == 3 &&
+             args[1].isTensor()) {
+    (*rets)[0] = retyped((*rets)[0], args[1].toTensor().scalar_type());
+  }
+}
+
 }  // namespace
 
 const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, MetaResult* scratch) {
@@ -215,6 +248,7 @@ const MetaResult* infer_meta(const c10::OperatorHandle& op, const Stack& args, M
       return nullptr;
     }
   }
+  kernel_dtypes(op, args, &fresh.rets);
   for (const IValue& v : fresh.rets) for_each_tensor(v, [&](const at::Tensor& t) { fresh.outs.push_back(t); });
   fresh.dtype_error = dtype_error(op, args);
   if (!keyed) {
