@@ -1,5 +1,7 @@
 #include "tracer/capture.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <c10/util/SmallVector.h>
@@ -197,15 +199,18 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
 
 bool CapturedGraph::writes_shared_argument(const std::vector<CaptureArg>& args) const {
   if (write_back_.empty()) return false;
-  std::vector<const at::Tensor*> tensors;
+  // (storage, written) per tensor argument, sorted by storage: one pass finds a
+  // storage held by two arguments, one of them written. O(n log n), so an
+  // optimizer step's hundreds of parameters cost microseconds.
+  std::vector<std::pair<const void*, bool>> held;
   for (const CaptureArg& a : args)
-    if (const at::Tensor* t = std::get_if<at::Tensor>(&a)) tensors.push_back(t);
-  for (const auto& w : write_back_) {
-    if (w.first >= tensors.size()) continue;
-    const at::Tensor& written = *tensors[w.first];
-    for (size_t j = 0; j < tensors.size(); ++j)
-      if (j != w.first && tensors[j]->defined() && tensors[j]->is_alias_of(written)) return true;
-  }
+    if (const at::Tensor* t = std::get_if<at::Tensor>(&a))
+      held.emplace_back(t->defined() && t->has_storage() ? t->storage().unsafeGetStorageImpl() : nullptr, false);
+  for (const auto& w : write_back_)
+    if (w.first < held.size()) held[w.first].second = true;
+  std::sort(held.begin(), held.end());
+  for (size_t i = 0; i + 1 < held.size(); ++i)
+    if (held[i].first && held[i].first == held[i + 1].first && (held[i].second || held[i + 1].second)) return true;
   return false;
 }
 
