@@ -7,6 +7,7 @@
 // std::string `symbol`.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -208,6 +209,20 @@ class KernelJobs {
   std::vector<int> job_of_;  // per plan kernel not found: its job
   int hits_ = 0;
 };
+
+// The distinct kernels of a program's kernel list (one kernel may serve several
+// of its plan's kernels), in first-use order, and per list entry its index
+// among them: what a target's archive writes once each (`object()`).
+template <class Code>
+void distinct_kernels(const std::vector<std::shared_ptr<const Code>>& kernels, std::vector<const Code*>* units,
+                      std::vector<uint32_t>* of) {
+  std::unordered_map<const Code*, uint32_t> index;
+  for (const auto& k : kernels) {
+    auto [it, fresh] = index.emplace(k.get(), static_cast<uint32_t>(units->size()));
+    if (fresh) units->push_back(k.get());
+    of->push_back(it->second);
+  }
+}
 
 // The dump text (IR, assembly, PTX) of a plan's kernels, one section per plan
 // kernel under its name in this plan (`names`). A kernel found compiled (the

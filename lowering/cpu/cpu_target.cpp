@@ -90,13 +90,8 @@ class CpuCode : public CompiledCode {
   std::string object() const override {
     if (kernels_.empty()) return std::string();
     std::vector<const KernelCode*> units;
-    std::unordered_map<const KernelCode*, uint32_t> index;
     std::vector<uint32_t> of;
-    for (const KernelRef& k : kernels_) {
-      auto [it, fresh] = index.emplace(k.get(), static_cast<uint32_t>(units.size()));
-      if (fresh) units.push_back(k.get());
-      of.push_back(it->second);
-    }
+    distinct_kernels(kernels_, &units, &of);
     ir::ByteWriter w;
     w.header(kArchiveTag, kArchiveVersion);
     w.count(units.size());
