@@ -233,12 +233,6 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
       ++tensor;
     }
   }
-  // A program takes each argument as memory of its own: the traced function
-  // read and wrote placeholders that shared none. When an argument it writes
-  // shares memory with another argument (views of one buffer: a[0:4], a[2:6]),
-  // a read of the other would miss the write, so this capture does not serve
-  // them (the caller runs the function some other way, as eager would).
-  if (writes_shared_argument(args)) return std::nullopt;
   for (const auto& [input, draw] : redraws_) {
     b.inputs[input] = draw();
     if (b.inputs[input].device() != device_) b.inputs[input] = b.inputs[input].to(device_);

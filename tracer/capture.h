@@ -45,7 +45,8 @@ class CapturedGraph {
   size_t ops() const { return ops_; }  // nodes in the traced graph
 
   // Whether an argument the traced function writes shares memory with another
-  // argument: run() does not serve such arguments.
+  // argument (views of one buffer): a read of the other would miss the write,
+  // so run() must not serve them. CaptureSet::run asks before run().
   bool writes_shared_argument(const std::vector<CaptureArg>& args) const;
 
   // What arguments that fit it have in common (capture_signature of them): the
