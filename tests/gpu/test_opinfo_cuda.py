@@ -13,7 +13,11 @@ the tensor arguments, for mutations) .to("cuda"). Judged like the CPU harness
   pass   equal at assert_close's float32 tolerances (rtol 1.3e-6, atol 1e-5), or
          at rtol = atol = 1e-3 (PyTorch's own cross-device tolerance; such
          samples are counted as "loose" in the JSON: transcendentals, other
-         reduction orders)
+         reduction orders); bfloat16 and float16 (OPINFO_CUDA_DTYPE): at
+         assert_close's tolerances for that dtype (bfloat16 rtol 1.6e-2, about
+         2 ulps; float16 rtol 1e-3, 1 ulp), or loose, against eager at that
+         dtype or else against eager in float32 rounded to it ("oracle":
+         "float32_rounded" in the JSON; against_float32_rounded)
   pass   eager raises, and lazyjit raises the same exception type at the call or
          the sync, and still works afterwards (rule "eager_raises")
   fail   lazyjit raised, returned something else, or differs
@@ -31,14 +35,15 @@ listed too.
 
 With LAZYJIT_DEVICE_MORE set (scripts/gpu_check.sh sets it) the results go to
 $LAZYJIT_DEVICE_MORE/opinfo_cuda.json: per sample its status, reason, the
-sample's description, seconds, and whether it needed the loose tolerance.
+sample's description, seconds, whether it needed the loose tolerance, and the
+kernels it launched on the target's device (metrics' device_kernel_launches).
 
 Run by hand (any machine; no GPU: DEV=cpu with LAZYJIT_TARGET unset checks the
 harness itself against CPU eager):
     PYTHONPATH=python python tests/gpu/test_opinfo_cuda.py            # the sweep, a summary
     OPINFO_CUDA_DEV=cpu PYTHONPATH=python python tests/gpu/test_opinfo_cuda.py
-Knobs (environment): OPINFO_CUDA_DEV (cuda), OPINFO_CUDA_SAMPLES
-(SAMPLES_PER_OP), OPINFO_CUDA_OPS (comma-separated, instead of COMMON_OPS),
+Knobs (environment): OPINFO_CUDA_DEV (cuda), OPINFO_CUDA_DTYPE (float32),
+OPINFO_CUDA_SAMPLES (SAMPLES_PER_OP), OPINFO_CUDA_OPS (comma-separated, instead of COMMON_OPS),
 OPINFO_CUDA_JOBS, OPINFO_CUDA_BUDGET_S, OPINFO_CUDA_STALL_S; to check the
 sweep's recovery, OPINFO_CUDA_FAULT=abort=mul:1,hang=add:0,taint=sub:1.
 """
@@ -63,7 +68,9 @@ TOOLS = os.path.join(ROOT, "tools")
 # The device the samples are made on and eager runs on. "cpu" only to check
 # the harness without a GPU (with LAZYJIT_TARGET unset).
 DEV = os.environ.get("OPINFO_CUDA_DEV", "cuda")
-DTYPE = "float32"
+# The dtype of the samples: float32 (the GPU check); tests/cuda_sim also runs
+# bfloat16 and float16 for the elementwise and reduction ops.
+DTYPE = os.environ.get("OPINFO_CUDA_DTYPE", "float32")
 
 # Ops expected to mismatch on the CUDA target: {"op name": "why (issue)"}.
 # Empty until a device run has said what fails.
@@ -267,7 +274,33 @@ def _worker_main(events_path):
         if elsewhere:
             return {"status": "fail", "phase": "call",
                     "reason": f"lazyjit's outputs on {sorted(set(elsewhere))}, not the lazyjit device"}
-        return _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in)
+        rec = _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in)
+        if rec["status"] == "fail" and rec.get("phase") == "compare" and dtype != torch.float32:
+            again = against_float32_rounded(op, sample, rule, out, actual, actual_in)
+            if again["status"] == "pass":
+                rec = dict(again, oracle="float32_rounded", eager_mismatch=rec["reason"])
+        return rec
+
+    def against_float32_rounded(op, sample, rule, out, actual, actual_in):
+        """The second oracle for bfloat16 and float16: eager run in float32 on
+        the sample's DTYPE tensors upcast, its float32 results rounded to DTYPE
+        (what a kernel that computes in float32 and rounds once returns). Eager
+        at DTYPE may round in between (log_softmax rounds max + log(sum) before
+        subtracting it) and be the one further from the exact result."""
+        up = lambda t: t.float() if t.dtype == dtype else t  # noqa: E731
+        down = lambda t: t.to(dtype) if t.dtype == torch.float32 else t  # noqa: E731
+        e_in = _map(_clone_args((sample.input, sample.args, sample.kwargs), torch), up)
+        try:
+            torch.manual_seed(SAMPLE_SEED)
+            raw = _map(op(e_in[0], *e_in[1], **e_in[2]), down)
+            dev_sync()
+        except Exception as e:
+            return {"status": "fail", "phase": "eager", "reason": f"[eager float32] {_first_line(e)}"}
+        try:
+            expected = sample.output_process_fn_grad(raw)
+        except Exception:
+            expected = raw
+        return _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, raw, _map(e_in, down))
 
     send(ev="ready", pid=os.getpid(), torch=torch.__version__, target=lazyjit.target(),
          device=(torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"))
@@ -329,10 +362,13 @@ def _worker_main(events_path):
                 send(ev="tainted", op=name, i=i)
                 ev_file.close()
                 os._exit(3)
+            launched = lazyjit.metrics()["device_kernel_launches"]
             if skip_all:
                 rec = {"status": "skip", "reason": skip_all}
             else:
                 rec = run_sample(op, sample, rule)
+            # Kernels the sample launched on the target's device (0 where it ran in ATen only).
+            rec["launches"] = lazyjit.metrics()["device_kernel_launches"] - launched
             send(ev="result", op=name, i=i, desc=desc, secs=round(time.time() - t0, 4), **rec)
             if rec["status"] == "fail" and not sanity():
                 send(ev="tainted", op=name, i=i)
@@ -580,6 +616,7 @@ def run_sweep(entries, samples_per_op, jobs=None, budget_s=BUDGET_S, stall_s=STA
             summary[s["status"]] += 1
             summary["loose"] += bool(s.get("loose"))
             summary["eager_raises"] += s.get("rule") == "eager_raises"
+            summary["float32_rounded"] += s.get("oracle") == "float32_rounded"
         summary["total"] += len(samples)
         out_ops.append(r)
     if not errors and not any(summary[k] for k in ("fail", "crash", "timeout")) \
@@ -592,7 +629,7 @@ def run_sweep(entries, samples_per_op, jobs=None, budget_s=BUDGET_S, stall_s=STA
                 harness_errors=errors, xfail=XFAIL, logdir=logdir)
     return {"meta": meta, "summary": {k: summary[k] for k in
                                       ("total", "pass", "fail", "skip", "crash", "timeout", "loose",
-                                       "eager_raises")},
+                                       "eager_raises", "float32_rounded")},
             "missing": missing, "ops": out_ops}
 
 
@@ -652,7 +689,8 @@ def _selection():
 def _summary_line(report):
     s, m = report["summary"], report["meta"]
     return (f"opinfo {DTYPE} common ops on {DEV}: {m['entries']} entries, {m['ops']} OpInfos, "
-            f"{s['total']} samples: pass {s['pass']} (loose {s['loose']}, eager_raises {s['eager_raises']}), "
+            f"{s['total']} samples: pass {s['pass']} (loose {s['loose']}, eager_raises {s['eager_raises']}"
+            + (f", float32_rounded {s['float32_rounded']}" if DTYPE != "float32" else "") + "), "
             f"fail {s['fail']}, skip {s['skip']}, "
             f"crash {s['crash']}, timeout {s['timeout']}; {m['jobs']} workers, {m['restarts']} restarts, "
             f"{m['wall_s']} s")
