@@ -18,6 +18,8 @@ os.environ.setdefault("LAZYJIT_BACKGROUND_COMPILE", "off")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
+from gpu_shared import assert_close  # noqa: E402,F401  (tests import it from here or from gpu_shared)
+
 HAS_GPU = torch.cuda.is_available()
 
 
@@ -36,9 +38,3 @@ def lazyjit():
     import lazyjit as lj
     return lj
 
-
-# CUDA-vs-CUDA tolerances: both sides run float32 on the same GPU, but with
-# other reduction orders and libdevice against CUDA's math library.
-def assert_close(actual, expected, rtol=1e-5, atol=1e-5):
-    assert actual.device == expected.device, (actual.device, expected.device)
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)

@@ -3,7 +3,7 @@ lazyjit programs whose kernels are LLVM-NVPTX code and whose library steps are
 ATen's CUDA kernels. CUDA eager is the oracle."""
 import torch
 
-from conftest import assert_close
+from gpu_shared import assert_close, kernels_only
 
 DEV = "cuda"
 
@@ -17,6 +17,7 @@ def test_target_is_cuda(lazyjit):
     assert lazyjit.target() == "cuda"
 
 
+@kernels_only
 def test_elementwise_chain_is_one_kernel(lazyjit):
     def chain(y):
         for _ in range(10):
@@ -32,6 +33,7 @@ def test_elementwise_chain_is_one_kernel(lazyjit):
     assert lazyjit.dynamo.stats()["eager_graphs"] == 0
 
 
+@kernels_only
 def test_transcendentals_match_cuda_eager(lazyjit):
     def f(x):
         return torch.tanh(x).exp() + torch.log1p(x.abs()) * torch.erf(x) - torch.sigmoid(x) ** 2.5
@@ -40,6 +42,7 @@ def test_transcendentals_match_cuda_eager(lazyjit):
     assert_close(_compile(f)(x), f(x), rtol=2e-5, atol=2e-5)
 
 
+@kernels_only
 def test_rows_softmax_layer_norm_and_sums(lazyjit):
     def f(x, w, b):
         return (torch.softmax(x, -1), torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
@@ -52,6 +55,7 @@ def test_rows_softmax_layer_norm_and_sums(lazyjit):
             assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
+@kernels_only
 def test_half_and_bfloat16_store_and_compute_in_float32(lazyjit):
     def f(x):
         return (x * 3 + 1).relu().to(torch.float32).softmax(-1)
@@ -61,6 +65,7 @@ def test_half_and_bfloat16_store_and_compute_in_float32(lazyjit):
         assert_close(_compile(f)(x), f(x), rtol=1e-3, atol=1e-3)
 
 
+@kernels_only
 def test_mlp_training_step_matches_cuda_eager(lazyjit):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, assert_close
+from gpu_shared import ROOT, assert_close, kernels_only
 
 L = "lazyjit"
 DEV = "cuda"
@@ -131,6 +131,7 @@ def test_pinned_host_memory_is_page_locked_and_copies_to_lazyjit(lazyjit):
     assert torch.equal(xl.cpu(), x)
 
 
+@kernels_only
 def test_item_printing_and_bool_read_the_gpu_data(lazyjit):
     torch.manual_seed(0)
     c = torch.randn(1000, device=DEV)
@@ -145,6 +146,7 @@ def test_item_printing_and_bool_read_the_gpu_data(lazyjit):
     assert "3.0000" in text and "-4.5000" in text and "lazyjit" in text, text
 
 
+@kernels_only
 def test_a_scalar_read_apart_from_a_pending_graph(lazyjit):
     c, m = torch.randn(256, 256, device=DEV), torch.rand(64, device=DEV) + 0.1
     big = (c.to(L) * 3).tanh()                      # pending, not read yet
@@ -209,6 +211,7 @@ def test_moving_a_cuda_model_to_lazyjit_copies_device_to_device(lazyjit):
         assert p.device.type == L and torch.equal(p.detach().to(DEV), q.detach())
 
 
+@kernels_only
 def test_mlp_forward_backward_and_training_match_cuda_eager(lazyjit):
     torch.manual_seed(0)
     model = _mlp().to(DEV)
@@ -313,6 +316,7 @@ def nans(lazyjit):
     lazyjit.debug_nans(False)
 
 
+@kernels_only
 def test_a_nan_is_pinned_to_its_op_and_line(lazyjit, nans):
     torch.manual_seed(0)
     w, x = torch.randn(8, 8, device=DEV), torch.randn(4, 8, device=DEV)
@@ -331,6 +335,7 @@ def test_a_nan_is_pinned_to_its_op_and_line(lazyjit, nans):
     torch.testing.assert_close(z.to(DEV), want, equal_nan=True, rtol=1e-5, atol=1e-5)
 
 
+@kernels_only
 def test_nan_checks_on_gpu_inputs_and_finite_results(lazyjit, nans):
     x = torch.tensor([1.0, float("nan")], device=DEV)
     with pytest.raises(RuntimeError, match="graph input 0 already holds one"):
@@ -348,6 +353,7 @@ def check(lazyjit, tmp_path):
     lazyjit.check_graphs(False)
 
 
+@kernels_only
 def test_the_check_against_cuda_eager_raises_no_false_alarm(lazyjit, check):
     torch.manual_seed(0)
     x, w = torch.randn(32, 64, device=DEV), torch.randn(64, 64, device=DEV)

@@ -7,7 +7,7 @@ too, so code planned for one row length (a hint) runs at others."""
 import pytest
 import torch
 
-from conftest import assert_close
+from gpu_shared import assert_close, kernels_only
 
 DEV = "cuda"
 COLS = (1, 31, 32, 33, 1000, 1024, 1025, 5000)
@@ -24,6 +24,7 @@ def rows_fn(x, w, b):
             x.sum(-1), x.amax(-1))
 
 
+@kernels_only
 @pytest.mark.parametrize("cols", COLS)
 @pytest.mark.parametrize("rows", ROWS)
 def test_rows_of_every_length_match_cuda_eager(lazyjit, rows, cols):
@@ -34,6 +35,7 @@ def test_rows_of_every_length_match_cuda_eager(lazyjit, rows, cols):
         assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
+@kernels_only
 def test_one_capture_runs_every_row_length(lazyjit):
     # No reset between sizes: a plan (and its launch shape) made for short rows
     # may be bound to long ones, and the other way round.
@@ -45,6 +47,7 @@ def test_one_capture_runs_every_row_length(lazyjit):
             assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
+@kernels_only
 def test_bfloat16_rows_compute_in_float32(lazyjit):
     for cols in COLS:
         x = torch.randn(33, cols, device=DEV, dtype=torch.bfloat16)
@@ -58,6 +61,7 @@ def chain(y):
     return y * torch.sigmoid(y)
 
 
+@kernels_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [1, 3, 7, 1001, 4099, (1 << 20) + 3])
 def test_element_chains_of_odd_lengths_match_cuda_eager(lazyjit, dtype, n):
@@ -69,6 +73,7 @@ def test_element_chains_of_odd_lengths_match_cuda_eager(lazyjit, dtype, n):
     assert_close(_compile(chain)(y), chain(y), **tol)
 
 
+@kernels_only
 def test_device_route_rows_and_chains(lazyjit):
     # The device route (lazyjit storages in GPU memory) over the same kernels.
     for cols in (33, 1000, 1025):

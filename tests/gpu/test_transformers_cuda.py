@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from conftest import assert_close
+from gpu_shared import assert_close, kernels_only
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,6 +31,7 @@ def _bert():
     return transformers.BertForMaskedLM(cfg)
 
 
+@kernels_only
 @pytest.mark.parametrize("make", [_gpt2, _llama, _bert], ids=["gpt2", "llama", "bert"])
 def test_logits_loss_and_gradients_match_cuda_eager(lazyjit, make):
     torch.manual_seed(0)
@@ -53,6 +54,7 @@ def test_logits_loss_and_gradients_match_cuda_eager(lazyjit, make):
             assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4)
 
 
+@kernels_only
 def test_ten_training_steps_one_program_each(lazyjit):
     torch.manual_seed(0)
     model = _gpt2().to(DEV)
