@@ -17,25 +17,44 @@
 #include "tracer/lazyjit.h"
 #include "tracer/pinned_memory.h"
 #include "tracer/record_op.h"
+#include "tracer/streams.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit {
 
 namespace {
 
-// One device, one default stream: enough for autograd and device guards.
+// One device; its streams and events are tracer/streams.h's.
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType T = c10::DeviceType::PrivateUse1;
   c10::DeviceType type() const override { return T; }
-  c10::Device exchangeDevice(c10::Device) const override { return c10::Device(T, 0); }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    tracer::check_device_index(d.index());
+    return c10::Device(T, 0);
+  }
   c10::Device getDevice() const override { return c10::Device(T, 0); }
-  void setDevice(c10::Device) const override {}
+  void setDevice(c10::Device d) const override { tracer::check_device_index(d.index()); }
   void uncheckedSetDevice(c10::Device) const noexcept override {}
-  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
-  c10::Stream exchangeStream(c10::Stream s) const override { return s; }
+  c10::Stream getStream(c10::Device d) const override { return tracer::current_stream(d); }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    tracer::check_device_index(d.index());
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(T, 0));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return tracer::new_stream(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return tracer::new_stream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return tracer::exchange_stream(s); }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
-  void synchronizeDevice(const c10::DeviceIndex) const override { lazyjit::sync(); }
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override {
+    tracer::record_event(event, s);
+  }
+  void block(void* event, const c10::Stream& s) const override { tracer::block_on_event(event, s); }
+  bool queryEvent(void* event) const override { return tracer::query_event(event); }
+  void synchronizeEvent(void* event) const override { tracer::synchronize_event(event); }
+  double elapsedTime(void* a, void* b, const c10::DeviceIndex) const override { return tracer::elapsed_ms(a, b); }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { tracer::destroy_event(event); }
+  bool queryStream(const c10::Stream& s) const override { return tracer::query_stream(s); }
+  void synchronizeStream(const c10::Stream& s) const override { tracer::synchronize_stream(s); }
+  void synchronizeDevice(const c10::DeviceIndex) const override { tracer::synchronize_device(); }
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 

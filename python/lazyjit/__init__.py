@@ -221,99 +221,10 @@ def mark_static(t: torch.Tensor, dim) -> None:
         _C.mark_static(t, d)
 
 
-class _DeviceModule:
-    """torch.lazyjit: what PyTorch expects of a backend module."""
-
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    class device:
-        """`with torch.lazyjit.device(i):` (storage moves use it); one device, nothing to switch."""
-
-        def __init__(self, device):
-            self.idx = torch.device(device).index if not isinstance(device, int) else device
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    @staticmethod
-    def device_count() -> int:
-        return 1
-
-    @staticmethod
-    def current_device() -> int:
-        return 0
-
-    @staticmethod
-    def _is_in_bad_fork() -> bool:
-        return False
-
-    # Dynamo asks before it makes fake tensors on the device (a factory with
-    # device="lazyjit" in a compiled function); nothing to initialize.
-    @staticmethod
-    def is_initialized() -> bool:
-        return True
-
-    @staticmethod
-    def _lazy_init() -> None:
-        pass
-
-    # Random ops on lazyjit draw from the generator of where its data lives (see
-    # docs/design.md): the CPU's, which torch.manual_seed seeds before it calls
-    # this; under LAZYJIT_TARGET=cuda the current GPU's.
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        if target() == "cuda":
-            torch.cuda.manual_seed(seed)
-
-    @staticmethod
-    def manual_seed(seed: int) -> None:
-        if target() == "cuda":
-            torch.cuda.manual_seed(seed)
-        else:
-            torch.default_generator.manual_seed(seed)
-
-    @staticmethod
-    def get_rng_state(device=None):
-        return torch.cuda.get_rng_state() if target() == "cuda" else torch.get_rng_state()
-
-    @staticmethod
-    def set_rng_state(state, device=None) -> None:
-        if target() == "cuda":
-            torch.cuda.set_rng_state(state)
-        else:
-            torch.set_rng_state(state)
-
-    @staticmethod
-    def synchronize(device=None) -> None:
-        sync()
-
-    # torch.autocast("lazyjit"): lazyjit computes as eager does on the CPU, so it
-    # autocasts as the CPU does (csrc/autocast.cpp: CPU autocast's op lists) and
-    # to the same dtypes (float16 and bfloat16; bfloat16 by default).
-    @staticmethod
-    def get_amp_supported_dtype():
-        return [torch.float16, torch.bfloat16]
-
-    @staticmethod
-    def is_autocast_enabled() -> bool:
-        return torch.is_autocast_enabled("lazyjit")
-
-    @staticmethod
-    def get_autocast_dtype():
-        return torch.get_autocast_dtype("lazyjit")
-
-    @staticmethod
-    def is_bf16_supported(including_emulation: bool = True) -> bool:
-        return True
-
+from . import device_module  # noqa: E402  torch.lazyjit (python/lazyjit/device_module.py)
 
 if not hasattr(torch, "lazyjit"):
-    torch._register_device_module("lazyjit", _DeviceModule)
+    torch._register_device_module("lazyjit", device_module)
     torch.set_autocast_dtype("lazyjit", torch.get_autocast_dtype("cpu"))
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                          for_packed_sequence=True, for_storage=True)
