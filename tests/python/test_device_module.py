@@ -313,3 +313,56 @@ def test_events_of_both_apis_mix():
     g.record(torch.lazyjit.current_stream())
     assert g.elapsed_time(e) <= 0 <= e.elapsed_time(g)
     s.wait_event(g)
+
+
+_FSDP2_TWO_RANKS = r"""
+import copy, sys, torch, torch.distributed as dist
+import lazyjit
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("cpu:gloo,lazyjit:lazyjit")
+rank = dist.get_rank()
+torch.manual_seed(0)
+ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+model = copy.deepcopy(ref).to("lazyjit")
+mesh = init_device_mesh("lazyjit", (2,))
+for layer in (model[0], model[2]):
+    fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+torch.manual_seed(1)
+for step in range(3):
+    x = torch.randn(8, 8)
+    half = x[rank * 4:(rank + 1) * 4]
+    loss = model(half.to("lazyjit")).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    torch.testing.assert_close(loss.cpu(), ref(half).square().mean().detach())  # this rank's own loss
+    # FSDP2 averages the ranks' gradients: the mean of the halves' losses on the CPU.
+    want = sum(ref(x[r * 4:(r + 1) * 4]).square().mean() for r in range(2)) / 2
+    want.backward()
+    ref_opt.step()
+    ref_opt.zero_grad()
+for p, q in zip(model.parameters(), ref.parameters()):
+    torch.testing.assert_close(p.full_tensor().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+dist.destroy_process_group()
+print("OK", rank)
+"""
+
+
+def test_fully_shard_over_a_lazyjit_mesh_of_two_ranks_trains_as_the_cpu(tmp_path):
+    """issue 52's first failure: FSDP2's first forward asked torch.lazyjit for Stream."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "fsdp2.py"
+    script.write_text(_FSDP2_TWO_RANKS)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off", OMP_NUM_THREADS="1",
+               GLOO_SOCKET_IFNAME="lo", TORCH_CPP_LOG_LEVEL="ERROR")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+           "--master_addr=127.0.0.1", f"--master_port={port}", str(script)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "OK 0" in p.stdout and "OK 1" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
