@@ -22,6 +22,12 @@
 // torch.accelerator.synchronize). Other syncs (.item(), .cpu(), printing,
 // lazyjit.sync()) do not note the time, and elapsed_time then raises saying so.
 // Two points in one graph are reached by the same sync: 0 ms apart.
+//
+// Under the CUDA target a sync launches its program's kernels on PyTorch's
+// current CUDA stream and returns: a reached point means its work was
+// launched, and its time is when the launch finished. torch.cuda.synchronize()
+// waits for the GPU (not done here: inside a user's CUDA graph capture it
+// would break the capture).
 #pragma once
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
