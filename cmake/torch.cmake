@@ -11,8 +11,10 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
-  executor/executable.cpp executor/aten_call.cpp executor/kernel_launch.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/execution_device.cpp executor/device_launch.cpp executor/sim_launch.cpp
-  executor/collective_step.cpp executor/collective_in_flight.cpp executor/graph_replay.cpp executor/graph_replays.cpp
+  executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp executor/execution_device.cpp
+  executor/collective_step.cpp executor/collective_in_flight.cpp executor/collective_thunk.cpp
+  executor/cpu/kernel_launch.cpp executor/cpu/kernel_thunk.cpp
+  executor/cuda/device_launch.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
   runtime/config.cpp runtime/runtime.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
@@ -20,16 +22,16 @@ add_library(lazyjit SHARED
   tracer/capture.cpp tracer/capture_set.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/storage_ops.cpp tracer/device_memory.cpp tracer/streams.cpp tracer/api.cpp
   tracer/collectives.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
-# CUDA graphs (executor/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
+# CUDA graphs (executor/cuda/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
 # only against a torch with CUDA (libtorch_cuda, which TORCH_LIBRARIES then links).
 # LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the GPU check's
 # fallback when that translation unit fails to build: scripts/gpu_check.sh).
 option(LAZYJIT_CUDA_GRAPHS_BUILD "CUDA graphs, when the torch found has CUDA" ON)
 find_library(LAZYJIT_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
 if(LAZYJIT_TORCH_CUDA_LIBRARY AND LAZYJIT_CUDA_GRAPHS_BUILD)
-  target_sources(lazyjit PRIVATE executor/cuda_graph.cpp)
+  target_sources(lazyjit PRIVATE executor/cuda/cuda_graph.cpp)
 else()
-  target_sources(lazyjit PRIVATE executor/cuda_graph_none.cpp)
+  target_sources(lazyjit PRIVATE executor/cuda/cuda_graph_none.cpp)
 endif()
 message(STATUS "lazyjit CUDA graphs: ${LAZYJIT_TORCH_CUDA_LIBRARY} (NOTFOUND: this torch has no CUDA; graphs off)")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
@@ -60,7 +62,8 @@ add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/execut
                tests/executor/buffer_pool_test.cpp tests/executor/background_compiles_test.cpp
                tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp
                tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp
-               tests/executor/graph_replay_test.cpp tests/executor/shape_binder_device_test.cpp)
+               tests/executor/graph_replay_test.cpp tests/executor/shape_binder_device_test.cpp
+               tests/executor/step_thunks_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 # A stand-in libcuda.so.1 for cuda_driver_test (LAZYJIT_TEST_LIBCUDA): the
 # driver layer's rules on contexts, error logs and captures without a GPU.
@@ -94,10 +97,10 @@ add_executable(bench_trace_cost bench/trace_cost.cpp)
 target_link_libraries(bench_trace_cost lazyjit)
 set_target_properties(bench_trace_cost PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 
-# Kernels run on ATen's own OpenMP pool (executor/kernel_launch.cpp): the threads
+# Kernels run on ATen's own OpenMP pool (executor/cpu/kernel_launch.cpp): the threads
 # eager ops and library steps (GEMMs, attention) use, hot between steps, instead
 # of a second pool fighting them for the cores. Linked to the wheel's libgomp,
 # the runtime torch has already loaded (one OpenMP runtime in the process).
-set_source_files_properties(executor/kernel_launch.cpp executor/small_gemm.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
+set_source_files_properties(executor/cpu/kernel_launch.cpp executor/small_gemm.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
 find_library(TORCH_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
 target_link_libraries(lazyjit PRIVATE ${TORCH_GOMP_LIBRARY})

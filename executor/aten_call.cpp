@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include "bridge/aten_ir.h"
-#include "executor/execution_device.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -26,7 +25,8 @@ bool is_kind(const c10::TypePtr& t, c10::TypeKind k) {
 
 }  // namespace
 
-AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms) : op_(resolve(n)) {
+AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, c10::Device device, bool onednn_gemms)
+    : op_(resolve(n)) {
   if (onednn_gemms) gemm_ = gemm_kind(std::get<std::string>(n.attrs[0].value));
   const auto& schema = op_.schema();
   auto operand = [&](int32_t k, const c10::Argument& arg) {
@@ -66,8 +66,7 @@ AtenCall::AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms) : o
           } else if constexpr (std::is_same_v<T, std::string>) {
             // Device arguments name the lazyjit device; the step runs where
             // programs run (the CPU, or the GPU under the CUDA target).
-            a.constant = type.find("Device") != std::string::npos ? c10::IValue(execution_device())
-                                                                  : c10::IValue(x);
+            a.constant = type.find("Device") != std::string::npos ? c10::IValue(device) : c10::IValue(x);
           } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
             if (type.rfind("bool[", 0) == 0) {
               c10::List<bool> l;

@@ -29,8 +29,10 @@ namespace lazyjit::executor {
 class AtenCall {
  public:
   // Throws (c10::Error) when the schema named by the node does not exist.
-  // `onednn_gemms`: mm and addmm may run through oneDNN (executor/gemm.h).
-  AtenCall(const ir::Graph& g, const ir::Node& n, bool onednn_gemms = false);
+  // `device`: where the step runs (its Device arguments name it; the tracer
+  // recorded the lazyjit device). `onednn_gemms`: mm and addmm may run through
+  // oneDNN (executor/gemm.h).
+  AtenCall(const ir::Graph& g, const ir::Node& n, c10::Device device, bool onednn_gemms = false);
   void run(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
            const std::vector<int64_t>& scalars) const;
 

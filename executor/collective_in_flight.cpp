@@ -6,8 +6,7 @@
 
 namespace lazyjit::executor {
 
-bool CollectivesInFlight::read_by(const lowering::Program& p, const lowering::Step& s) const {
-  const ir::Graph& g = p.graph;
+bool CollectivesInFlight::read_by(const ir::Graph& g, const std::vector<ir::ValueId>& reads) const {
   auto hit = [&](ir::ValueId v) {
     for (;;) {  // a view read through (a folded AsStrided) reads its base
       if (std::find(values_.begin(), values_.end(), v) != values_.end()) return true;
@@ -16,12 +15,7 @@ bool CollectivesInFlight::read_by(const lowering::Program& p, const lowering::St
       v = pr.operands[0];
     }
   };
-  if (s.kind == lowering::Step::Kind::Kernel) {
-    for (const lowering::Access& a : p.plan.kernels[s.kernel].loads)
-      if (a.scalar_index < 0 && hit(a.value)) return true;
-    return false;
-  }
-  for (ir::ValueId v : g.nodes()[s.node].operands)
+  for (ir::ValueId v : reads)
     if (hit(v)) return true;
   return false;
 }

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "lowering/program.h"
+#include "graph_ir/graph.h"
 
 namespace lazyjit::executor {
 
@@ -14,8 +14,9 @@ class CollectivesInFlight {
  public:
   bool empty() const { return values_.empty(); }
   void started(const std::vector<ir::ValueId>& results) { values_.insert(values_.end(), results.begin(), results.end()); }
-  // Whether step `s` reads one of them (through a folded AsStrided: its base).
-  bool read_by(const lowering::Program& p, const lowering::Step& s) const;
+  // Whether a step that reads `reads` (Thunk::reads) reads one of them
+  // (through a folded AsStrided of `g`: its base).
+  bool read_by(const ir::Graph& g, const std::vector<ir::ValueId>& reads) const;
   // Waits for each (wait_collective), then forgets them. When a wait throws,
   // they stay: values() are the results then in flight.
   void wait_all(std::vector<at::Tensor>& env);

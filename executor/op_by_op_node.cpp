@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "bridge/aten_ir.h"
-#include "executor/execution_device.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -109,14 +108,14 @@ at::Tensor reduce(const ir::Node& n, const at::Tensor& x) {
 }  // namespace
 
 void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
-                    const std::vector<int64_t>& scalars) {
+                       const std::vector<int64_t>& scalars, c10::Device device) {
   const ir::TensorType& out = g.value(n.outputs.at(0)).type;
   const at::ScalarType out_t = bridge::to_aten(out.dtype);
   std::vector<at::Tensor> in;
   for (ir::ValueId v : n.operands) in.push_back(operand(g, v, env, scalars));
   at::Tensor r;
   if (n.kind == OpKind::Full) {
-    r = at::full(out.sizes, in.at(0).item(), at::TensorOptions().dtype(out_t).device(execution_device()));
+    r = at::full(out.sizes, in.at(0).item(), at::TensorOptions().dtype(out_t).device(device));
   } else if (ir::is_reduction(n.kind)) {
     r = reduce(n, in.at(0));
   } else {
@@ -166,7 +165,7 @@ void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Te
 }
 
 void run_op_by_op_layer_norm(const ir::Graph& g, const lowering::OpByOpLayerNorm& ln, std::vector<at::Tensor>& env,
-                          const std::vector<int64_t>& scalars) {
+                             const std::vector<int64_t>& scalars, c10::Device device) {
   auto number = [&](ir::ValueId v) {
     const ir::Node& p = g.producer(v);
     return bridge::scalar_from_slot(scalars.at(std::get<int64_t>(p.attrs[0].value)), g.value(v).type.dtype).toDouble();
@@ -176,7 +175,7 @@ void run_op_by_op_layer_norm(const ir::Graph& g, const lowering::OpByOpLayerNorm
   int64_t n = 1;
   for (int64_t d = rank - ln.normalized_dims; d < rank; ++d) n *= x.size(d);
   if (number(ln.inv_n) != 1.0 / static_cast<double>(std::max<int64_t>(n, 1))) {
-    for (uint32_t i : ln.nodes) run_op_by_op_node(g, g.nodes()[i], env, scalars);
+    for (uint32_t i : ln.nodes) run_op_by_op_node(g, g.nodes()[i], env, scalars, device);
     return;
   }
   auto optional = [&](ir::ValueId v) {

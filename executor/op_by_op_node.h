@@ -5,6 +5,7 @@
 // recompile budget's op_by_op stance, LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <vector>
 
@@ -14,15 +15,19 @@
 namespace lazyjit::executor {
 
 // Computes node `n` (elementwise, reduction or Full) into env[n.outputs[0]],
-// reading operands from `env`, Scalar operands from `scalars`. Throws
-// std::runtime_error for other kinds.
+// reading operands from `env`, Scalar operands from `scalars`; a Full is made
+// on `device`. Throws std::runtime_error for other kinds.
 void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
-                    const std::vector<int64_t>& scalars);
+                       const std::vector<int64_t>& scalars, c10::Device device);
+// LEGACY (runtime/graph_check.cpp, until the runtime passes its device): the
+// same on legacy_execution_target()'s device (executable.cpp).
+void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
+                       const std::vector<int64_t>& scalars);
 
 // Computes a layer norm the tracer decomposed as ATen's native_layer_norm (as
 // eager ran it) into env[ln.out], env[ln.mean], env[ln.rstd]; node by node
 // when its 1/n scalar is not 1 / (elements normalized).
 void run_op_by_op_layer_norm(const ir::Graph& g, const lowering::OpByOpLayerNorm& ln, std::vector<at::Tensor>& env,
-                          const std::vector<int64_t>& scalars);
+                             const std::vector<int64_t>& scalars, c10::Device device);
 
 }  // namespace lazyjit::executor

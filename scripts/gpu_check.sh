@@ -13,7 +13,7 @@
 #   configure  cmake against the torch of $LAZYJIT_PYTHON (-DLAZYJIT_DEPS_PREFIX when
 #              unpacked); if that fails, once more without libtorch
 #   build      ninja -k 0: lazyjit, the extension, lazyjit-cache, the C++ tests; if a
-#              compiler error names executor/cuda_graph.cpp, once more with CUDA graphs off
+#              compiler error names executor/cuda/cuda_graph.cpp, once more with CUDA graphs off
 #   cpp_tests  lowering_tests, executor_tests' CudaDriver*/DeviceLaunch*/CudaGraph*, and
 #              every target named gpu*tests / cuda*tests (GPU)
 #   cpu_smoke  import lazyjit and one graph on the CPU target
@@ -43,12 +43,12 @@
 # With this file sourced (not run) only the functions are defined.
 set -uo pipefail
 
-# A real compiler error in executor/cuda_graph.cpp (the one translation unit
+# A real compiler error in executor/cuda/cuda_graph.cpp (the one translation unit
 # built only against a CUDA torch): gcc's "cuda_graph.cpp:L:C: error:" or
 # ninja's "FAILED: ...cuda_graph.cpp.o". Ninja's progress line "Building CXX
 # object .../cuda_graph.cpp.o" is no error.
 cuda_graph_build_error() {
-  grep -qE '(^|/)executor/cuda_graph\.cpp:[0-9]+(:[0-9]+)?: (fatal )?error|^FAILED: .*executor/cuda_graph\.cpp\.o' "$1"
+  grep -qE '(^|/)executor/cuda/cuda_graph\.cpp:[0-9]+(:[0-9]+)?: (fatal )?error|^FAILED: .*executor/cuda/cuda_graph\.cpp\.o' "$1"
 }
 
 # The summary line of a pytest log ("3 passed, 1 skipped in 2.1s", with

@@ -1,4 +1,4 @@
-// The GPU launch (executor/device_launch.h) without a GPU: the grid and `total`
+// The GPU launch (executor/cuda/device_launch.h) without a GPU: the grid and `total`
 // a kernel gets, the dims it is passed (scalars' bits in their slots), and that
 // an Executable sends a kernel to it exactly when the program's code holds a
 // device kernel for it (the CPU path unchanged otherwise). On a CPU-only
@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "cuda_driver/driver.h"
-#include "executor/device_launch.h"
+#include "executor/cuda/device_launch.h"
 #include "executor/executable.h"
 #include "lowering/lower.h"
 #include "test_graphs.h"

@@ -1,6 +1,6 @@
-// Which programs may run as one CUDA graph (executor/graph_replay.h), each rule
+// Which programs may run as one CUDA graph (executor/cuda/graph_replay.h), each rule
 // on a program built by hand, and the warm-up / capture / replay policy
-// (executor/graph_replays.h) on the CPU with a stand-in capture that replays by
+// (executor/cuda/graph_replays.h) on the CPU with a stand-in capture that replays by
 // running the program again into the same buffers. Eager ATen is the oracle.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,8 +10,8 @@
 #include "debug/metrics.h"
 #include "executor/executable.h"
 #include "executor/execution_device.h"
-#include "executor/graph_replay.h"
-#include "executor/graph_replays.h"
+#include "executor/cuda/graph_replay.h"
+#include "executor/cuda/graph_replays.h"
 #include "lowering/plan.h"
 #include "test_graphs.h"
 

@@ -1,6 +1,6 @@
 // Runs one fused kernel the CUDA target compiled (lowering/device_kernel.h) on
 // PyTorch's current CUDA stream: the GPU counterpart of launch_kernel
-// (kernel_launch.h). Nothing here links CUDA: tensors come through ATen's
+// (executor/cpu/kernel_launch.h). Nothing here links CUDA: tensors come through ATen's
 // dispatch (PyTorch's CUDA caching allocator), streams through c10's device
 // guard interface, the launch through the driver API (cuda_driver/driver.h).
 #pragma once

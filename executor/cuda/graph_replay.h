@@ -1,5 +1,5 @@
 // Whether a compiled program could run as one CUDA graph (captured once,
-// replayed at each later run: executor/graph_replays.h), and if not, the first
+// replayed at each later run: graph_replays.h), and if not, the first
 // reason. Target-independent: under the CPU target the same verdict is
 // reported as what the cuda target would do, so it is tested without a GPU.
 //
@@ -8,7 +8,8 @@
 //     transient: never captured;
 //  2. NaN checks (LAZYJIT_DEBUG_NANS, Plan::check_stores): each kernel's flag
 //     is read on the host after it ran;
-//  then per step, in step order:
+//  then per step, in step order, as the step's thunk says (Thunk::capture_blocker;
+//  executor/op_by_op_thunk.cpp, collective_thunk.cpp, aten_call_thunk.cpp):
 //  3. an op-by-op step (Step::Kind::OpByOp) runs ATen's own ops one by one,
 //     a path not checked for capture;
 //  4. a collective (executor/collective_step.h): the process group runs it
@@ -30,8 +31,11 @@
 // The executor runs no other step with a host synchronisation.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "executor/thunk.h"
 #include "lowering/program.h"
 
 namespace lazyjit::executor {
@@ -47,6 +51,10 @@ struct ReplayVerdict {
   std::string why() const;
 };
 
+// `thunks`: the program's, one per step (step_thunks.h).
+ReplayVerdict graph_replay_verdict(const lowering::Program& p, const std::vector<std::unique_ptr<Thunk>>& thunks);
+// The same with the thunks of the CPU target built for it (tests). Throws as
+// make_step_thunks does.
 ReplayVerdict graph_replay_verdict(const lowering::Program& p);
 
 }  // namespace lazyjit::executor

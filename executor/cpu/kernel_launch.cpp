@@ -1,4 +1,4 @@
-#include "executor/kernel_launch.h"
+#include "executor/cpu/kernel_launch.h"
 
 #include <ATen/EmptyTensor.h>
 #include <omp.h>

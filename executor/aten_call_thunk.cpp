@@ -1,21 +1,21 @@
-#include "executor/graph_replay.h"
+#include "executor/aten_call_thunk.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
 #include <unordered_map>
 
-#include "executor/collective_step.h"
-#include "lowering/step_label.h"
+#include "executor/aten_call.h"
+#include "graph_ir/node_name.h"
 
 namespace lazyjit::executor {
 
-using lowering::Step;
-
 namespace {
 
-// Rule 5 by name (the base name, before the overload): the ops the tracer cuts
-// a graph at (tracer/op_info.cpp) and scalar reads. Programs from the tracer
-// hold none today; a program loaded, bound or built another way is checked too.
+// CUDA graph rule 5 by name (executor/cuda/graph_replay.h; the base name,
+// before the overload): the ops the tracer cuts a graph at
+// (tracer/op_info.cpp) and scalar reads. Programs from the tracer hold none
+// today; a program loaded, bound or built another way is checked too.
 const char* host_read(const std::string& name) {
   static const std::unordered_map<std::string, const char*> ops = {
       {"aten::nonzero", "output size read on the host"},
@@ -60,40 +60,33 @@ const char* schema_rule(const ir::Node& n) {
   return nullptr;
 }
 
-ReplayVerdict blocked(int64_t step, std::string op, std::string reason) {
-  return ReplayVerdict{false, step, std::move(op), std::move(reason)};
+std::string capture_rule(const ir::Node& n) {
+  const char* why = host_read(ir::node_op_name(n, "lazyjit::"));
+  if (!why) why = schema_rule(n);
+  return why ? why : "";
 }
+
+class AtenCallThunk final : public Thunk {
+ public:
+  AtenCallThunk(const lowering::Program& p, uint32_t node, c10::Device device)
+      : AtenCallThunk(p, node, p.graph.nodes().at(node), device) {}
+
+  void run(StepRun& r) const override { call_.run(g_, n_, r.env, r.bindings.scalars); }
+
+ private:
+  AtenCallThunk(const lowering::Program& p, uint32_t node, const ir::Node& n, c10::Device device)
+      : Thunk(n.operands, n.outputs, node, capture_rule(n)), g_(p.graph), n_(n),
+        call_(p.graph, n, device, /*onednn_gemms=*/!p.plan.op_by_op) {}
+
+  const ir::Graph& g_;
+  const ir::Node& n_;
+  AtenCall call_;
+};
 
 }  // namespace
 
-std::string ReplayVerdict::why() const {
-  if (replayable) return "";
-  return step < 0 ? reason : "step " + std::to_string(step) + " " + op + ": " + reason;
-}
-
-std::string ReplayVerdict::text() const { return replayable ? "yes" : "no — " + why(); }
-
-ReplayVerdict graph_replay_verdict(const lowering::Program& p) {
-  if (p.plan.op_by_op) return blocked(-1, "", "the program runs op by op (its compile is pending)");         // 1
-  if (p.plan.check_stores)
-    return blocked(-1, "", "NaN checks (LAZYJIT_DEBUG_NANS) read each kernel's NaN flag on the host");  // 2
-  bool launches = false;
-  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-    const Step& s = p.plan.steps[si];
-    auto step = static_cast<int64_t>(si);
-    launches |= s.kind != Step::Kind::AsStrided;
-    if (s.kind == Step::Kind::OpByOp)                                                                      // 3
-      return blocked(step, lowering::step_label(p, s).first, "runs op by op through ATen (not checked for capture)");
-    if (s.kind != Step::Kind::Aten) continue;
-    const ir::Node& n = p.graph.nodes()[s.node];
-    std::string op = lowering::step_label(p, s).first;
-    if (decode_collective(p.graph, n))                                                                     // 4
-      return blocked(step, op, "a collective: the process group runs it off the stream, waited for on the host");
-    if (const char* why = host_read(op)) return blocked(step, op, why);                                   // 5
-    if (const char* why = schema_rule(n)) return blocked(step, op, why);                                  // 5, 6
-  }
-  if (!launches) return blocked(-1, "", "nothing to launch (views of its inputs only)");                 // 7
-  return {};
+std::unique_ptr<Thunk> aten_call_thunk(const lowering::Program& p, size_t step, c10::Device device) {
+  return std::make_unique<AtenCallThunk>(p, p.plan.steps.at(step).node, device);
 }
 
 }  // namespace lazyjit::executor

@@ -1,4 +1,4 @@
-#include "executor/sim_launch.h"
+#include "executor/cuda/sim_launch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -9,7 +9,7 @@
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
-#include "executor/device_launch.h"
+#include "executor/cuda/device_launch.h"
 #include "executor/tensor_layout.h"
 #include "lowering/cuda_sim/sim_grid.h"
 

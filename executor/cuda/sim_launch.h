@@ -1,7 +1,7 @@
 // Runs one kernel of the cuda-sim target (lowering/cuda_sim/sim_target.h) on
 // its simulated GPU (lowering/cuda_sim/sim_grid.h) over CPU tensors: the
-// cuda-sim counterpart of launch_device_kernel (device_launch.h), which calls
-// it for a DeviceKernel that is `simulated`. The launch is the GPU's: the same
+// cuda-sim counterpart of launch_device_kernel (device_launch.h), for a
+// DeviceKernel that is `simulated` (simulated_kernel_thunk.h runs it). The launch is the GPU's: the same
 // grid (device_grid), block and parameters (device_kernel.h).
 #pragma once
 #include <ATen/core/Tensor.h>

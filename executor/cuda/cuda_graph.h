@@ -1,7 +1,7 @@
 // Capturing a program's run as a CUDA graph with PyTorch's own
 // at::cuda::CUDAGraph (a private memory pool of the caching allocator, cuBLAS
 // workspaces and the philox RNG handled as torch.cuda.graphs handles them).
-// No CUDA header here: executor/cuda_graph.cpp, which includes them, is built
+// No CUDA header here: executor/cuda/cuda_graph.cpp, which includes them, is built
 // only when the torch CMake found has CUDA (libtorch_cuda); otherwise
 // cuda_graph_none.cpp answers that this build has no CUDA graphs.
 #pragma once

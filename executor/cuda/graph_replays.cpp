@@ -1,4 +1,4 @@
-#include "executor/graph_replays.h"
+#include "executor/cuda/graph_replays.h"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>

@@ -1,6 +1,6 @@
-// CUDA graphs through PyTorch's at::cuda::CUDAGraph (executor/cuda_graph.h).
+// CUDA graphs through PyTorch's at::cuda::CUDAGraph (executor/cuda/cuda_graph.h).
 // Built only when the torch CMake found has CUDA (cmake/torch.cmake).
-#include "executor/cuda_graph.h"
+#include "executor/cuda/cuda_graph.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>

@@ -1,8 +1,8 @@
 // A build against a torch without CUDA, or with LAZYJIT_CUDA_GRAPHS_BUILD=OFF:
-// no CUDA graphs (executor/cuda_graph.h).
+// no CUDA graphs (executor/cuda/cuda_graph.h).
 #include <stdexcept>
 
-#include "executor/cuda_graph.h"
+#include "executor/cuda/cuda_graph.h"
 
 namespace lazyjit::executor {
 

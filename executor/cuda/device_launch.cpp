@@ -1,4 +1,4 @@
-#include "executor/device_launch.h"
+#include "executor/cuda/device_launch.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
@@ -12,7 +12,6 @@
 #include "bridge/aten_ir.h"
 #include "cuda_driver/driver.h"
 #include "debug/metrics.h"
-#include "executor/sim_launch.h"
 #include "executor/tensor_layout.h"
 
 namespace lazyjit::executor {
@@ -68,8 +67,9 @@ std::vector<int64_t> device_dims(const lowering::FusedKernel& k, const std::vect
 bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk, const std::vector<int64_t>& dims,
                           const ir::Graph& g, std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars,
                           const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores) {
-  // cuda-sim: the same kernel, launch and parameters, on the simulated GPU.
-  if (dk.simulated) return launch_simulated_kernel(k, dk, dims, g, env, scalars, into, check_stores);
+  // cuda-sim's kernels run on the simulated GPU (sim_launch.h), never here.
+  if (dk.simulated)
+    throw std::logic_error("lazyjit: kernel " + k.name + " is the cuda-sim target's: launch_simulated_kernel runs it");
   const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   std::optional<c10::Device> device;
   for (const lowering::Access& a : k.loads)

@@ -1,0 +1,44 @@
+#include "executor/cuda/simulated_kernel_thunk.h"
+
+#include <stdexcept>
+
+#include "executor/cpu/kernel_thunk.h"
+#include "executor/cuda/sim_launch.h"
+#include "executor/kernel_values.h"
+
+namespace lazyjit::executor {
+
+namespace {
+
+class SimulatedKernelThunk final : public Thunk {
+ public:
+  SimulatedKernelThunk(const lowering::Program& p, const lowering::FusedKernel& k, const lowering::DeviceKernel& dk)
+      : Thunk(kernel_reads(k), k.stores, kernel_node(k)), g_(p.graph), k_(k), dk_(dk),
+        dims_(lowering::kernel_dims(k)), check_stores_(p.plan.check_stores) {}
+
+  void run(StepRun& r) const override {
+    if (launch_simulated_kernel(k_, dk_, dims_, g_, r.env, r.bindings.scalars, r.bindings.into, check_stores_))
+      r.stored_nonfinite = true;
+  }
+
+ private:
+  const ir::Graph& g_;
+  const lowering::FusedKernel& k_;
+  const lowering::DeviceKernel& dk_;
+  std::vector<int64_t> dims_;  // lowering::kernel_dims
+  bool check_stores_;
+};
+
+}  // namespace
+
+std::unique_ptr<Thunk> simulated_kernel_thunk(const lowering::Program& p, size_t step) {
+  const int32_t ki = p.plan.steps.at(step).kernel;
+  const lowering::DeviceKernel* dk = p.code ? p.code->device_kernel(ki) : nullptr;
+  if (!dk) return cpu_kernel_thunk(p, step);
+  if (!dk->simulated)
+    throw std::invalid_argument("lazyjit: kernel " + p.plan.kernels.at(ki).name +
+                                " is loaded for a GPU: cuda_kernel_thunk runs it, not the simulated GPU");
+  return std::make_unique<SimulatedKernelThunk>(p, p.plan.kernels.at(ki), *dk);
+}
+
+}  // namespace lazyjit::executor
