@@ -13,16 +13,24 @@ namespace {
 using Op = Collective::Op;
 
 // The ops tracer/collectives.cpp records, and the form a program runs.
+// `attrs`: the node's attributes (its op's name, then the schema's arguments).
 struct Named {
   const char* name;
   const char* start;
   Op op;
+  size_t attrs;
 };
 constexpr Named kCollectives[] = {
-    {"lazyjit_c10d::all_reduce", "lazyjit_c10d::all_reduce_start", Op::AllReduce},
-    {"lazyjit_c10d::all_gather_into_tensor", "lazyjit_c10d::all_gather_into_tensor_start", Op::AllGather},
-    {"lazyjit_c10d::reduce_scatter_tensor", "lazyjit_c10d::reduce_scatter_tensor_start", Op::ReduceScatter},
-    {"lazyjit_c10d::broadcast", "lazyjit_c10d::broadcast_start", Op::Broadcast},
+    {"lazyjit_c10d::all_reduce", "lazyjit_c10d::all_reduce_start", Op::AllReduce, 4},
+    {"lazyjit_c10d::all_gather_into_tensor", "lazyjit_c10d::all_gather_into_tensor_start", Op::AllGather, 4},
+    {"lazyjit_c10d::reduce_scatter_tensor", "lazyjit_c10d::reduce_scatter_tensor_start", Op::ReduceScatter, 5},
+    {"lazyjit_c10d::broadcast", "lazyjit_c10d::broadcast_start", Op::Broadcast, 4},
+    {"lazyjit_c10d::scatter", "lazyjit_c10d::scatter_start", Op::Scatter, 4},
+    {"lazyjit_c10d::gather", "lazyjit_c10d::gather_start", Op::Gather, 4},
+    {"lazyjit_c10d::reduce", "lazyjit_c10d::reduce_start", Op::Reduce, 5},
+    {"lazyjit_c10d::all_to_all_single", "lazyjit_c10d::all_to_all_single_start", Op::AllToAllSingle, 5},
+    {"lazyjit_c10d::send", "lazyjit_c10d::send_start", Op::Send, 5},
+    {"lazyjit_c10d::recv", "lazyjit_c10d::recv_start", Op::Recv, 5},
 };
 
 const Named& named(Op op) {
@@ -55,8 +63,7 @@ std::optional<Collective> decode_collective(const ir::Graph& g, const ir::Node& 
     if (*name == c.name) known = &c;
   if (!known) return std::nullopt;
   // The schema's arguments, attrs[1] on: the input, then the op's own.
-  const size_t want = known->op == Op::ReduceScatter ? 5 : 4;
-  if (n.attrs.size() != want || g.producer(n.operands[0]).kind == ir::OpKind::Scalar) return std::nullopt;
+  if (n.attrs.size() != known->attrs || g.producer(n.operands[0]).kind == ir::OpKind::Scalar) return std::nullopt;
   const auto* input = std::get_if<ir::OperandRef>(&n.attrs[1].value);
   if (!input || input->index != 0) return std::nullopt;
   Collective c;
@@ -71,12 +78,23 @@ std::optional<Collective> decode_collective(const ir::Graph& g, const ir::Node& 
     if (v) to = *v;
     return v != nullptr;
   };
+  auto ints = [&](size_t i, std::vector<int64_t>& to) {
+    const auto* v = std::get_if<std::vector<int64_t>>(&n.attrs[i].value);
+    if (v) to = *v;
+    return v != nullptr;
+  };
   bool ok = false;
   switch (c.op) {
     case Op::AllReduce: ok = str(2, c.reduce_op) && str(3, c.group); break;
     case Op::AllGather: ok = int64(2, c.group_size) && str(3, c.group); break;
     case Op::ReduceScatter: ok = str(2, c.reduce_op) && int64(3, c.group_size) && str(4, c.group); break;
     case Op::Broadcast: ok = int64(2, c.src) && str(3, c.group); break;
+    case Op::Scatter:
+    case Op::Gather: ok = int64(2, c.peer) && str(3, c.group); break;
+    case Op::Reduce: ok = str(2, c.reduce_op) && int64(3, c.peer) && str(4, c.group); break;
+    case Op::AllToAllSingle: ok = ints(2, c.output_splits) && ints(3, c.input_splits) && str(4, c.group); break;
+    case Op::Send:
+    case Op::Recv: ok = int64(2, c.peer) && int64(3, c.tag) && str(4, c.group); break;
   }
   if (!ok) return std::nullopt;
   return c;
@@ -107,6 +125,12 @@ void CollectiveStep::start(std::vector<at::Tensor>& env, bool reuse_input) const
     case Op::AllGather: stack.insert(stack.end(), {c_.group_size, c_.group}); break;
     case Op::ReduceScatter: stack.insert(stack.end(), {c_.reduce_op, c_.group_size, c_.group}); break;
     case Op::Broadcast: stack.insert(stack.end(), {c_.src, c_.group}); break;
+    case Op::Scatter:
+    case Op::Gather: stack.insert(stack.end(), {c_.peer, c_.group}); break;
+    case Op::Reduce: stack.insert(stack.end(), {c_.reduce_op, c_.peer, c_.group}); break;
+    case Op::AllToAllSingle: stack.insert(stack.end(), {c_.output_splits, c_.input_splits, c_.group}); break;
+    case Op::Send:
+    case Op::Recv: stack.insert(stack.end(), {c_.peer, c_.tag, c_.group}); break;
   }
   start_op_.callBoxed(&stack);
   const c10::IValue& r = stack.at(0);

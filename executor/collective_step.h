@@ -1,4 +1,4 @@
-// A collective step: an ATen library node of one of the ops tracer/collectives.cpp
+// A collective step: an ATen library node of one of the ops tracer/collectives.h
 // records (`lazyjit_c10d::all_reduce`, ...), decoded once, when the Executable
 // is prepared, into typed attributes, then run as its `_start` form, which hands
 // the buffer to the process group's backend and returns without waiting. The
@@ -19,12 +19,17 @@ namespace lazyjit::executor {
 
 // What a collective node computes: its op's arguments after the input tensor.
 struct Collective {
-  enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast };
+  enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Scatter, Gather, Reduce, AllToAllSingle, Send, Recv };
   Op op = Op::AllReduce;
-  std::string reduce_op;   // AllReduce, ReduceScatter: "sum", "avg", ... (_c10d_functional's names)
+  std::string reduce_op;   // AllReduce, ReduceScatter, Reduce: "sum", "avg", ... (_c10d_functional's names)
   int64_t group_size = 0;  // AllGather, ReduceScatter
   int64_t src = 0;         // Broadcast: the source rank
   std::string group;       // the process group, by name
+  // Scatter: the source rank; Gather, Reduce: the destination; Send: where it
+  // goes; Recv: where it comes from.
+  int64_t peer = 0;
+  int64_t tag = 0;  // Send, Recv
+  std::vector<int64_t> output_splits, input_splits;  // AllToAllSingle: rows from and to each rank
 };
 
 // The collective node `n` records, or nullopt when it is not one (any other

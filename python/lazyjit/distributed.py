@@ -18,9 +18,13 @@ The process group this backend makes holds Gloo for CPU tensors (and for the
 transport of lazyjit collectives) and the lazyjit backend for the lazyjit
 device: c10d's eager API (``all_reduce``, ``all_gather``,
 ``all_gather_into_tensor``, ``reduce_scatter``, ``reduce_scatter_tensor``,
-``broadcast``, ``barrier``) and DistributedDataParallel's reducer reach it; so
-do the functional collectives (``torch.distributed._functional_collectives``)
-on lazyjit tensors. Works return complete: their tensors hold pending values
+``broadcast``, ``scatter``, ``gather``, ``reduce``, ``all_to_all``,
+``all_to_all_single``, ``send``/``recv``, coalesced calls, ``barrier``),
+DistributedDataParallel's reducer and DTensor reach it; so do the functional
+collectives (``torch.distributed._functional_collectives``) on lazyjit
+tensors. The results of rooted and point-to-point collectives are held until
+a sync has run them, so that a rank that drops them still runs them
+(docs/distributed.md). Works return complete: their tensors hold pending values
 of the graph, and reading one syncs as reading any lazyjit tensor does.
 ``barrier(device_ids=[0])`` (the lazyjit device's) runs what was recorded
 first; a plain ``barrier()`` goes to Gloo (c10d picks the CPU backend).

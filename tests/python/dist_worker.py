@@ -172,9 +172,9 @@ def part_collectives(rank, world, out):
     errors = {}
     for name, fn in [
         ("premul_sum", lambda: torch.ops._c10d_functional.all_reduce(base.to(DEV), "premul_sum", g.group_name)),
-        ("alltoall", lambda: dist.all_to_all_single(torch.zeros(4, device=DEV), torch.ones(4, device=DEV))),
-        ("all_to_all_functional", lambda: torch.ops._c10d_functional.all_to_all_single(
-            torch.ones(4, device=DEV), [2, 2], [2, 2], g.group_name)),
+        ("recv_any_source", lambda: dist.recv(torch.zeros(4, device=DEV))),
+        ("isend_functional", lambda: torch.ops._c10d_functional.isend(torch.ones(4, device=DEV), 1 - rank, 0,
+                                                                       g.group_name)),
         ("no_group", lambda: torch.ops._c10d_functional.all_reduce(base.to(DEV), "sum", "no-such-group")),
         ("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64, device=DEV), op=dist.ReduceOp.AVG)),
     ]:
