@@ -16,6 +16,8 @@ torch='ATen/|c10/|torch/'
 forbid graph_ir "$torch|llvm/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any other layer"
 forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or any other layer"
 forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"
+# formats/: byte formats lowering/ and lazyjit-cache both read; it includes no layer at all.
+forbid formats "$torch|llvm/|graph_ir/|cache/|cuda_driver/|lowering/|executor/|runtime/|tracer/|bridge/|debug/|tools/|python/" "libtorch, LLVM or any layer (lowering/ and lazyjit-cache both read its formats)"
 forbid cuda_driver "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any layer (it is the driver API alone)"
 forbid lowering "$torch|cache/|executor/|runtime/|tracer/|bridge/" "libtorch or the layers above it"
 forbid lowering "llvm/" "LLVM outside the targets (lowering/cpu/, lowering/cuda/, lowering/cuda_sim/) and their shared element emitters (lowering/element/)" "^lowering/(cpu|cuda|cuda_sim|element)/"

@@ -1,8 +1,8 @@
-// The CUDA target: per kernel, LLVM IR for NVPTX (kernel_emitter.h), libdevice
-// linked in (libdevice.h), optimized and emitted as PTX (ptx.h), assembled into
-// a cubin by ptxas (ptxas.h; the driver's assembler when there is no ptxas) and
-// loaded into the current CUDA context (cuda_driver/driver.h) unless
-// CudaOptions::load is off.
+// The CUDA target: per kernel, the compile pipeline of compiler.h (LLVM IR for
+// NVPTX, libdevice linked in, optimized, PTX, a cubin by ptxas; the driver's
+// assembler when there is no ptxas), then loaded into the current CUDA context
+// (cuda_driver/driver.h) unless CudaOptions::load is off. A program's object is
+// the kernels' archive (formats/kernel_archive.h, "LJCU").
 //
 // As on the CPU (lowering/cpu/cpu_target.cpp), each kernel compiles alone and
 // is kept by key (kernel_key.h): equal kernels compile once, and a plan whose
@@ -10,21 +10,15 @@
 // needs compile in parallel (LLVM and ptxas; loading runs on the caller's
 // thread, the one whose CUDA context is current).
 #include <llvm/Config/llvm-config.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Support/raw_ostream.h>
 
-#include <cctype>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "cuda_driver/driver.h"
 #include "debug/trace.h"
-#include "graph_ir/bytes.h"
-#include "lowering/cuda/kernel_emitter.h"
-#include "lowering/cuda/libdevice.h"
+#include "formats/kernel_archive.h"
+#include "lowering/cuda/compiler.h"
 #include "lowering/cuda/ptx.h"
 #include "lowering/cuda/ptxas.h"
 #include "lowering/cuda/toolkit.h"
@@ -34,21 +28,6 @@
 namespace lazyjit::lowering {
 
 namespace {
-
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return s;
-}
-
-// A PTX identifier: [A-Za-z_][A-Za-z0-9_]* (kernel names are "fused_<n>").
-std::string ptx_symbol(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "k_" + s;
-  return s;
-}
 
 // The bytes of a kernel's parameters (device_kernel.h): a pointer per buffer
 // load and store and for the NaN/Inf flag, `total`, and the dims array.
@@ -71,17 +50,6 @@ struct KernelCode {
 };
 using KernelRef = std::shared_ptr<const KernelCode>;
 
-// The code of a plan (what Program bytes carry), as one blob:
-//   "LJCU" u32 version, str arch, u32 PTX ISA (81: 8.1), u32 unit count, per
-//   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
-//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, i32 rows
-//   per block, str PTX, str cubin; then u32 kernel count, per kernel: u32 unit.
-// Version 2 added elements per thread (vectorized element kernels), 3 rows per
-// block (warp rows); other versions are refused (their code would be launched
-// with the wrong grid).
-constexpr std::string_view kArchiveTag = "LJCU";
-constexpr uint32_t kArchiveVersion = 3;
-
 class CudaCode : public CompiledCode {
  public:
   CudaCode(std::string arch, int isa, std::vector<KernelRef> kernels, std::vector<std::string> names,
@@ -96,28 +64,21 @@ class CudaCode : public CompiledCode {
   std::string object() const override {
     if (kernels_.empty()) return std::string();
     std::vector<const KernelCode*> units;
-    std::vector<uint32_t> of;
-    distinct_kernels(kernels_, &units, &of);
-    ir::ByteWriter w;
-    w.header(kArchiveTag, kArchiveVersion);
-    w.str(arch_);
-    w.u32(static_cast<uint32_t>(isa_));
-    w.count(units.size());
+    formats::CudaArchive a;
+    distinct_kernels(kernels_, &units, &a.kernel_units);
+    a.arch = arch_;
+    a.ptx_isa = static_cast<uint32_t>(isa_);
     for (const KernelCode* u : units) {
-      w.u64(u->key.lo);
-      w.u64(u->key.hi);
-      w.boolean(u->generic);
-      w.str(u->symbol);
-      w.u8(u->launch.grid == DeviceKernel::Grid::Rows ? 1 : 0);
-      w.i32(u->launch.block);
-      w.i32(u->launch.shared_bytes);
-      w.i32(u->launch.elements_per_thread);
-      w.i32(u->launch.rows_per_block);
-      w.str(u->ptx);
-      w.str(u->cubin);
+      formats::CudaUnit& out = a.units.emplace_back();
+      out.key_lo = u->key.lo;
+      out.key_hi = u->key.hi;
+      out.generic = u->generic;
+      out.symbol = u->symbol;
+      out.launch = cuda::archived_launch(u->launch);
+      out.ptx = u->ptx;
+      out.cubin = u->cubin;
     }
-    w.u32s(of);
-    return w.take();
+    return formats::write_cuda_archive(a);
   }
   const std::string& llvm_ir() const override { return ir_; }
   // The PTX of every kernel (it is in the object anyway), one section per kernel.
@@ -162,11 +123,12 @@ class CudaTarget : public Target {
     }
     isa_ = cuda::ptx_isa(o_.arch);
     cuda::make_target_machine(o_.arch);  // throws for an arch LLVM does not know
-    libdevice_ = cuda::load_libdevice(cuda::find_libdevice(o_));
+    toolchain_.arch = o_.arch;
+    toolchain_.libdevice = cuda::load_libdevice(cuda::find_libdevice(o_));
     std::string looked;
-    ptxas_ = cuda::find_ptxas(o_, &looked);
-    if (!ptxas_.empty()) {
-      ptxas_version_ = cuda::ptxas_version(ptxas_);
+    toolchain_.ptxas = cuda::find_ptxas(o_, &looked);
+    if (!toolchain_.ptxas.empty()) {
+      ptxas_version_ = cuda::ptxas_version(toolchain_.ptxas);
     } else if (!o_.load) {
       throw std::runtime_error("lazyjit: CUDA target: ptxas not found (needed to make cubins without a GPU); looked in " +
                                looked + ". Run scripts/setup.sh (it installs the nvidia-cuda-nvcc wheel into .venv) "
@@ -180,9 +142,9 @@ class CudaTarget : public Target {
     // "name value" parts, as the CPU's: the disk tier's manifest splits them
     // into its `target` fields (lazyjit-cache explain compares those).
     return "target cuda;arch " + o_.arch + ";ptx " + cuda::ptx_isa_text(isa_) + ";llvm " + LLVM_VERSION_STRING +
-           ";libdevice " + libdevice_->hash + ";ptxas " + ptxas_version_ + ";driver " +
-           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";archive " + std::to_string(kArchiveVersion) + ";" +
-           o_.codegen.str();
+           ";libdevice " + toolchain_.libdevice->hash + ";ptxas " + ptxas_version_ + ";driver " +
+           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";archive " +
+           std::to_string(formats::kCudaArchiveVersion) + ";" + o_.codegen.str();
   }
 
   std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan, Shapes shapes) override {
@@ -206,7 +168,7 @@ class CudaTarget : public Target {
         o_.codegen.compile_threads, [](const auto&) { return debug::TraceArgs{{"target", "cuda"}}; },
         [&](const auto& job) {
           return compile_one(g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores,
-                             /*assemble=*/!ptxas_.empty());
+                             /*assemble=*/!toolchain_.ptxas.empty());
         });
     // On the caller's thread (its CUDA context): the driver's assembler, loading.
     for (auto& j : work.jobs) finish(*j.code);
@@ -224,45 +186,20 @@ class CudaTarget : public Target {
   std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override {
     plan.kernel_fns.clear();
     if (plan.kernels.empty()) return make_code({}, plan, {});
-    ir::ByteReader r(object);
-    r.expect_header(kArchiveTag, kArchiveVersion, "CUDA kernels");
-    std::string arch = r.str();
-    uint32_t isa = r.u32();
-    if (arch != o_.arch || static_cast<int>(isa) != isa_)
-      throw std::runtime_error("lazyjit: CUDA kernels compiled for " + arch + " (PTX " +
-                               cuda::ptx_isa_text(static_cast<int>(isa)) + "), this target makes " + o_.arch +
+    const formats::CudaArchive a = formats::read_cuda_archive(object);  // every byte checked
+    if (a.arch != o_.arch || static_cast<int>(a.ptx_isa) != isa_)
+      throw std::runtime_error("lazyjit: CUDA kernels compiled for " + a.arch + " (PTX " +
+                               cuda::ptx_isa_text(static_cast<int>(a.ptx_isa)) + "), this target makes " + o_.arch +
                                " (PTX " + cuda::ptx_isa_text(isa_) + ") code: not loaded");
-    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4).
-    size_t nunits = r.count(46, "CUDA kernel units");
+    if (a.kernel_units.size() != plan.kernels.size())
+      throw std::runtime_error("lazyjit: CUDA code for " + std::to_string(a.kernel_units.size()) +
+                               " kernels, plan has " + std::to_string(plan.kernels.size()) + ": not loaded");
     std::vector<KernelRef> units;
     int loaded = 0;
-    for (size_t u = 0; u < nunits; ++u) {
+    for (const formats::CudaUnit& u : a.units) {
       auto c = std::make_shared<KernelCode>();
-      c->key.lo = r.u64();
-      c->key.hi = r.u64();
-      c->generic = r.boolean();
-      c->symbol = r.str();
-      uint8_t grid = r.u8();
-      if (grid > 1) r.fail("unknown grid kind " + std::to_string(grid) + " of CUDA kernel " + c->symbol);
-      c->launch.grid = grid ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements;
-      c->launch.block = r.i32();
-      if (c->launch.block <= 0 || c->launch.block > 1024 || c->launch.block % 32)
-        r.fail("block of " + std::to_string(c->launch.block) + " threads for CUDA kernel " + c->symbol);
-      c->launch.shared_bytes = r.i32();
-      if (c->launch.shared_bytes < 0) r.fail("negative shared memory for CUDA kernel " + c->symbol);
-      c->launch.elements_per_thread = r.i32();
-      if (c->launch.elements_per_thread < 1 || c->launch.elements_per_thread > 64 ||
-          (grid && c->launch.elements_per_thread != 1))
-        r.fail(std::to_string(c->launch.elements_per_thread) + " elements per thread for CUDA kernel " + c->symbol);
-      c->launch.rows_per_block = r.i32();
-      if (grid ? c->launch.rows_per_block != 1 && c->launch.rows_per_block * 32 != c->launch.block
-               : c->launch.rows_per_block != 1)
-        r.fail(std::to_string(c->launch.rows_per_block) + " rows per block of " + std::to_string(c->launch.block) +
-               " threads for CUDA kernel " + c->symbol);
-      c->ptx = r.str();
-      c->cubin = r.str();
-      if (c->cubin.size() < 4 || c->cubin.compare(0, 4, "\x7f" "ELF") != 0)
-        r.fail("CUDA kernel " + c->symbol + " has no cubin (no ELF header)");
+      c->key.lo = u.key_lo;
+      c->key.hi = u.key_hi;
       {
         std::lock_guard<std::mutex> lock(cache_.mu);
         if (KernelRef have = cache_.use(c->key)) {
@@ -270,6 +207,11 @@ class CudaTarget : public Target {
           continue;
         }
       }
+      c->generic = u.generic;
+      c->symbol = u.symbol;
+      c->launch = cuda::device_launch(u.launch);
+      c->ptx = u.ptx;
+      c->cubin = u.cubin;
       finish(*c);
       ++loaded;
       KernelRef ref = c;
@@ -279,19 +221,12 @@ class CudaTarget : public Target {
       }
       units.push_back(std::move(ref));
     }
-    std::vector<uint32_t> of = r.u32s();
-    r.expect_end("CUDA kernels");
-    if (of.size() != plan.kernels.size())
-      r.fail("CUDA code for " + std::to_string(of.size()) + " kernels, plan has " + std::to_string(plan.kernels.size()));
     std::vector<KernelRef> refs;
-    for (uint32_t u : of) {
-      if (u >= units.size()) r.fail("CUDA kernel unit index out of range");
-      refs.push_back(units[u]);
-    }
+    for (uint32_t u : a.kernel_units) refs.push_back(units[u]);  // read_cuda_archive checked each index
     plan.kernel_fns.assign(plan.kernels.size(), nullptr);
     std::vector<bool> reused(refs.size(), false);
     auto code = make_code(std::move(refs), plan, std::move(reused));
-    code->kernel_hits = static_cast<int>(nunits) - loaded;
+    code->kernel_hits = static_cast<int>(a.units.size()) - loaded;
     return code;
   }
 
@@ -335,59 +270,26 @@ class CudaTarget : public Target {
     }
   }
 
+  // compiler.h's pipeline for one kernel of the plan.
   std::shared_ptr<KernelCode> compile_one(const ir::Graph& g, const FusedKernel& k, const ir::Hash128& key,
                                           bool generic, bool check_stores, bool assemble) {
-    std::optional<debug::TraceSpan> phase;
-    auto start = [&](const char* name) {
-      phase.reset();
-      if (debug::trace_enabled()) phase.emplace("compile", name);
-    };
+    cuda::KernelConfig cfg{o_.codegen, generic, check_stores, k.launch};  // the plan's launch shape
+    cuda::KernelBinary b = cuda::compile_kernel(toolchain_, g, k, cfg, assemble);
     auto c = std::make_shared<KernelCode>();
     c->key = key;
     c->generic = generic;
-    c->symbol = ptx_symbol(k.name);
-    const int opt = o_.codegen.opt_level;
-    start("emit IR");
-    auto tm = cuda::make_target_machine(o_.arch, opt);
-    llvm::LLVMContext ctx;
-    auto m = cuda::new_module(ctx, *tm, k.name);
-    cuda::KernelConfig cfg{o_.codegen, generic, check_stores, k.launch};  // the plan's launch shape
-    c->launch = cuda::emit_kernel(*m, g, k, c->symbol, cfg);
-    c->launch.function = nullptr;
-    try {
-      std::string err;
-      llvm::raw_string_ostream os(err);
-      if (llvm::verifyModule(*m, &os)) throw std::runtime_error("invalid IR: " + err);
-      if (o_.codegen.keep_llvm_ir) c->ir = "; ---- before optimization\n" + module_text(*m);
-      start("link libdevice");
-      cuda::link_libdevice(*m, *libdevice_, {c->symbol});
-      start("optimize IR");
-      cuda::optimize(*m, *tm, opt);
-      // The optimizer may make a math intrinsic of its own (pow(2, x) -> exp2):
-      // map, link and clean up once more.
-      if (cuda::map_to_libdevice(*m) > 0) {
-        cuda::link_libdevice(*m, *libdevice_, {c->symbol});
-        cuda::optimize(*m, *tm, opt);
-      }
-      cuda::check_lowerable(*m, "after optimization");
-      if (o_.codegen.keep_llvm_ir) c->ir += "; ---- after optimization\n" + module_text(*m);
-      start("PTX");
-      c->ptx = cuda::emit_ptx(*m, *tm);
-      if (assemble) {
-        start("ptxas");
-        c->cubin = cuda::run_ptxas(ptxas_, o_.arch, c->ptx, opt, "kernel " + k.name);
-      }
-    } catch (const std::exception& e) {
-      throw std::runtime_error("kernel " + k.name + ": " + e.what());
-    }
+    c->symbol = std::move(b.symbol);
+    c->launch = b.launch;
+    c->ptx = std::move(b.ptx);
+    c->cubin = std::move(b.cubin);
+    c->ir = std::move(b.ir);
     return c;
   }
 
   CudaOptions o_;
   int isa_ = 81;
   std::string driver_;
-  std::shared_ptr<const cuda::Libdevice> libdevice_;
-  std::string ptxas_;          // empty: the driver assembles
+  cuda::Toolchain toolchain_;  // ptxas empty: the driver assembles
   std::string ptxas_version_;  // "13.0.88", or "driver"
   KernelCache<KernelCode> cache_;
 };

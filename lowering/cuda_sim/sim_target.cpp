@@ -1,25 +1,24 @@
 // The cuda-sim target (sim_target.h). As the CUDA target
 // (lowering/cuda/cuda_target.cpp), each kernel compiles alone, is kept by its
 // key (with its launch shape: the code follows it) and compiles in parallel
-// with the plan's others; instead of PTX and a cubin, a program's object holds
-// each kernel's host object file, linked into a JITDylib of its own.
+// with the plan's others. Its IR is the CUDA pipeline's first stage
+// (lowering/cuda/compiler.h make_llvm_ir); from there, instead of PTX and a
+// cubin, a program's object holds each kernel's host object file, linked into
+// a JITDylib of its own (formats/kernel_archive.h, "LJCS").
 #include "lowering/cuda_sim/sim_target.h"
 
 #include <llvm/Config/llvm-config.h>
-#include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
-#include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
-#include <cctype>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
-#include "graph_ir/bytes.h"
+#include "formats/kernel_archive.h"
 #include "lowering/cpu/codegen.h"
 #include "lowering/cpu/jit.h"
-#include "lowering/cuda/kernel_emitter.h"
+#include "lowering/cuda/compiler.h"
 #include "lowering/cuda/ptx.h"
 #include "lowering/cuda_sim/host_kernel.h"
 #include "lowering/cuda_sim/sim_grid.h"
@@ -33,13 +32,6 @@ namespace {
 // host, so the arch only names the module's data layout.
 constexpr const char* kEmitArch = "sm_80";
 
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return s;
-}
-
 std::string object_file(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::SmallVector<char, 0> buf;
   llvm::raw_svector_ostream os(buf);
@@ -48,13 +40,6 @@ std::string object_file(llvm::Module& m, llvm::TargetMachine& tm) {
     throw std::runtime_error("cuda-sim: the host target machine cannot emit object files");
   pm.run(m);
   return std::string(buf.data(), buf.size());
-}
-
-std::string symbol_of(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "k_" + s;
-  return s;
 }
 
 // One compiled kernel: its launch, its host object, linked.
@@ -77,42 +62,26 @@ struct KernelCode {
 };
 using KernelRef = std::shared_ptr<const KernelCode>;
 
-// A program's code as one blob:
-//   "LJCS" u32 version, u32 unit count, per unit: u64 key lo, u64 key hi, u8
-//   generic, str symbol, u8 grid (0: Elements, 1: Rows), i32 block, i32
-//   dynamic shared bytes, i32 elements per thread, i32 rows per block, u8
-//   meets, i32 host shared bytes, str host object; then u32 kernel count, per
-//   kernel: u32 unit.
-constexpr std::string_view kArchiveTag = "LJCS";
-constexpr uint32_t kArchiveVersion = 1;
-
 class SimCode : public CompiledCode {
  public:
   SimCode(std::vector<KernelRef> kernels, std::string ir) : kernels_(std::move(kernels)), ir_(std::move(ir)) {}
   std::string object() const override {
     if (kernels_.empty()) return std::string();
     std::vector<const KernelCode*> units;
-    std::vector<uint32_t> of;
-    distinct_kernels(kernels_, &units, &of);
-    ir::ByteWriter w;
-    w.header(kArchiveTag, kArchiveVersion);
-    w.count(units.size());
+    formats::SimArchive a;
+    distinct_kernels(kernels_, &units, &a.kernel_units);
     for (const KernelCode* u : units) {
-      w.u64(u->key.lo);
-      w.u64(u->key.hi);
-      w.boolean(u->generic);
-      w.str(u->symbol);
-      w.u8(u->launch.grid == DeviceKernel::Grid::Rows ? 1 : 0);
-      w.i32(u->launch.block);
-      w.i32(u->launch.shared_bytes);
-      w.i32(u->launch.elements_per_thread);
-      w.i32(u->launch.rows_per_block);
-      w.boolean(u->sim.meets);
-      w.i32(u->sim.shared_bytes);
-      w.str(u->object);
+      formats::SimUnit& out = a.units.emplace_back();
+      out.key_lo = u->key.lo;
+      out.key_hi = u->key.hi;
+      out.generic = u->generic;
+      out.symbol = u->symbol;
+      out.launch = cuda::archived_launch(u->launch);
+      out.meets = u->sim.meets;
+      out.host_shared_bytes = u->sim.shared_bytes;
+      out.object = u->object;
     }
-    w.u32s(of);
-    return w.take();
+    return formats::write_sim_archive(a);
   }
   const std::string& llvm_ir() const override { return ir_; }
   bool all_generic() const override {
@@ -138,7 +107,7 @@ class SimTarget : public Target {
   std::string fingerprint() const override {
     return std::string("target cuda-sim;emitter ") + kEmitArch + ";llvm " + LLVM_VERSION_STRING + ";cpu " +
            cpu::host_cpu_name() + ";features " + cpu::host_cpu_features() + ";rev " +
-           std::to_string(kCodegenRevision) + ";archive " + std::to_string(kArchiveVersion) + ";" + o_.str();
+           std::to_string(kCodegenRevision) + ";archive " + std::to_string(formats::kSimArchiveVersion) + ";" + o_.str();
   }
 
   std::unique_ptr<CompiledCode> compile(const ir::Graph& g, Plan& plan, Shapes shapes) override {
@@ -163,36 +132,16 @@ class SimTarget : public Target {
   std::unique_ptr<CompiledCode> load(const std::string& object, Plan& plan) override {
     plan.kernel_fns.clear();
     if (plan.kernels.empty()) return std::make_unique<SimCode>(std::vector<KernelRef>{}, std::string());
-    ir::ByteReader r(object);
-    r.expect_header(kArchiveTag, kArchiveVersion, "cuda-sim kernels");
-    // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 * 4 + 1 + 4 + 4).
-    const size_t nunits = r.count(47, "cuda-sim kernel units");
+    const formats::SimArchive a = formats::read_sim_archive(object);  // every byte checked
+    if (a.kernel_units.size() != plan.kernels.size())
+      throw std::runtime_error("lazyjit: cuda-sim code for " + std::to_string(a.kernel_units.size()) +
+                               " kernels, plan has " + std::to_string(plan.kernels.size()) + ": not loaded");
     std::vector<KernelRef> units;
     int loaded = 0;
-    for (size_t u = 0; u < nunits; ++u) {
+    for (const formats::SimUnit& u : a.units) {
       auto c = std::make_shared<KernelCode>();
-      c->key.lo = r.u64();
-      c->key.hi = r.u64();
-      c->generic = r.boolean();
-      c->symbol = r.str();
-      const uint8_t grid = r.u8();
-      if (grid > 1) r.fail("unknown grid kind " + std::to_string(grid) + " of cuda-sim kernel " + c->symbol);
-      c->launch.grid = grid ? DeviceKernel::Grid::Rows : DeviceKernel::Grid::Elements;
-      c->launch.block = r.i32();
-      if (c->launch.block <= 0 || c->launch.block > 1024 || c->launch.block % 32)
-        r.fail("block of " + std::to_string(c->launch.block) + " threads for cuda-sim kernel " + c->symbol);
-      c->launch.shared_bytes = r.i32();
-      c->launch.elements_per_thread = r.i32();
-      c->launch.rows_per_block = r.i32();
-      const int32_t ept = c->launch.elements_per_thread, rows = c->launch.rows_per_block;
-      if (c->launch.shared_bytes < 0 || c->launch.shared_bytes > (1 << 20) || ept < 1 || ept > 64 ||
-          (grid && ept != 1) || (grid ? rows != 1 && rows * 32 != c->launch.block : rows != 1))
-        r.fail("launch data out of range for cuda-sim kernel " + c->symbol);
-      c->sim.meets = r.boolean();
-      c->sim.shared_bytes = r.i32();
-      if (c->sim.shared_bytes < 0 || c->sim.shared_bytes > (1 << 20))
-        r.fail(std::to_string(c->sim.shared_bytes) + " bytes of shared memory for cuda-sim kernel " + c->symbol);
-      c->object = r.str();
+      c->key.lo = u.key_lo;
+      c->key.hi = u.key_hi;
       {
         std::lock_guard<std::mutex> lock(cache_.mu);
         if (KernelRef have = cache_.use(c->key)) {
@@ -200,6 +149,12 @@ class SimTarget : public Target {
           continue;
         }
       }
+      c->generic = u.generic;
+      c->symbol = u.symbol;
+      c->launch = cuda::device_launch(u.launch);
+      c->sim.meets = u.meets;
+      c->sim.shared_bytes = u.host_shared_bytes;
+      c->object = u.object;
       link(*c);
       ++loaded;
       {
@@ -208,19 +163,11 @@ class SimTarget : public Target {
       }
       units.push_back(std::move(c));
     }
-    std::vector<uint32_t> of = r.u32s();
-    r.expect_end("cuda-sim kernels");
-    if (of.size() != plan.kernels.size())
-      r.fail("cuda-sim code for " + std::to_string(of.size()) + " kernels, plan has " +
-             std::to_string(plan.kernels.size()));
     std::vector<KernelRef> refs;
-    for (uint32_t u : of) {
-      if (u >= units.size()) r.fail("cuda-sim kernel unit index out of range");
-      refs.push_back(units[u]);
-    }
+    for (uint32_t u : a.kernel_units) refs.push_back(units[u]);  // read_sim_archive checked each index
     plan.kernel_fns.assign(plan.kernels.size(), nullptr);
     auto code = std::make_unique<SimCode>(std::move(refs), std::string());
-    code->kernel_hits = static_cast<int>(nunits) - loaded;
+    code->kernel_hits = static_cast<int>(a.units.size()) - loaded;
     return code;
   }
 
@@ -245,24 +192,21 @@ class SimTarget : public Target {
     auto c = std::make_shared<KernelCode>();
     c->key = key;
     c->generic = generic;
-    c->symbol = symbol_of(k.name);
+    // The CUDA pipeline's first stage: the kernel's IR as it goes to NVPTX.
+    cuda::KernelConfig cfg{o_, generic, check_stores, k.launch};  // the plan's launch shape
+    cuda::KernelIR kir = cuda::make_llvm_ir(g, k, cfg, kEmitArch);  // its errors name the kernel
+    c->symbol = kir.symbol;
+    c->launch = kir.launch;
+    llvm::Module* m = kir.module.get();
     try {
-      auto device_tm = cuda::make_target_machine(kEmitArch, o_.opt_level);
-      llvm::LLVMContext ctx;
-      auto m = cuda::new_module(ctx, *device_tm, k.name);
-      cuda::KernelConfig cfg{o_, generic, check_stores, k.launch};  // the plan's launch shape
-      c->launch = cuda::emit_kernel(*m, g, k, c->symbol, cfg);
-      std::string err;
-      llvm::raw_string_ostream os(err);
-      if (llvm::verifyModule(*m, &os)) throw std::runtime_error("invalid IR: " + err);
-      if (o_.keep_llvm_ir) c->ir = "; ---- for NVPTX, as the CUDA target emits it\n" + module_text(*m);
+      if (o_.keep_llvm_ir) c->ir = "; ---- for NVPTX, as the CUDA target emits it\n" + cuda::llvm_ir_text(*m);
       auto tm = jit_->make_target_machine();
       cuda_sim::HostKernel h =
           cuda_sim::rewrite_for_host(*m, c->symbol, tm->getTargetTriple(), jit_->data_layout(), c->launch.shared_bytes);
       cpu::CodegenConfig cc;
       cc.opts = o_;
       cpu::optimize_module(*m, *tm, cc);
-      if (o_.keep_llvm_ir) c->ir += "; ---- for the host, optimized\n" + module_text(*m);
+      if (o_.keep_llvm_ir) c->ir += "; ---- for the host, optimized\n" + cuda::llvm_ir_text(*m);
       c->object = object_file(*m, *tm);
       c->sim.meets = h.meets;
       c->sim.shared_bytes = h.shared_bytes;

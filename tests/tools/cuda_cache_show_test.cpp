@@ -31,6 +31,7 @@
 #include "lowering/plan.h"
 #include "lowering/program.h"
 #include "lowering/program_bytes.h"
+#include "lowering/cuda_sim/sim_target.h"
 #include "lowering/target.h"
 #include "tests/cache/disk_test_util.h"
 
@@ -67,11 +68,11 @@ ir::Graph two_kernels() {
   return g;
 }
 
-// Code whose object is another's, cut short: an entry whose checksums hold but
-// whose LJCU archive is truncated.
-class TruncatedCode : public lowering::CompiledCode {
+// Code whose object is given bytes (another's, cut short or changed): an entry
+// whose checksums hold but whose LJCU archive is damaged.
+class RawCode : public lowering::CompiledCode {
  public:
-  TruncatedCode(std::string object, size_t keep) : object_(object.substr(0, keep)) {}
+  RawCode(std::string object, size_t keep = std::string::npos) : object_(object.substr(0, keep)) {}
   std::string object() const override { return object_; }
   const std::string& llvm_ir() const override { return none_; }
 
@@ -197,8 +198,30 @@ class CudaCacheShow : public ::testing::Test {
     object_ = p.code->object();
     key_ = write_entry(dir_->cache(), p, target->fingerprint(), 0);
     // The same program, its archive cut in the middle of the first unit's PTX.
-    p.code = std::make_unique<TruncatedCode>(object_, 120);
+    p.code = std::make_unique<RawCode>(object_, 120);
     damaged_key_ = write_entry(dir_->cache(), p, target->fingerprint(), 0x1111111100000000ull);
+    // Every length intact, the first unit's block 0 threads (which no target
+    // launches); then its PTX length 2^32 - 16 (past the archive's end). Laid
+    // out as formats/kernel_archive.h documents: "LJCU", u32 version, str
+    // arch, u32 PTX ISA, u32 units; a unit: u64 key lo and hi, u8 generic,
+    // str symbol, u8 grid, i32 block, i32 shared bytes, i32 elements per
+    // thread, i32 rows per block, str PTX.
+    const size_t unit = 4 + 4 + (4 + 5) + 4 + 4, symbol = unit + 16 + 1;
+    const size_t block = symbol + 4 + le32(object_, symbol) + 1, ptx = block + 4 * 4;
+    bad_block_ = object_;
+    bad_block_.replace(block, 4, std::string(4, '\0'));
+    p.code = std::make_unique<RawCode>(bad_block_);
+    bad_block_key_ = write_entry(dir_->cache(), p, target->fingerprint(), 0x2222222200000000ull);
+    std::string hostile = object_;
+    hostile.replace(ptx, 4, "\xf0\xff\xff\xff");
+    p.code = std::make_unique<RawCode>(hostile);
+    hostile_key_ = write_entry(dir_->cache(), p, target->fingerprint(), 0x3333333300000000ull);
+    target_ = target.release();
+    // The same graph on cuda-sim: an LJCS archive of host object files.
+    auto sim = lowering::make_cuda_sim_target();
+    p.plan = lowering::plan_graph(p.graph);
+    p.code = sim->compile(p.graph, p.plan);
+    sim_key_ = write_entry(dir_->cache(), p, sim->fingerprint(), 0);
   }
   static void TearDownTestSuite() {
     // To look at the entries by hand: LAZYJIT_TEST_KEEP_CACHE=<new dir> keeps a copy.
@@ -209,6 +232,8 @@ class CudaCacheShow : public ::testing::Test {
     }
     delete dir_;
     dir_ = nullptr;
+    delete target_;
+    target_ = nullptr;
   }
   void SetUp() override {
     ASSERT_EQ(error_, "");
@@ -223,7 +248,13 @@ class CudaCacheShow : public ::testing::Test {
   }
 
   static inline cache::testing::TempDir* dir_ = nullptr;
-  static inline std::string error_, key_, damaged_key_, object_;
+  static uint32_t le32(const std::string& b, size_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b.at(at + i));
+    return v;
+  }
+  static inline lowering::Target* target_ = nullptr;
+  static inline std::string error_, key_, damaged_key_, object_, bad_block_, bad_block_key_, hostile_key_, sim_key_;
   static inline std::vector<std::string> symbols_;
   static inline std::map<std::string, std::string> grid_of_;  // symbol -> "rows" or "elements"
   static inline std::map<std::string, int> block_of_, rows_of_;  // symbol -> block, rows a block
@@ -338,7 +369,7 @@ TEST_F(CudaCacheShow, TruncatedArchiveIsAClearErrorNotACrash) {
   for (const char* flags : {"", "--asm"}) {
     std::string out = show(damaged_key_, flags);
     // Cut mid-PTX: the PTX's length runs past the archive's 120 bytes.
-    EXPECT_NE(out.find("CUDA kernel archive (LJCU) is damaged: "), std::string::npos) << flags << "\n" << out;
+    EXPECT_NE(out.find("CUDA kernels archive (LJCU) is damaged: "), std::string::npos) << flags << "\n" << out;
     EXPECT_NE(out.find(" of 120)"), std::string::npos) << "says where the archive ends\n" << out;
     EXPECT_NE(out.find("== IR"), std::string::npos) << "the rest of the entry still shows\n" << out;
   }
@@ -347,6 +378,46 @@ TEST_F(CudaCacheShow, TruncatedArchiveIsAClearErrorNotACrash) {
   EXPECT_NE(j["cuda"]["error"].get<std::string>().find("is damaged"), std::string::npos) << j["cuda"].dump();
   EXPECT_TRUE(j["asm"].is_null());
   ASSERT_EQ(j["notes"].size(), 1u) << j["notes"].dump();
+}
+
+// The tool reads an archive as the targets load it (formats/kernel_archive.h):
+// launch data no target would launch is damage, named, not a table to trust;
+// a length past the end is refused before anything is allocated for it.
+TEST_F(CudaCacheShow, WhatTheTargetRefusesTheToolCallsDamaged) {
+  ASSERT_FALSE(bad_block_key_.empty());
+  lowering::Plan plan = lowering::plan_graph(two_kernels());
+  std::string refused = "(loaded)";
+  try {
+    target_->load(bad_block_, plan);
+  } catch (const std::exception& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("unit 0 (" + symbols_[0] + "): block of 0 threads"), std::string::npos) << refused;
+  std::string out = show(bad_block_key_, "");
+  EXPECT_NE(out.find("CUDA kernels archive (LJCU) is damaged: unit 0 (" + symbols_[0] + "): block of 0 threads"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("PER THREAD"), std::string::npos) << "no table of what the archive claims\n" << out;
+  out = show(hostile_key_, "--asm");
+  EXPECT_NE(out.find("is damaged: unit 0 (" + symbols_[0] + "): PTX length 4294967280 exceeds the "),
+            std::string::npos)
+      << out;
+}
+
+// A cuda-sim entry's kernels are host object files in an LJCS archive: --asm
+// disassembles them as a CPU entry's (before, the archive was taken for a
+// damaged CPU one: "object code is not a kernel archive").
+TEST_F(CudaCacheShow, AsmOfACudaSimEntryDisassemblesItsHostObjects) {
+  ASSERT_FALSE(sim_key_.empty());
+  std::string out = show(sim_key_, "--asm");
+  EXPECT_EQ(out.find("not a kernel archive"), std::string::npos) << out;
+  EXPECT_EQ(out.find("is damaged"), std::string::npos) << out;
+  const bool objdump = std::system("command -v llvm-objdump-19 >/dev/null || command -v llvm-objdump >/dev/null || "
+                                   "command -v objdump >/dev/null") == 0;
+  for (const std::string& s : symbols_)
+    if (objdump) EXPECT_NE(out.find("== kernel " + s), std::string::npos) << s << "\n" << out;
+  if (objdump) EXPECT_NE(out.find("Disassembly of section"), std::string::npos) << out;
+  else EXPECT_NE(out.find("no disassembler found"), std::string::npos) << out;
 }
 
 }  // namespace

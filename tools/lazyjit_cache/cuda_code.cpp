@@ -126,8 +126,7 @@ CudaView cuda_view(const ObjectCode& obj, bool code) {
     if (code) {
       std::string sass, why;
       if (!tool.empty()) {
-        if (u.cubin.size() < 4 || u.cubin.compare(0, 4, "\x7f" "ELF") != 0) why = "no cubin stored (no ELF header)";
-        else sass = disassemble_cubin(tool, u.cubin, &why);
+        sass = disassemble_cubin(tool, u.cubin, &why);  // an ELF: the archive's reader checked it
         if (!why.empty() && failed.empty()) failed = "SASS of " + u.symbol + ": " + why;
       }
       v.listing += "== kernel " + u.symbol + (u.generic ? " (shape-generic)" : "") + ": " + obj.arch + ", PTX ISA " +

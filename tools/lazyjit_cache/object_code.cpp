@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "cache/entry_file.h"
+#include "formats/kernel_archive.h"
 #include "graph_ir/bytes.h"
 
 namespace lazyjit::cache_tool {
@@ -55,45 +56,42 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
   out.bytes.assign(payload.substr(start, n));
   if (out.bytes.empty()) return out;
   const std::string tag = out.bytes.substr(0, 4);
-  if (tag == "LJCU") {
-    out.format = ObjectCode::Format::Cuda;
+  if (tag == formats::kCudaArchiveTag || tag == formats::kSimArchiveTag) {
+    // The targets' own reader (every length and field checked), any version
+    // this tool can show.
+    auto head = [](const formats::UnitHead& h) {
+      ObjectCode::Unit u;
+      u.symbol = h.symbol;
+      u.generic = h.generic;
+      u.grid = h.launch.grid == formats::KernelLaunch::Grid::Rows ? "rows" : "elements";
+      u.block = h.launch.block;
+      u.shared_bytes = h.launch.shared_bytes;
+      u.elements_per_thread = h.launch.elements_per_thread;
+      u.rows_per_block = h.launch.rows_per_block;
+      return u;
+    };
     try {
-      ir::ByteReader r(out.bytes);
-      for (int i = 0; i < 4; ++i) r.u8();  // the tag, checked above
-      // Version 1 had no elements per thread (every kernel took 1); 2 added it,
-      // 3 rows per block (warp rows).
-      const uint32_t version = r.u32();
-      if (version < 1 || version > 3)
-        r.fail("CUDA kernel archive format version " + std::to_string(version) +
-               "; this tool reads versions 1 to 3");
-      out.arch = r.str();
-      out.ptx_isa = r.u32();
-      // Each unit takes at least its fixed fields (8 + 8 + 1 + 4 + 1 + 4 + 4 [+ 4] [+ 4] + 4 + 4).
-      size_t units = r.count(version == 1 ? 38 : version == 2 ? 42 : 46, "CUDA kernel units");
-      for (size_t u = 0; u < units; ++u) {
-        r.u64();
-        r.u64();
-        ObjectCode::Unit unit;
-        unit.generic = r.boolean();
-        unit.symbol = r.str();
-        uint8_t grid = r.u8();
-        if (grid > 1) r.fail("unknown grid kind " + std::to_string(grid) + " of CUDA kernel " + unit.symbol);
-        unit.grid = grid ? "rows" : "elements";
-        unit.block = r.i32();
-        unit.shared_bytes = r.i32();
-        if (version >= 2) unit.elements_per_thread = r.i32();
-        if (version >= 3) unit.rows_per_block = r.i32();
-        unit.ptx = r.str();
-        unit.cubin = r.str();
-        out.units.push_back(std::move(unit));
+      if (tag == formats::kCudaArchiveTag) {
+        out.format = ObjectCode::Format::Cuda;
+        formats::CudaArchive a = formats::read_cuda_archive(out.bytes, /*oldest_version=*/1);
+        out.arch = std::move(a.arch);
+        out.ptx_isa = a.ptx_isa;
+        for (formats::CudaUnit& cu : a.units) {
+          ObjectCode::Unit& u = out.units.emplace_back(head(cu));
+          u.ptx = std::move(cu.ptx);
+          u.cubin = std::move(cu.cubin);
+        }
+        out.kernel_units = std::move(a.kernel_units);
+      } else {
+        out.format = ObjectCode::Format::CudaSim;
+        formats::SimArchive a = formats::read_sim_archive(out.bytes);
+        for (formats::SimUnit& su : a.units) out.units.emplace_back(head(su)).object = std::move(su.object);
+        out.kernel_units = std::move(a.kernel_units);
       }
-      out.kernel_units = r.u32s();
-      r.expect_end("CUDA kernel archive");
-      for (uint32_t u : out.kernel_units)
-        if (u >= out.units.size()) r.fail("kernel unit " + std::to_string(u) + " out of range");
-    } catch (const std::exception& e) {
-      out.error = "CUDA kernel archive (LJCU) is damaged: " + std::string(e.what()) + "; " +
-                  std::to_string(out.units.size()) + " kernels read before it";
+    } catch (const formats::ArchiveError& e) {
+      std::string what = e.what();
+      if (what.rfind("lazyjit: ", 0) == 0) what.erase(0, 9);
+      out.error = what;
     }
     return out;
   }

@@ -10,15 +10,11 @@
 // the CPU target's (lowering/cpu/cpu_target.cpp), one object file per kernel:
 //   "LJKO" u32 version 1, u32 unit count, per unit: u64 key lo, u64 key hi,
 //   u8 generic, str symbol, str object; then u32 kernel count + u32 unit each.
+//   Read here byte by byte: the tool links no LLVM and no lowering.
 //
-// the CUDA target's (lowering/cuda/cuda_target.cpp), PTX and cubin per kernel:
-//   "LJCU" u32 version 2, str arch, u32 PTX ISA (78: 7.8), u32 unit count, per
-//   unit: u64 key lo, u64 key hi, u8 generic, str symbol, u8 grid (0: Elements,
-//   1: Rows), i32 block, i32 shared bytes, i32 elements per thread, str PTX,
-//   str cubin; then u32 kernel count + u32 unit each. Version 1 (still read
-//   here) had no elements per thread: every kernel took one.
-//
-// Both are read here byte by byte: the tool links no LLVM and no lowering.
+// the CUDA target's ("LJCU": PTX, cubin and launch per kernel; versions 1 to 3
+// are shown) and cuda-sim's ("LJCS": a host object file per kernel), read by
+// formats/kernel_archive.h, the reader the targets load them with.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,7 +23,7 @@
 namespace lazyjit::cache_tool {
 
 struct ObjectCode {
-  enum class Format { None, Cpu, Cuda };
+  enum class Format { None, Cpu, Cuda, CudaSim };
   std::string bytes;  // the archive; empty: the program has no kernels
   Format format = Format::None;  // from the archive's tag (None: empty, or a tag this tool does not know)
   // CUDA: what every unit was compiled for.
@@ -36,7 +32,7 @@ struct ObjectCode {
   struct Unit {
     std::string symbol;  // the kernel function (named for the kernel it was first compiled for)
     bool generic = false;  // shape-generic code (serves other sizes)
-    std::string object;  // CPU: a relocatable object file
+    std::string object;  // CPU, cuda-sim: a relocatable (host) object file
     // CUDA: the launch shape and the code.
     std::string grid;        // "elements" (one thread per element) or "rows" (one block per row)
     int32_t block = 0;       // threads per block
