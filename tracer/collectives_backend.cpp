@@ -24,6 +24,24 @@ namespace {
 
 using c10::IValue;
 
+// The reduce op a collective of c10d's `op` records: PREMUL_SUM(f) (FSDP2's
+// gradient divide factor) is a sum of each rank's tensor times f (premultiplied).
+std::string recorded_op(const c10d::ReduceOp& op) {
+  return op == c10d::ReduceOp::PREMUL_SUM ? "sum" : reduce_op_name(op);
+}
+
+// `t` as the collective of `op` reduces it: under PREMUL_SUM(f), t * f (recorded
+// before the collective, so it runs in the same program); otherwise `t`.
+at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t) {
+  if (op != c10d::ReduceOp::PREMUL_SUM) return t;
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+              "lazyjit: ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", t.scalar_type());
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(s, "lazyjit: ReduceOp.PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
+  if (s->tensor_factor.defined()) return t * s->tensor_factor.reshape({}).to(t.scalar_type());
+  return t * s->double_factor;
+}
+
 // Complete at once: the results are pending values of the graph.
 class RecordedWork : public c10d::Work {
  public:
@@ -56,15 +74,15 @@ class LazyjitBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
-    std::string op = reduce_op_name(opts.reduceOp);
-    for (at::Tensor& t : tensors) t.copy_(all_reduce(t, op, group()));
+    std::string op = recorded_op(opts.reduceOp);
+    for (at::Tensor& t : tensors) t.copy_(all_reduce(premultiplied(opts.reduceOp, t), op, group()));
     return done(tensors, c10d::OpType::ALLREDUCE);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
-    std::string op = reduce_op_name(opts.reduceOp);
-    for (at::Tensor& t : tensors) t.copy_(all_reduce(t, op, group()));
+    std::string op = recorded_op(opts.reduceOp);
+    for (at::Tensor& t : tensors) t.copy_(all_reduce(premultiplied(opts.reduceOp, t), op, group()));
     return done(tensors, c10d::OpType::ALLREDUCE_COALESCED);
   }
 
@@ -104,13 +122,13 @@ class LazyjitBackend : public c10d::Backend {
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "lazyjit: reduce_scatter: one input list per output");
-    std::string op = reduce_op_name(opts.reduceOp);
+    std::string op = recorded_op(opts.reduceOp);
     for (size_t i = 0; i < outputs.size(); ++i) {
       TORCH_CHECK(static_cast<int>(inputs[i].size()) == size_, "lazyjit: reduce_scatter: ", inputs[i].size(),
                   " inputs for a group of ", size_);
       std::vector<at::Tensor> rows;
       for (const at::Tensor& t : inputs[i]) rows.push_back(t.reshape({1, -1}));
-      at::Tensor r = collectives::reduce_scatter(at::cat(rows), op, size_, group());
+      at::Tensor r = collectives::reduce_scatter(premultiplied(opts.reduceOp, at::cat(rows)), op, size_, group());
       outputs[i].copy_(r.view(outputs[i].sizes()));
     }
     return done(outputs, c10d::OpType::REDUCE_SCATTER);
@@ -121,7 +139,8 @@ class LazyjitBackend : public c10d::Backend {
     TORCH_CHECK(input.numel() == output.numel() * size_, "lazyjit: reduce_scatter_tensor: the input has ",
                 input.numel(), " elements, not the output's ", output.numel(), " times the group size ", size_);
     at::Tensor in = input.dim() == 0 ? input.reshape({1}) : input;
-    output.copy_(collectives::reduce_scatter(in, reduce_op_name(opts.reduceOp), size_, group()).view(output.sizes()));
+    output.copy_(collectives::reduce_scatter(premultiplied(opts.reduceOp, in), recorded_op(opts.reduceOp), size_, group())
+                     .view(output.sizes()));
     return done({output}, c10d::OpType::_REDUCE_SCATTER_BASE);
   }
 
@@ -181,8 +200,8 @@ class LazyjitBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     TORCH_CHECK(tensors.size() == 1 && opts.rootTensor == 0, "lazyjit: reduce: one tensor per rank");
-    std::string op = reduce_op_name(opts.reduceOp);
-    tensors[0].copy_(collectives::reduce(tensors[0], op, opts.rootRank, group()));
+    std::string op = recorded_op(opts.reduceOp);
+    tensors[0].copy_(collectives::reduce(premultiplied(opts.reduceOp, tensors[0]), op, opts.rootRank, group()));
     return done(tensors, c10d::OpType::REDUCE);
   }
 

@@ -219,6 +219,20 @@ def part_coalesced(rank, world, out):
         dist.all_reduce(c)
         want.append((c / world)[rank * 2:(rank + 1) * 2])
     res["pg_reduce_scatter_tensor_coalesced_avg"] = same([o.cpu() for o in outs], want, tol=1e-6)
+
+    # PREMUL_SUM(f), FSDP2's reduce op under a gradient divide factor: a sum of each
+    # rank's t * f. Gloo has none: the CPU side all-reduces t * f.
+    x = base(rank, 2 * world, 3)
+    o = torch.zeros(2, 3, device=DEV)
+    dist.reduce_scatter_tensor(o, x.to(DEV), op=dist._make_nccl_premul_sum(0.25))
+    c = x * 0.25
+    dist.all_reduce(c)
+    res["reduce_scatter_tensor_premul_sum"] = same(o.cpu(), c[rank * 2:(rank + 1) * 2], tol=1e-6)
+    t = x.to(DEV)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor(0.5)))
+    c = x * 0.5
+    dist.all_reduce(c)
+    res["all_reduce_premul_sum_tensor_factor"] = same(t.cpu(), c, tol=1e-6)
     out["coalesced"] = res
 
 

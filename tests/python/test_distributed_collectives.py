@@ -54,7 +54,8 @@ ROOTED = ["scatter", "scatter_into_empty", "gather", "reduce_sum", "reduce_max",
           "send_recv", "batch_isend_irecv", "all_to_all_single_even", "all_to_all_single_uneven", "all_to_all", "step_mode"]
 COALESCED = ["all_gather_into_tensor_coalesced", "all_gather_into_tensor_coalesced_device",
              "reduce_scatter_tensor_coalesced_sum", "reduce_scatter_tensor_coalesced_avg",
-             "reduce_scatter_tensor_coalesced_avg_device", "pg_reduce_scatter_tensor_coalesced_avg"]
+             "reduce_scatter_tensor_coalesced_avg_device", "pg_reduce_scatter_tensor_coalesced_avg",
+             "reduce_scatter_tensor_premul_sum", "all_reduce_premul_sum_tensor_factor"]
 FUNCTIONAL = ["all_to_all_single", "all_to_all_single_op", "all_gather_into_tensor_coalesced", "all_reduce_coalesced",
               "reduce_scatter_tensor_sum", "reduce_scatter_tensor_avg", "reduce_scatter_tensor_coalesced_sum",
               "reduce_scatter_tensor_coalesced_avg", "all_reduce_avg", "all_gather_into_tensor"]
