@@ -131,6 +131,11 @@ def _lazy_module(gm: torch.fx.GraphModule):
     return out, attrs
 
 
+def _values(node: torch.fx.Node) -> list:
+    v = node.meta.get("val", node.meta.get("example_value"))
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
 def _site(gm: torch.fx.GraphModule, kind: str) -> str:
     """Names the graph in the metrics and recompile explanations, with Dynamo's
     compile id (as TORCH_LOGS prints it) and the user's code it comes from:
@@ -181,6 +186,11 @@ class LazyjitGraph:
         self.dynamic = dynamic
         self.site = _site(gm, kind)
         self.lazy_gm, self.attrs = _lazy_module(gm)
+        # A graph that makes tensors on the device is not captured for the CPU even
+        # when no argument is on the device (factories only: Llama's causal mask in
+        # a graph of its own); without a device argument ATen runs it, as eager would.
+        self.makes_lazyjit = any(isinstance(v, torch.Tensor) and v.device.type == "lazyjit"
+                                 for n in gm.graph.nodes for v in _values(n))
         self.programs = _C.CaptureSet(MAX_CAPTURES)
         # Per capture (its tag in self.programs), how its outputs map to the
         # function's: None when every output is the program's, in order.
@@ -197,7 +207,7 @@ class LazyjitGraph:
                 return list(self.gm(*args))
             if out is not None:
                 return out
-            if all(a.device.type == _home() for a in full if isinstance(a, torch.Tensor)):
+            if not self.makes_lazyjit and all(a.device.type == _home() for a in full if isinstance(a, torch.Tensor)):
                 p = self._capture(full)
                 if p is not None:
                     graph, template = p

@@ -445,3 +445,20 @@ def test_an_update_before_a_failing_op_is_kept_as_in_eager():
         f_c(x, torch.tensor([5000]))
     torch.testing.assert_close(x, x0)
     assert x._version > version
+
+
+def test_a_graph_without_tensor_arguments_makes_its_tensors_where_eager_does():
+    """A graph of factories only (Llama's causal mask, after FSDP2's hooks split the
+    forward) has no argument that says where it runs: its tensors go where its
+    factories put them. The mask came back on the CPU, and the next graph, on the
+    device, failed: "Tensor device mismatch"."""
+    def mask(n):
+        i = torch.arange(n, device="lazyjit")
+        return torch.where(i[None, :] <= i[:, None], 0.0, float("-inf")), torch.arange(3)
+
+    for n in (4, 4):
+        got, on_cpu = compiled(mask)(n)
+        want, want_cpu = mask(n)
+        assert got.device == want.device and on_cpu.device == want_cpu.device
+        torch.testing.assert_close(got.cpu(), want.cpu())
+        torch.testing.assert_close(on_cpu, want_cpu)
