@@ -11,11 +11,11 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
-  executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp executor/execution_device.cpp
+  executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp
   executor/collective_step.cpp executor/collective_in_flight.cpp executor/collective_thunk.cpp
   executor/cpu/kernel_launch.cpp executor/cpu/kernel_thunk.cpp
   executor/cuda/device_launch.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
-  runtime/config.cpp runtime/runtime.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
+  runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp runtime/backend_host.cpp runtime/backend_cuda.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
   tracer/trace_threads.cpp tracer/autograd_queue.cpp tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/meta_fast_path.cpp tracer/meta_structured.cpp tracer/aten_to_ir.cpp tracer/aten_to_ir_elementwise.cpp tracer/aten_to_ir_reductions.cpp tracer/backward_ops.cpp tracer/aten_node.cpp

@@ -9,10 +9,6 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/collective_in_flight.h"
-#include "executor/cpu/kernel_thunk.h"
-#include "executor/cuda/kernel_thunk.h"
-#include "executor/cuda/simulated_kernel_thunk.h"
-#include "executor/execution_device.h"
 #include "executor/cuda/graph_replays.h"
 #include "executor/op_by_op_node.h"
 #include "executor/step_thunks.h"
@@ -33,31 +29,6 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
 // cuda/graph_replays.h's switch), until the runtime passes its backend's
 // ExecutionTarget. The switch-over deletes this block and makes Executable's
 // default target `{}`.
-namespace {
-
-// Runs kernels as device_kernel() says: none: on the CPU, a simulated one: on
-// the simulated GPU, else on the GPU.
-std::unique_ptr<Thunk> legacy_kernel_thunk(const lowering::Program& p, size_t step) {
-  const lowering::DeviceKernel* dk = p.code ? p.code->device_kernel(p.plan.steps.at(step).kernel) : nullptr;
-  if (!dk) return cpu_kernel_thunk(p, step);
-  return dk->simulated ? simulated_kernel_thunk(p, step) : cuda_kernel_thunk(p, step);
-}
-
-}  // namespace
-
-ExecutionTarget legacy_execution_target() {
-  ExecutionTarget t;
-  t.device = execution_device();
-  t.kernel_thunk = legacy_kernel_thunk;
-  t.capture_graphs = cuda_graphs_enabled() && t.device.is_cuda();
-  return t;
-}
-
-void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
-                       const std::vector<int64_t>& scalars) {
-  run_op_by_op_node(g, n, env, scalars, legacy_execution_target().device);
-}
-// ---- end of LEGACY
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program, const ExecutionTarget& target)
     : program_(std::move(program)) {

@@ -22,18 +22,11 @@ namespace lazyjit::executor {
 
 class GraphReplays;
 
-// LEGACY, until the runtime passes its backend's ExecutionTarget: the target
-// today's process-wide settings describe (execution_device.h, the CUDA graphs
-// switch of cuda/graph_replays.h; each kernel's thunk chosen by its device kernel:
-// none: the CPU's, a simulated one: the simulated GPU's, else the GPU's). The
-// switch-over deletes it (executable.cpp) and Executable's default becomes `{}`.
-ExecutionTarget legacy_execution_target();
-
 class Executable {
  public:
   // Throws when an ATen step names an operator that does not exist.
   explicit Executable(std::shared_ptr<const lowering::Program> program,
-                      const ExecutionTarget& target = legacy_execution_target());
+                      const ExecutionTarget& target = {});
 
   ~Executable();
   Executable(Executable&&) noexcept;

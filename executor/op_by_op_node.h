@@ -19,10 +19,6 @@ namespace lazyjit::executor {
 // on `device`. Throws std::runtime_error for other kinds.
 void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
                        const std::vector<int64_t>& scalars, c10::Device device);
-// LEGACY (runtime/graph_check.cpp, until the runtime passes its device): the
-// same on legacy_execution_target()'s device (executable.cpp).
-void run_op_by_op_node(const ir::Graph& g, const ir::Node& n, std::vector<at::Tensor>& env,
-                       const std::vector<int64_t>& scalars);
 
 // Computes a layer norm the tracer decomposed as ATen's native_layer_norm (as
 // eager ran it) into env[ln.out], env[ln.mean], env[ln.rstd]; node by node

@@ -1,6 +1,5 @@
 #include "lowering/gemm_epilogue.h"
 
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -17,24 +16,6 @@ using ir::OpKind;
 using ir::OperandRef;
 using ir::TensorType;
 using ir::ValueId;
-
-GemmEpilogueRules gemm_epilogue_rules(AtenDevice device) {
-  GemmEpilogueRules r;
-  if (device == AtenDevice::Cuda) {
-    r.gelu = OpKind::GeluTanh;
-    return r;
-  }
-  // The CPU: _addmm_activation and an addmm with a 2-D self leave the oneDNN
-  // path the executor gives mm and 1-D-bias addmm (executor/gemm.h) for
-  // ATen's MKL op, measured slower than oneDNN's GEMM and a fused kernel
-  // (bench/gemm_epilogue.py); mm + bias -> addmm keeps it.
-  r.activation = r.residual = false;
-  // Tests and the bench only: every rewrite on the CPU too. Not part of the
-  // cache key (like the other LAZYJIT_TEST_ hooks): use it with LAZYJIT_CACHE=off.
-  if (const char* e = std::getenv("LAZYJIT_TEST_GEMM_EPILOGUE"); e && std::string(e) == "all")
-    r.activation = r.residual = true;
-  return r;
-}
 
 namespace {
 

@@ -27,22 +27,14 @@
 // is cuBLAS's beta = 1 GEMM.
 #pragma once
 #include "graph_ir/graph.h"
+#include "lowering/pass_rules.h"
 #include "lowering/passes.h"
 
 namespace lazyjit::lowering {
 
-struct GemmEpilogueRules {
-  bool bias = true;        // mm + bias -> addmm
-  bool activation = true;  // relu / gelu -> _addmm_activation
-  bool residual = true;    // mm + r -> addmm(r)
-  // The GELU _addmm_activation(use_gelu=true) computes where the steps run:
-  // Gelu (erf) on the CPU, GeluTanh on CUDA.
-  ir::OpKind gelu = ir::OpKind::Gelu;
-};
-
-// The rules for where a program's ATen steps run (see the top of this file and
-// the CPU measurements in bench/gemm_epilogue.py).
-GemmEpilogueRules gemm_epilogue_rules(AtenDevice device);
+// The rules (GemmEpilogueRules) are lowering/pass_rules.h's: which rewrites
+// pay where the program's ATen steps run (see the CPU measurements in
+// bench/gemm_epilogue.py).
 
 ir::Graph fuse_gemm_epilogues(const ir::Graph& g, const GemmEpilogueRules& rules, ValueMap* map = nullptr);
 

@@ -38,7 +38,7 @@ std::shared_ptr<Program> lower(ir::Graph graph, Target& target, const LowerOptio
   graph = run_graph_passes(std::move(graph), disabled, [&](const std::string& pass, const ir::Graph& g) {
     ++pass_no;
     if (dumping) dump(".pass" + std::to_string(pass_no) + "-" + pass + ".txt", g.str());
-  }, nullptr, opts.aten_device);
+  }, nullptr, opts.pass_rules);
   if (std::string err = graph.verify(); !err.empty())
     throw std::runtime_error("lazyjit: a graph pass made a malformed graph: " + err + "\n" + graph.str());
   if (tracing) phase.emplace("compile", "plan", debug::TraceArgs{{"nodes", graph.nodes().size()}});

@@ -25,8 +25,9 @@ struct LowerOptions {
   Shapes shapes = Shapes::Auto;
   // No kernels: elementwise and reduction nodes run op by op (plan_op_by_op).
   bool op_by_op = false;
-  // Where the program's ATen steps run (graph passes that depend on it: passes.h).
-  AtenDevice aten_device = AtenDevice::Cpu;
+  // The rules of where the program's ATen steps run (graph passes that depend
+  // on it: pass_rules.h).
+  PassRules pass_rules = cpu_library_rules();
 };
 
 // Throws std::runtime_error when the graph fails verification or a kernel fails

@@ -213,21 +213,21 @@ const std::vector<GraphPass>& graph_pipeline() {
   // Never destroyed: a background compile may still run them while the
   // process exits (runtime/background_compiles.h).
   static const auto& passes = *new std::vector<GraphPass>{
-      {"dce", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_dead_code(g, m); }},
-      {"fold", [](const Graph& g, AtenDevice, ValueMap* m) { return fold_constants(g, m); }},
-      {"cse", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_common_subexpressions(g, m); }},
+      {"dce", [](const Graph& g, const PassRules&, ValueMap* m) { return eliminate_dead_code(g, m); }},
+      {"fold", [](const Graph& g, const PassRules&, ValueMap* m) { return fold_constants(g, m); }},
+      {"cse", [](const Graph& g, const PassRules&, ValueMap* m) { return eliminate_common_subexpressions(g, m); }},
       // what fold and cse left unused
-      {"dce", [](const Graph& g, AtenDevice, ValueMap* m) { return eliminate_dead_code(g, m); }},
+      {"dce", [](const Graph& g, const PassRules&, ValueMap* m) { return eliminate_dead_code(g, m); }},
       // Last: it counts a GEMM's readers, which cse may have merged.
       {"gemm_epilogue",
-       [](const Graph& g, AtenDevice d, ValueMap* m) { return fuse_gemm_epilogues(g, gemm_epilogue_rules(d), m); }},
+       [](const Graph& g, const PassRules& r, ValueMap* m) { return fuse_gemm_epilogues(g, r.gemm_epilogue, m); }},
   };
   return passes;
 }
 
 Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
                        const std::function<void(const std::string&, const Graph&)>& after, ValueMap* map,
-                       AtenDevice device) {
+                       const PassRules& rules) {
   if (map) {
     map->resize(g.values().size());
     for (ValueId v = 0; v < map->size(); ++v) (*map)[v] = v;
@@ -235,7 +235,7 @@ Graph run_graph_passes(Graph g, const std::vector<std::string>& disabled,
   ValueMap step;
   for (const GraphPass& p : graph_pipeline()) {
     if (std::find(disabled.begin(), disabled.end(), p.name) != disabled.end()) continue;
-    g = p.run(g, device, map ? &step : nullptr);
+    g = p.run(g, rules, map ? &step : nullptr);
     if (map)
       for (ValueId& v : *map)
         if (v != kDropped) v = step[v];

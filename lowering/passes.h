@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "lowering/pass_rules.h"
+
 #include "graph_ir/graph.h"
 
 namespace lazyjit::lowering {
@@ -50,14 +52,9 @@ ir::Graph fold_constants(const ir::Graph& g, ValueMap* map = nullptr);
 // binder asks the same of a fold at new sizes.)
 bool view_is_identity(const ir::TensorType& src, const std::vector<ir::Attr>& attrs);
 
-// Where a program's ATen steps run. A pass that swaps ops for a library op
-// whose result or speed differs by device asks it (gemm_epilogue: which GELU
-// _addmm_activation computes, and whether the CPU's oneDNN GEMM path is kept).
-enum class AtenDevice { Cpu, Cuda };
-
 struct GraphPass {
   const char* name;
-  ir::Graph (*run)(const ir::Graph&, AtenDevice, ValueMap*);
+  ir::Graph (*run)(const ir::Graph&, const PassRules&, ValueMap*);
 };
 // The graph passes in pipeline order.
 const std::vector<GraphPass>& graph_pipeline();
@@ -65,11 +62,11 @@ const std::vector<GraphPass>& graph_pipeline();
 
 // Runs the pipeline, skipping `disabled` names, calling `after` with each
 // pass's name and result (for dumps). `map`, when not null, gets where each
-// value of `g` went in the result (all passes composed). `device`: where the
-// program's ATen steps will run.
+// value of `g` went in the result (all passes composed). `rules`: those of
+// where the program's ATen steps will run (pass_rules.h).
 ir::Graph run_graph_passes(
     ir::Graph g, const std::vector<std::string>& disabled,
     const std::function<void(const std::string& pass, const ir::Graph&)>& after = {}, ValueMap* map = nullptr,
-    AtenDevice device = AtenDevice::Cpu);
+    const PassRules& rules = cpu_library_rules());
 
 }  // namespace lazyjit::lowering

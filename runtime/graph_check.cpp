@@ -69,7 +69,7 @@ std::string compare(const at::Tensor& got, const at::Tensor& want, const at::Ten
 
 }  // namespace
 
-Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>& scalars,
+Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>& scalars, c10::Device device,
                              const std::function<std::string(uint32_t node)>& where) {
   const ir::Graph& g = *run.graph;
   std::vector<at::Tensor> env = run.values;
@@ -85,7 +85,7 @@ Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>&
     for (ir::ValueId v : n.operands)
       operands = operands && (g.producer(v).kind == ir::OpKind::Scalar || env[v].defined());
     if (!operands) continue;
-    executor::run_op_by_op_node(g, n, env, scalars);
+    executor::run_op_by_op_node(g, n, env, scalars, device);
     at::Tensor want = env[out];
     env[out] = got;  // later ops read the program's values
     at::Tensor scale;

@@ -25,8 +25,9 @@ struct Mismatch {
   std::string report;  // what differs, where, its inputs' statistics
 };
 
-// `where(node)` names a traced node in the user's terms (Runtime::describe_node).
-Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>& scalars,
+// `where(node)` names a traced node in the user's terms (Runtime::describe_node);
+// eager runs on `device` (where the program's ATen steps ran).
+Mismatch check_against_eager(const ObservedRun& run, const std::vector<int64_t>& scalars, c10::Device device,
                              const std::function<std::string(uint32_t node)>& where);
 
 }  // namespace lazyjit::runtime

@@ -111,7 +111,7 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
   if (!r.lost_by.empty()) r.lost_by.resize(n_out);
 
   if (check && r.failures.empty()) {
-    Mismatch m = check_against_eager(obs, bindings.scalars, [&](uint32_t node) { return describe_node(graph, node, node_sites); });
+    Mismatch m = check_against_eager(obs, bindings.scalars, execution_.device, [&](uint32_t node) { return describe_node(graph, node, node_sites); });
     if (m.node >= 0 && !repro) r.check_report = m.report;
     if (m.node >= 0 && repro) {
       std::string dir;

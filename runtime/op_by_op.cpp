@@ -25,7 +25,7 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
   // (NaN pinning reports the op that made one).
   opts.plan.op_by_op_groups = !keep_values;
   opts.op_by_op = true;
-  if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts));
+  if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts), execution_);
   // A structure run op by op before (new sizes while its program compiles in
   // the background): its plan, no lowering (~30 of ~40 us per sync).
   const ir::Hash128 structure = graph.hashes().structure;
@@ -39,7 +39,7 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
     auto program = std::make_shared<lowering::Program>();
     program->graph = graph;
     program->plan = known->plan;
-    return executor::Executable(std::move(program));
+    return executor::Executable(std::move(program), execution_);
   }
   std::shared_ptr<const lowering::Program> program = lowering::lower(ir::Graph(graph), *target_, opts);
   auto made = std::make_shared<OpByOpPlan>(OpByOpPlan{program->plan, graph.nodes().size(), graph.values().size()});
@@ -48,7 +48,7 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
     if (op_by_op_plans_.size() >= kMaxOpByOpPlans) op_by_op_plans_.clear();
     op_by_op_plans_[structure] = std::move(made);
   }
-  return executor::Executable(std::move(program));
+  return executor::Executable(std::move(program), execution_);
 }
 
 RunResult Runtime::run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how) {

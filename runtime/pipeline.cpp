@@ -40,7 +40,6 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/gemm.h"
-#include "executor/graph_replays.h"
 #include "lowering/compile_threads.h"
 #include "lowering/lower.h"
 #include "lowering/program_bytes.h"
@@ -106,11 +105,11 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const SyncReque
   cache::Lookup<executor::Executable> lookup = cache_.get_or_compile(s.key, [&](const std::string& why_missed) {
     why = why_missed;
     resolved = resolve(s, why_missed);
-    return resolved.program ? std::make_shared<const executor::Executable>(resolved.program)
+    return resolved.program ? std::make_shared<const executor::Executable>(resolved.program, execution_)
                             : std::shared_ptr<const executor::Executable>();
   });
   *note = lookup.hit ? SyncNote{} : resolved.note;
-  if (!lookup.hit && lookup.entry && config_.target == "cuda") note->graph_replay = lookup.entry->graph_replay().text();
+  if (!lookup.hit && lookup.entry && backend_->captures_graphs()) note->graph_replay = lookup.entry->graph_replay().text();
   // A miss explained was traced then; one run op by op says so in the sync log.
   if (debug::trace_enabled() && lookup.entry && (lookup.hit || !resolved.explained))
     debug::trace_instant("cache", lookup.hit ? "cache hit" : "cache miss",
@@ -159,7 +158,7 @@ std::shared_ptr<const lowering::Program> Runtime::compile(ir::Graph graph, const
   opts.dump_dir = config_.dump_dir;
   opts.dump_name = dump_name;
   opts.shapes = shapes.value_or(config_.dynamic);
-  opts.aten_device = aten_device();
+  opts.pass_rules = backend_->pass_rules();
   return lowering::lower(std::move(graph), *target_, opts);
 }
 

@@ -22,14 +22,15 @@
 
 #include "cache/compile_cache.h"
 #include "executor/executable.h"
-#include "executor/execution_device.h"
 #include "executor/store_in_place.h"
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"
+#include "runtime/backend.h"
 #include "runtime/background_compiles.h"
 #include "runtime/config.h"
 #include "runtime/observed_run.h"
 #include "runtime/recompile_explainer.h"
+#include "runtime/run_io.h"
 #include "runtime/shape_binder.h"
 #include "runtime/sync_log.h"
 
@@ -40,13 +41,10 @@ class Target;
 namespace lazyjit::runtime {
 
 class DiskTier;
-using executor::Bindings;
-using executor::RunResult;
 // A run's result and how its program was found (a hit, compiled, loaded, ...).
 struct SyncResult : RunResult {
   SyncNote note;
 };
-using executor::StepFailure;
 // Which of a program's outputs may be stored into an input (torch.compile's in-place updates).
 using executor::can_store_into_input;
 // Ctrl-C during a compile (lowering/interrupt.h).
@@ -82,10 +80,8 @@ class Runtime {
   ~Runtime();
 
   const Config& config() const { return config_; }
-  // Where programs' ATen steps run: the execution device of the target.
-  lowering::AtenDevice aten_device() const {
-    return config_.target == "cuda" ? lowering::AtenDevice::Cuda : lowering::AtenDevice::Cpu;
-  }
+  // The target programs run on (backend.h).
+  const Backend& target_backend() const { return *backend_; }
 
   // Runs `graph` (whose outputs are set) on `bindings`: compiles it on a miss
   // of every cache tier. `site` is the sync's call site (kept with what it
@@ -227,7 +223,9 @@ class Runtime {
                                                       uint64_t code_hash);
 
   Config config_;
+  std::unique_ptr<Backend> backend_;  // before target_: it makes it
   std::unique_ptr<lowering::Target> target_;
+  executor::ExecutionTarget execution_;  // the backend's: how programs' steps run
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
   uint64_t code_hash_ = 0;        // its hash: the key's target part
   uint64_t checked_code_hash_ = 0;  // the same, for programs whose kernels test their stores (NaN checks on)

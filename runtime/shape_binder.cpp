@@ -76,9 +76,9 @@ struct ShapeBinder::Family {
 namespace {
 
 std::optional<Replay> make_replay(const Graph& traced, const Graph& program,
-                                  const std::vector<std::string>& disabled, lowering::AtenDevice device) {
+                                  const std::vector<std::string>& disabled, const lowering::PassRules& rules) {
   lowering::ValueMap map;
-  Graph again = lowering::run_graph_passes(Graph(traced), disabled, {}, &map, device);
+  Graph again = lowering::run_graph_passes(Graph(traced), disabled, {}, &map, rules);
   if (!(again.hashes().structure == program.hashes().structure) || again.values().size() != program.values().size())
     return std::nullopt;
   // The first traced value each program value computes: what the pass kept.
@@ -148,7 +148,7 @@ void ShapeBinder::remember(const Graph& traced, uint64_t code_hash, std::shared_
   if (!program->code && !program->plan.kernels.empty()) return;
   auto f = std::make_shared<Family>();
   f->kernel_keys = generic_keys(program->graph, program->plan);
-  f->replay = make_replay(traced, program->graph, disabled_passes, device_);
+  f->replay = make_replay(traced, program->graph, disabled_passes, rules_);
   f->program = program;
   const ir::Hash128 s = traced.hashes().structure;
   const Key key{s.lo, s.hi, code_hash};
@@ -187,7 +187,7 @@ std::shared_ptr<const lowering::Program> ShapeBinder::bind(const Graph& traced, 
     if (f->replay) {
       g = replay_passes(traced, pg, *f->replay);
     } else {
-      if (!passed) passed = lowering::run_graph_passes(Graph(traced), disabled_passes, {}, nullptr, device_);
+      if (!passed) passed = lowering::run_graph_passes(Graph(traced), disabled_passes, {}, nullptr, rules_);
       if (passed->hashes().structure == pg.hashes().structure) g = *passed;
     }
     if (!g) continue;

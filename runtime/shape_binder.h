@@ -47,9 +47,9 @@ class ShapeBinder {
   std::shared_ptr<const lowering::Program> bind(const ir::Graph& traced, uint64_t code_hash,
                                                 const std::vector<std::string>& disabled_passes);
   void clear();
-  // Where programs' ATen steps run: the graph passes a bind reruns depend on it
-  // (lowering/passes.h). Set once, before the first program.
-  void set_aten_device(lowering::AtenDevice d) { device_ = d; }
+  // The rules of where programs' ATen steps run: the graph passes a bind reruns
+  // depend on them (lowering/pass_rules.h). Set once, before the first program.
+  void set_pass_rules(const lowering::PassRules& rules) { rules_ = rules; }
 
   // Programs kept per structure (the most recent first) and structures kept.
   static constexpr size_t kPerStructure = 4;
@@ -59,7 +59,7 @@ class ShapeBinder {
   struct Family;  // shape_binder.cpp
   using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // traced structure (lo, hi), code hash
   std::mutex mu_;
-  lowering::AtenDevice device_ = lowering::AtenDevice::Cpu;
+  lowering::PassRules rules_ = lowering::cpu_library_rules();
   std::map<Key, std::vector<std::shared_ptr<const Family>>> families_;
   std::vector<Key> order_;  // structures, oldest first (forgotten past kStructures)
 };

@@ -42,7 +42,7 @@ std::optional<Runtime::Resolved> Runtime::background_result(const SyncRequest& s
   if (!(done->key == s.key)) {
     // Compiled for other sizes: cached under its own key (a later sync of those
     // sizes hits it), and remembered by the binder when generic (the worker did).
-    cache_.put(done->key, std::make_shared<const executor::Executable>(std::move(done->program)));
+    cache_.put(done->key, std::make_shared<const executor::Executable>(std::move(done->program), execution_));
     return std::nullopt;
   }
   debug::Metrics::get().add(debug::Counter::BackgroundTaken);

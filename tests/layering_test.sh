@@ -30,6 +30,18 @@ forbid executor "llvm/|cache/|runtime/|tracer/|lowering/cpu/|lowering/cuda/|lowe
 forbid runtime "llvm/|tracer/|lowering/cpu/|lowering/element/" "LLVM or the tracer"
 forbid tools/lazyjit_cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or layers above cache/ (it must start fast)"
 forbid tracer "llvm/|executor/|lowering/|cache/" "executor/, lowering/ or cache/ (use runtime/runtime.h)"
+# The tracer asks the runtime and its backend (runtime/backend.h); it names no executor type.
+if grep -rn "executor::" tracer --include='*.h' --include='*.cpp'; then
+  echo "layering: tracer/ names executor:: (use runtime/runtime.h, runtime/run_io.h or runtime/backend.h)"; fail=1
+fi
+# One backend answers what the target is (runtime/backend.h): outside the
+# CUDA target's own code (lowering/cuda/, executor/cuda/, cuda_driver/) and the
+# backend's files, no product code tests a target name or a device for it.
+if grep -rnE 'target == "cuda"|\.is_cuda\(\)|AtenDevice' --include='*.h' --include='*.cpp' \
+     graph_ir cache lowering executor runtime tracer bridge debug python tools |
+     grep -vE "^(lowering/cuda|executor/cuda|cuda_driver)/|^runtime/backend[a-z_]*\.(h|cpp):"; then
+  echo "layering: a target question answered outside the backend (ask runtime/backend.h)"; fail=1
+fi
 # The cache stores what it is given: nothing downcasts an entry into a program.
 if grep -rnE "static_cast<(const )?(lowering::)?Program" --include='*.cpp' --include='*.h' \
      graph_ir cache lowering executor runtime tracer; then

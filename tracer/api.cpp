@@ -72,17 +72,13 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   // (device_ops.cpp): the CPU's, so a seeded program gives the CPU's numbers;
   // under the CUDA target the GPU's.
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
-    const c10::Device d = tracer::data_device();
-    return d.is_cuda() ? at::detail::getCUDAHooks().getDefaultGenerator(d.index())
-                       : at::detail::getDefaultCPUGenerator();
+    return runtime::backend().default_generator();
   }
   // torch.Generator(device="lazyjit") (diffusers' pipelines take one on their
   // device): a new generator of where data lives, like the default one above,
   // so a seeded one draws eager's numbers there.
   at::Generator getNewGenerator(c10::DeviceIndex) const override {
-    const c10::Device d = tracer::data_device();
-    return d.is_cuda() ? at::detail::getCUDAHooks().getNewGenerator(d.index())
-                       : at::make_generator<at::CPUGeneratorImpl>(c10::detail::getNonDeterministicRandom());
+    return runtime::backend().new_generator();
   }
   // UntypedStorage.resize_ (FSDP frees and refills parameters' memory so):
   // every tensor over the storage sees it (tracer/storage_ops.cpp).

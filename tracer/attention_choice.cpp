@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/backend.h"
 #include "tracer/lazy_storage.h"
 
 namespace lazyjit::tracer {
@@ -156,7 +157,7 @@ SDPBackend cuda_target_choice(const SdpArgs& a) {
 int64_t sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
   const SdpArgs a{q, k, v, mask, dropout_p, is_causal, scale, enable_gqa};
-  if (data_device().is_cuda() || test_choice())
+  if (runtime::backend().library_key() != c10::DispatchKey::CPU || test_choice())
     return static_cast<int64_t>(cuda_target_choice(a));
   return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), q, k, v, mask,
                                                 dropout_p, is_causal, scale, enable_gqa);

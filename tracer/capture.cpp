@@ -216,7 +216,7 @@ bool CapturedGraph::writes_shared_argument(const std::vector<CaptureArg>& args) 
 
 std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<CaptureArg>& args) const {
   if (args.size() != args_.size()) return std::nullopt;
-  executor::Bindings b{fixed_inputs_, scalars_};
+  runtime::Bindings b{fixed_inputs_, scalars_};
   size_t tensor = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec& spec = args_[i];
@@ -251,7 +251,7 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
     b.into.emplace_back(program_->program().graph.outputs()[write_back_[w].second], t);
     stored[w] = true;
   }
-  executor::RunResult r;
+  runtime::RunResult r;
   if (program_) r = program_->run(b, threads_);
   if (!r.failures.empty()) {
     // A kernel may have updated an argument before the failing step, as eager's

@@ -23,9 +23,7 @@
 #include <variant>
 #include <vector>
 
-namespace lazyjit::executor {
-class Executable;
-}
+#include "runtime/run_io.h"
 
 namespace lazyjit {
 
@@ -63,7 +61,7 @@ class CapturedGraph {
     int64_t span = 0;                     // that span's length, in elements
     int64_t value = 0;                    // an int's
   };
-  c10::Device device_{c10::DeviceType::CPU};  // where its tensors live: executor::execution_device() at capture
+  c10::Device device_{c10::DeviceType::CPU};  // where its tensors live: the backend's data device at capture
   std::vector<ArgSpec> args_;
   std::vector<size_t> arg_input_;                  // per tensor argument: its graph input
   std::vector<at::Tensor> fixed_inputs_;           // every graph input as bound while tracing
@@ -81,7 +79,7 @@ class CapturedGraph {
   // the argument (executor/store_in_place.h), when no other argument shares
   // its memory; otherwise it is copied in after the run.
   std::vector<bool> in_place_;
-  std::shared_ptr<const executor::Executable> program_;
+  std::shared_ptr<const runtime::Executable> program_;
   int threads_ = 1;
   size_t ops_ = 0;
 };

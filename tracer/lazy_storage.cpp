@@ -90,11 +90,9 @@ bool is_lazy(const at::Tensor& t) {
 }
 
 c10::Device data_device() {
-  // Under the CUDA target, data made before the first op started the runtime
-  // (a torch.compile placeholder) must not land on the CPU.
-  static const bool cuda = runtime::process_config().target != "cpu";
-  if (cuda) runtime::Runtime::get();
-  return executor::execution_device();
+  // Fixed when the backend is made (the CUDA device PyTorch has current then).
+  static const c10::Device device = runtime::backend().data_device();
+  return device;
 }
 
 LazyStorage& storage_of(const at::Tensor& t) {

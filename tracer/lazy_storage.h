@@ -60,9 +60,8 @@ bool is_lazy(const at::Tensor& t);
 c10::Allocator* lazy_allocator();
 
 // Where materialized data lives and what the op-by-op paths (step mode,
-// run_eager) run on: where programs run, executor::execution_device() (the
-// CPU; the current CUDA device under LAZYJIT_TARGET=cuda, then the runtime is
-// started first, since it sets that device).
+// run_eager) run on: where programs run, the backend's data device
+// (runtime/backend.h: the CPU; the current CUDA device under LAZYJIT_TARGET=cuda).
 c10::Device data_device();
 // New data of `dtype` there.
 inline at::TensorOptions on_device(at::ScalarType dtype) {

@@ -9,6 +9,7 @@
 
 #include "bridge/aten_ir.h"
 #include "graph_ir/hash.h"
+#include "runtime/backend.h"
 #include "tracer/ivalue_tensors.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/meta_fast_path.h"
@@ -56,7 +57,9 @@ bool probe_worth_it(const c10::OperatorHandle& op, const Stack& args) {
   // An op with GPU kernels only (the memory-efficient attention the CUDA
   // target's attention choice records, tracer/attention_choice.cpp): the CPU
   // kernel that would answer is not the one that runs, and there is none.
-  if (data_device().is_cuda() && !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
+  if (runtime::backend().library_key() != c10::DispatchKey::CPU &&
+      !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU))
+    return false;
   for (const auto& r : schema.returns())
     if (r.alias_info() && !r.alias_info()->isWrite()) return false;  // views: no kernel
   bool lazy = false;

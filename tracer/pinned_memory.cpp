@@ -1,12 +1,12 @@
 #include "tracer/pinned_memory.h"
 
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <mutex>
 #include <unordered_set>
 
+#include "runtime/backend.h"
 #include "tracer/lazy_storage.h"
 
 namespace lazyjit::tracer {
@@ -37,8 +37,7 @@ struct PinnedAllocator final : c10::Allocator {
     // Under the CUDA target, page-locked memory from CUDA's host allocator, so
     // that copies from it to the GPU run at full speed (and asynchronously
     // where PyTorch's CUDA copies are asked to).
-    static const bool cuda = data_device().is_cuda();
-    c10::Allocator* host = cuda ? at::detail::getCUDAHooks().getPinnedMemoryAllocator() : c10::GetCPUAllocator();
+    static c10::Allocator* const host = runtime::backend().pinned_host_allocator();
     auto cpu = host->allocate(n);
     void* data = cpu.get();
     if (data == nullptr) return cpu;  // zero bytes: nothing to remember

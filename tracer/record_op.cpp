@@ -73,7 +73,7 @@ void check_devices(const Stack& args) {
         TORCH_CHECK(false,
                     "Expected all tensors to be on the same device, but found at least two "
                     "devices, lazyjit:0 and cpu!");
-      if (t.defined() && t.is_cuda())
+      if (t.defined() && !t.device().is_cpu() && !t.device().is_meta() && !is_lazy(t))
         TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, lazyjit:0 and ",
                     t.device(), "!");
     });

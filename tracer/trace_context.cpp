@@ -428,7 +428,7 @@ void TraceContext::report_run(const std::vector<OpEvent>& events, const runtime:
                                   (site.empty() ? std::string() : " at " + site) + " computed: " + r.nan_report);
 }
 
-void TraceContext::fail_steps(executor::RunResult& r, const Results& results, const std::string& site) {
+void TraceContext::fail_steps(runtime::RunResult& r, const Results& results, const std::string& site) {
   const std::thread::id me = std::this_thread::get_id();
   std::vector<std::shared_ptr<const std::string>> why;
   std::vector<std::thread::id> owner;

@@ -30,14 +30,9 @@
 #include <vector>
 
 #include "graph_ir/graph.h"
+#include "runtime/run_io.h"
 #include "tracer/lazy_storage.h"
 
-// What runtime::Runtime::run returns (runtime::RunResult), declared here so
-// that this widely included header does not pull in the executor's.
-namespace lazyjit::executor {
-struct RunResult;
-struct Bindings;
-}
 namespace lazyjit::runtime {
 struct SyncResult;
 }
@@ -182,14 +177,14 @@ class TraceContext {
   // Runs the graph through the runtime (and logs the sync): on Ctrl-C or a
   // refused compile the graph is rewound and still pending; on a failed
   // compile every storage it was to compute is lost, saying why; both rethrow.
-  runtime::SyncResult run_graph(const std::string& reason, const std::string& site, executor::Bindings& b,
+  runtime::SyncResult run_graph(const std::string& reason, const std::string& site, runtime::Bindings& b,
                                 const Results& results, const ir::Graph::OutputMark& mark,
                                 std::vector<OpEvent>* events);
-  void write_back(const runtime::SyncResult& r, const executor::Bindings& b, const Results& results);
+  void write_back(const runtime::SyncResult& r, const runtime::Bindings& b, const Results& results);
   // Hooks, the per-op timing table, then the check's and NaN checks' reports (raised).
   void report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r, const std::string& site);
   // After a run with failed steps: loses what depends on them, resets, raises.
-  void fail_steps(executor::RunResult& r, const Results& results, const std::string& site);
+  void fail_steps(runtime::RunResult& r, const Results& results, const std::string& site);
   // Raises an error of an op this thread recorded that failed in another thread's sync.
   static void raise_deferred();
   // Keeps `error` for `thread`'s next sync; dropped if that thread has exited

@@ -12,8 +12,6 @@ namespace lazyjit::executor {
 
 namespace {
 
-std::atomic<bool> g_enabled{true};
-
 // Sizes, strides and dtype of every input, then the scalar arguments: what a
 // captured graph has baked in.
 std::vector<int64_t> run_key(const Bindings& b) {
@@ -30,9 +28,6 @@ std::vector<int64_t> run_key(const Bindings& b) {
 }
 
 }  // namespace
-
-void set_cuda_graphs_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
-bool cuda_graphs_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 GraphReplays::GraphReplays(c10::Device device, CaptureFn capture) : device_(device), capture_(std::move(capture)) {}
 

@@ -28,12 +28,6 @@
 
 namespace lazyjit::executor {
 
-// LAZYJIT_CUDA_GRAPHS (runtime/config.h): on unless set off; read by programs
-// made after it is set. LEGACY: only legacy_execution_target() (executable.h)
-// reads it, until the runtime passes an ExecutionTarget (capture_graphs).
-void set_cuda_graphs_enabled(bool on);
-bool cuda_graphs_enabled();
-
 class GraphReplays {
  public:
   // Runs the program as it always does (the warm-up run, and the captured one).

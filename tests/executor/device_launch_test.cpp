@@ -12,6 +12,7 @@
 
 #include "cuda_driver/driver.h"
 #include "executor/cuda/device_launch.h"
+#include "executor/cuda/kernel_thunk.h"
 #include "executor/executable.h"
 #include "lowering/lower.h"
 #include "test_graphs.h"
@@ -194,7 +195,8 @@ TEST(DeviceLaunch, AKernelWithDeviceCodeGoesToTheGpuLaunch) {
     std::vector<bool> device(cpu->plan.kernels.size(), false);
     device[ki] = true;
     auto p = two_kernels(device);
-    executor::RunResult r = executor::Executable(p).run(bindings(x, w), 1);
+    const executor::ExecutionTarget cuda{c10::Device(c10::kCPU), executor::cuda_kernel_thunk};
+    executor::RunResult r = executor::Executable(p, cuda).run(bindings(x, w), 1);
     ASSERT_EQ(r.failures.size(), 1u) << "kernel " << ki;
     try {
       std::rethrow_exception(r.failures[0].error);

@@ -11,7 +11,6 @@
 
 using namespace lazyjit;
 using namespace test_graphs;
-using lowering::AtenDevice;
 
 namespace {
 
@@ -27,10 +26,10 @@ ir::Graph linear_relu(int64_t rows) {
   return g;
 }
 
-std::shared_ptr<const lowering::Program> lowered_for(AtenDevice d) {
+std::shared_ptr<const lowering::Program> lowered_for(const lowering::PassRules& rules) {
   static std::unique_ptr<lowering::Target> cpu = lowering::make_cpu_target();
   lowering::LowerOptions o;
-  o.aten_device = d;
+  o.pass_rules = rules;
   o.shapes = lowering::Shapes::All;
   return lowering::lower(linear_relu(8), *cpu, o);
 }
@@ -38,14 +37,14 @@ std::shared_ptr<const lowering::Program> lowered_for(AtenDevice d) {
 }  // namespace
 
 TEST(ShapeBinder, BindsWithTheRulesOfTheDeviceItsProgramWasLoweredFor) {
-  for (AtenDevice d : {AtenDevice::Cpu, AtenDevice::Cuda}) {
-    SCOPED_TRACE(d == AtenDevice::Cuda ? "cuda rules" : "cpu rules");
-    auto program = lowered_for(d);
-    EXPECT_EQ(program->graph.str().find("_addmm_activation") != std::string::npos, d == AtenDevice::Cuda)
-        << program->graph.str();
+  const lowering::PassRules cpu = lowering::cpu_library_rules(), cuda = lowering::cuda_library_rules();
+  for (bool on_cuda : {false, true}) {
+    SCOPED_TRACE(on_cuda ? "cuda rules" : "cpu rules");
+    auto program = lowered_for(on_cuda ? cuda : cpu);
+    EXPECT_EQ(program->graph.str().find("_addmm_activation") != std::string::npos, on_cuda) << program->graph.str();
     runtime::ShapeBinder same, other;
-    same.set_aten_device(d);
-    other.set_aten_device(d == AtenDevice::Cuda ? AtenDevice::Cpu : AtenDevice::Cuda);
+    same.set_pass_rules(on_cuda ? cuda : cpu);
+    other.set_pass_rules(on_cuda ? cpu : cuda);
     same.remember(linear_relu(8), 0, program, {});
     other.remember(linear_relu(8), 0, program, {});
     auto bound = same.bind(linear_relu(12), 0, {});

@@ -7,7 +7,9 @@
 
 using namespace lazyjit;
 using namespace lazyjit::ir;
-using lowering::AtenDevice;
+using lowering::PassRules;
+const PassRules kCpu = lowering::cpu_library_rules();
+const PassRules kCuda = lowering::cuda_library_rules();
 
 namespace {
 TensorType f32(std::vector<int64_t> s) { return TensorType{DType::Float32, s, contiguous_strides(s)}; }
@@ -30,15 +32,15 @@ Graph linear(OpKind act, bool extra = false) {
   return g;
 }
 
-std::string fused(const Graph& g, AtenDevice d) {
-  Graph out = lowering::fuse_gemm_epilogues(g, lowering::gemm_epilogue_rules(d));
+std::string fused(const Graph& g, const PassRules& rules) {
+  Graph out = lowering::fuse_gemm_epilogues(g, rules.gemm_epilogue);
   EXPECT_EQ(out.verify(), "");
   return out.str();
 }
 }  // namespace
 
 TEST(GemmEpilogue, BiasBecomesAddmmOnBothDevices) {
-  for (AtenDevice d : {AtenDevice::Cpu, AtenDevice::Cuda}) {
+  for (const PassRules& d : {kCpu, kCuda}) {
     std::string s = fused(linear(OpKind::Input), d);
     EXPECT_NE(s.find("aten::addmm\", $0, $1, $2, 1, 1]"), std::string::npos) << s;
     EXPECT_EQ(s.find("aten::mm"), std::string::npos) << s;
@@ -47,29 +49,29 @@ TEST(GemmEpilogue, BiasBecomesAddmmOnBothDevices) {
 }
 
 TEST(GemmEpilogue, CudaFusesTanhGeluAndRelu) {
-  std::string s = fused(linear(OpKind::GeluTanh), AtenDevice::Cuda);
+  std::string s = fused(linear(OpKind::GeluTanh), kCuda);
   EXPECT_NE(s.find("aten::_addmm_activation\", $0, $1, $2, 1, 1, true]"), std::string::npos) << s;
   EXPECT_EQ(s.find("gelu_tanh"), std::string::npos) << s;
-  s = fused(linear(OpKind::Relu), AtenDevice::Cuda);
+  s = fused(linear(OpKind::Relu), kCuda);
   EXPECT_NE(s.find("aten::_addmm_activation\", $0, $1, $2, 1, 1, false]"), std::string::npos) << s;
   // The erf GELU is not what CUDA's _addmm_activation computes: addmm, then gelu.
-  s = fused(linear(OpKind::Gelu), AtenDevice::Cuda);
+  s = fused(linear(OpKind::Gelu), kCuda);
   EXPECT_EQ(s.find("_addmm_activation"), std::string::npos) << s;
   EXPECT_NE(s.find(" = gelu["), std::string::npos) << s;
 }
 
 TEST(GemmEpilogue, CpuKeepsActivationsOutOfTheGemmByDefault) {
-  std::string s = fused(linear(OpKind::Relu), AtenDevice::Cpu);
+  std::string s = fused(linear(OpKind::Relu), kCpu);
   EXPECT_EQ(s.find("_addmm_activation"), std::string::npos) << s;
   EXPECT_NE(s.find(" = relu["), std::string::npos) << s;
 }
 
 TEST(GemmEpilogue, AnotherReaderOrAnOutputKeepsTheProduct) {
-  std::string s = fused(linear(OpKind::Relu, /*extra=*/true), AtenDevice::Cuda);
+  std::string s = fused(linear(OpKind::Relu, /*extra=*/true), kCuda);
   EXPECT_NE(s.find("aten::mm"), std::string::npos) << s;
   EXPECT_EQ(s.find("addmm"), std::string::npos) << s;
   Graph g = linear(OpKind::Input);
   g.add_output(g.nodes()[3].outputs[0]);  // the mm itself
-  s = fused(g, AtenDevice::Cuda);
+  s = fused(g, kCuda);
   EXPECT_NE(s.find("aten::mm"), std::string::npos) << s;
 }

@@ -1,0 +1,26 @@
+#include "runtime/backend.h"
+
+#include <stdexcept>
+
+#include "runtime/config.h"
+
+namespace lazyjit::runtime {
+
+// Each in its own file.
+std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cuda_sim_backend();
+std::unique_ptr<Backend> make_cuda_backend();
+
+std::unique_ptr<Backend> make_backend(const Config& config) {
+  if (config.target == "cpu") return make_cpu_backend();
+  if (config.target == "cuda-sim") return make_cuda_sim_backend();
+  if (config.target == "cuda") return make_cuda_backend();
+  throw std::runtime_error("lazyjit: LAZYJIT_TARGET=" + config.target + " is not a target (cpu, cuda or cuda-sim)");
+}
+
+const Backend& backend() {
+  static const Backend* b = make_backend(process_config()).release();  // outlives static tensors
+  return *b;
+}
+
+}  // namespace lazyjit::runtime
