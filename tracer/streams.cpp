@@ -1,8 +1,8 @@
 #include "tracer/streams.h"
 
-#include <c10/core/StorageImpl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <iterator>
 #include <optional>
@@ -10,7 +10,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bridge/aten_ir.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/trace_context.h"
 
@@ -48,33 +47,6 @@ std::unordered_set<Event*>& pending_events() {
 
 bool reached(const Event& e) { return TraceContext::pending_owner(e.point) == nullptr; }
 
-// Gives `point` the owner and epoch of `ctx`'s graph, which has pending work.
-// TraceContext keeps its epoch to itself; write() gives a storage the epoch
-// of the graph it is written in, and adds no node when the storage is dense
-// and of the value's exact type. So a storage over `point` is made with the
-// type of one of the graph's values and written with it, then forgotten
-// (untouched: the graph does not compute it). Nothing in the graph changes.
-void mark_point(TraceContext& ctx, LazyStorage& point) {
-  const auto& values = ctx.graph().values();
-  for (size_t i = values.size(); i-- > 0;) {
-    const ir::TensorType& t = values[i].type;
-    if (t.dtype == ir::DType::Other || t.sizes.size() != t.strides.size()) continue;
-    point.numel = t.numel();
-    point.dtype = bridge::to_aten(t.dtype);
-    c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(point.numel) * c10::elementSize(point.dtype),
-        c10::DataPtr(&point, &point, [](void*) {}, c10::Device(kType, 0)), nullptr, /*resizable=*/false));
-    at::Tensor view = make_tensor(storage, point.dtype, t.sizes, t.strides, 0);
-    if (!view.is_non_overlapping_and_dense()) continue;  // write() would add a scatter node
-    ctx.write(view, static_cast<ir::ValueId>(i));
-    TraceContext::forget(&point);
-    return;
-  }
-  // A graph with nodes has a dense value (its inputs are); should it not, the
-  // point is reached by running the graph now.
-  ctx.sync("lazyjit.sync()");
-}
-
 // Runs `ctx`'s pending work (an explicit sync, as lazyjit.sync() is for strict
 // regions) and times the events it reaches. `site` is the caller's line, found
 // before taking the lock (finding it takes the GIL).
@@ -92,9 +64,20 @@ void timed_sync(TraceContext& ctx, const std::string& site) {
 
 }  // namespace
 
+int launcher_local_rank() {
+  const char* v = std::getenv("LOCAL_RANK");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  return (*end == '\0' && r > 0 && r < 128) ? static_cast<int>(r) : -1;
+}
+
 void check_device_index(c10::DeviceIndex index) {
-  TORCH_CHECK(index == 0 || index == -1, "lazyjit: invalid device ordinal ", static_cast<int>(index),
-              ": the lazyjit device has one device, index 0");
+  if (index == 0 || index == -1) return;
+  const int local = launcher_local_rank();
+  TORCH_CHECK(index == local, "lazyjit: invalid device ordinal ", static_cast<int>(index),
+              ": the lazyjit device has one device, index 0",
+              local > 0 ? " (or " + std::to_string(local) + ", this process's LOCAL_RANK)" : std::string());
 }
 
 c10::Stream current_stream(c10::Device device) {
@@ -130,9 +113,8 @@ void record_event(void** event, const c10::Stream& stream) {
     pending_events().erase(e);
     return;
   }
-  mark_point(ctx, e->point);
-  if (reached(*e)) e->reached = Clock::now();  // mark_point ran the graph
-  else pending_events().insert(e);
+  ctx.mark_pending(e->point);
+  pending_events().insert(e);
 }
 
 void block_on_event(void* event, const c10::Stream& stream) {

@@ -105,6 +105,13 @@ class TraceContext {
   void sync(const std::string& reason, const std::string& site = {});
   bool has_pending() const { return !graph_->nodes().empty(); }
   // The context whose graph holds `s`'s pending value, or null.
+  // Makes `point` name this context's graph as recorded now (an event's point,
+  // tracer/streams.cpp): pending_owner(point) is this context until that graph
+  // runs. `point` is not one of the graph's storages; nothing is recorded.
+  void mark_pending(LazyStorage& point) {
+    point.owner = this;
+    point.epoch = epoch_;
+  }
   static TraceContext* pending_owner(const LazyStorage& s) {
     return s.owner && s.epoch == s.owner->epoch_ ? s.owner : nullptr;
   }
