@@ -36,7 +36,11 @@
 namespace lazyjit::tracer {
 
 // Raises for a device index other than 0 (or -1, "the current one"): lazyjit
-// has one device.
+// has one device. Under a launcher that sets LOCAL_RANK (torchrun), that index
+// names it too: libraries bind each process to accelerator LOCAL_RANK, as they
+// would one GPU each (transformers' tp_plan does set_device_index(LOCAL_RANK)).
+// The device stays index 0: current_device() is 0 and tensors are on lazyjit:0.
+int launcher_local_rank();  // LOCAL_RANK when set and above 0, else -1
 void check_device_index(c10::DeviceIndex index);
 
 c10::Stream current_stream(c10::Device device);  // of the calling thread
