@@ -94,7 +94,13 @@ def train(kind, device, steps, compile_=False, layers=2, hidden=64, seq=SEQ, bat
         times.append((time.perf_counter() - t0) * 1e3)
         if device == "lazyjit":
             m = lazyjit.metrics()
-            counters.append({k: m[k] for k in COUNTERS})
+            t = m["timings"]
+            counters.append({k: m[k] for k in COUNTERS} | {
+                # Time spent starting collectives, and waiting for them (Gloo, the other rank).
+                "collective_start_ms": sum(v["total_ms"] for k, v in t.items()
+                                           if k.startswith("collective ") and k != "collective wait"),
+                "collective_wait_ms": t.get("collective wait", {}).get("total_ms", 0.0),
+                "execute_ms": t.get("execute", {}).get("total_ms", 0.0)})  # programs run (waits included)
     params = {n: p.detach().full_tensor().cpu() for n, p in model.named_parameters()}
     # AdamW's first moments: the gradients' scale, which the parameters do not show (Adam's
     # update is nearly invariant to it, so a sum reduced in place of an average hides there).
