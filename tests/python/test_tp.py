@@ -108,3 +108,21 @@ def test_torch_compile_of_a_tp_mlp_trains_as_cpu_eager_tp(runs):
         for s in steps[2:]:
             assert s["compiles"] == 0 and s["cache_misses"] == 0, steps
             assert s["syncs"] == 1 and s["graphs_executed"] == 1 and s["collectives"] == 1, steps
+
+
+def test_local_rank_names_the_one_lazyjit_device():
+    # What transformers does on rank 1 under torchrun (distributed/utils.py
+    # _bind_local_device): set_device_index(LOCAL_RANK). Any other index still raises.
+    code = ("import torch, lazyjit\n"
+            "torch.accelerator.set_device_index(1)\n"
+            "assert torch.accelerator.current_device_index() == 0\n"
+            "assert torch.ones(2, device='lazyjit').device == torch.device('lazyjit', 0)\n"
+            "try:\n"
+            "    torch.accelerator.set_device_index(2)\n"
+            "except RuntimeError as e:\n"
+            "    print(e)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LOCAL_RANK="1")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "invalid device ordinal 2: the lazyjit device has one device, index 0 " \
+           "(or 1, this process's LOCAL_RANK)" in p.stdout, p.stdout
