@@ -31,6 +31,7 @@
 #include "tracer/aten_to_ir.h"
 #include "tracer/device_ops.h"
 #include "tracer/record_op.h"
+#include "tracer/streams.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -311,6 +312,7 @@ bool special_op(const std::string& name, Stack* stack) {
     return true;
   }
   if (name == "aten::empty.memory_format") {
+    if (!s[3].isNone()) check_device_index(s[3].toDevice().index());  // lazyjit:5 raises, as cuda:5 does
     auto sizes = int_list(s[0]);
     at::ScalarType dt = dtype_arg(s[1]);
     auto mf = s[5].isNone() ? at::MemoryFormat::Contiguous : s[5].toMemoryFormat();
@@ -320,6 +322,7 @@ bool special_op(const std::string& name, Stack* stack) {
     return true;
   }
   if (name == "aten::empty_strided") {
+    if (!s[4].isNone()) check_device_index(s[4].toDevice().index());
     auto sizes = int_list(s[0]), strides = int_list(s[1]);
     at::ScalarType dt = dtype_arg(s[2]);
     s.clear();

@@ -367,3 +367,12 @@ def test_fully_shard_over_a_lazyjit_mesh_of_two_ranks_trains_as_the_cpu(tmp_path
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     done = [(tmp_path / f"ok{r}").exists() for r in range(2)]
     assert p.returncode == 0 and all(done), f"ranks done: {done}\n" + p.stdout[-2000:] + p.stderr[-4000:]
+
+
+def test_tensors_on_a_device_index_lazyjit_lacks_raise_as_cuda_does(monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    for make in (lambda: torch.empty(2, device="lazyjit:1"), lambda: torch.ones(2).to("lazyjit:5"),
+                 lambda: torch.empty_strided((2,), (1,), device="lazyjit:3")):
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            make()
+    assert torch.empty(2, device="lazyjit:0").device == torch.device("lazyjit", 0)
