@@ -14,7 +14,7 @@ add_library(lazyjit SHARED
   executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp
   executor/collective_step.cpp executor/collective_in_flight.cpp executor/collective_thunk.cpp
   executor/cpu/kernel_launch.cpp executor/cpu/kernel_thunk.cpp
-  executor/cuda/device_launch.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
+  executor/cuda/device_launch.cpp executor/cuda/module_loads.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
   runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp runtime/backend_host.cpp runtime/backend_cuda.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
@@ -63,7 +63,7 @@ add_executable(executor_tests tests/executor/program_bytes_test.cpp tests/execut
                tests/executor/small_gemm_test.cpp tests/executor/store_in_place_test.cpp
                tests/executor/cuda_driver_test.cpp tests/executor/device_launch_test.cpp
                tests/executor/graph_replay_test.cpp tests/executor/shape_binder_device_test.cpp
-               tests/executor/step_thunks_test.cpp)
+               tests/executor/step_thunks_test.cpp tests/executor/module_loads_test.cpp)
 target_link_libraries(executor_tests lazyjit GTest::gtest_main)
 # A stand-in libcuda.so.1 for cuda_driver_test (LAZYJIT_TEST_LIBCUDA): the
 # driver layer's rules on contexts, error logs and captures without a GPU.

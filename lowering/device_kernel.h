@@ -1,6 +1,9 @@
 // A kernel compiled for a GPU (the CUDA target, lowering/cuda/): what a launch
-// needs, without LLVM or CUDA headers. The executor launches it through the
-// driver API (cuda_driver/driver.h) on PyTorch's current stream.
+// needs, without LLVM or CUDA headers: its launch data, the image of its
+// module and its function's name. Nothing here is loaded: the executor loads
+// the image into the context of each device the kernel runs on, at its first
+// run there (executor/cuda/module_loads.h), and launches it through the driver
+// API (cuda_driver/driver.h) on PyTorch's current stream.
 //
 // The kernel's parameters, in order:
 //  1. one `ptr addrspace(1)` per buffer load of the FusedKernel (loads with
@@ -19,6 +22,8 @@
 // more than ceil(rows / rows_per_block) blocks.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace lazyjit::lowering {
 
@@ -27,7 +32,11 @@ struct DeviceKernel {
     Elements,  // plain kernels: one thread per element of the iteration space
     Rows,      // row kernels: rows_per_block rows a block (one block, or one warp, a row)
   };
-  void* function = nullptr;  // CUfunction (a launch in another context loads its module there)
+  // The CUDA target: the kernel's module image, a cubin (PTX when no ptxas was
+  // found: the driver JIT-compiles it at load), owned by the CompiledCode that
+  // hands this out; and the kernel's function in it (a PTX identifier).
+  std::string_view image;
+  std::string symbol;
   Grid grid = Grid::Elements;
   int32_t block = 256;       // threads per block (a multiple of 32)
   int32_t shared_bytes = 0;  // dynamic shared memory per block
@@ -39,9 +48,11 @@ struct DeviceKernel {
   // Grid::Rows: rows a block runs at once: block / 32 for warp rows (one warp
   // a row, LaunchShape::Rows::Warp), 1 for block rows. Always 1 for Elements.
   int32_t rows_per_block = 1;
-  // The cuda-sim target (lowering/cuda_sim/): `function` is a host
-  // cuda_sim::SimKernel, launched on a simulated GPU over CPU tensors.
+  // The cuda-sim target (lowering/cuda_sim/): `host_function` is a host
+  // cuda_sim::SimKernel (host code ORC linked), launched on a simulated GPU
+  // over CPU tensors; `image` is empty then.
   bool simulated = false;
+  void* host_function = nullptr;
 };
 
 }  // namespace lazyjit::lowering

@@ -64,8 +64,9 @@ std::vector<int64_t> device_dims(const lowering::FusedKernel& k, const std::vect
   return d;
 }
 
-bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk, const std::vector<int64_t>& dims,
-                          const ir::Graph& g, std::vector<at::Tensor>& env, const std::vector<int64_t>& scalars,
+bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk, ModuleLoads& modules,
+                          const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
+                          const std::vector<int64_t>& scalars,
                           const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores) {
   // cuda-sim's kernels run on the simulated GPU (sim_launch.h), never here.
   if (dk.simulated)
@@ -141,8 +142,11 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
   }
   params.push_back(&total);
   params.push_back(d.data());  // a byval array: its bytes
+  // The kernel's function in this device's context (the guard made it
+  // current): its module is loaded at the kernel's first launch here.
+  void* function = modules.function(device->index());
   debug::Metrics::get().add(debug::Counter::DeviceKernelLaunches);
-  cuda_driver::launch(dk.function, grid, static_cast<uint32_t>(dk.block), static_cast<uint32_t>(dk.shared_bytes),
+  cuda_driver::launch(function, grid, static_cast<uint32_t>(dk.block), static_cast<uint32_t>(dk.shared_bytes),
                       stream.native_handle(), params.data());
   return check_stores && flag.item<int32_t>() != 0;  // item(): a sync on the stream
 }

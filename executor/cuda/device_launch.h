@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "executor/cuda/module_loads.h"
 #include "lowering/device_kernel.h"
 #include "lowering/plan.h"
 
@@ -23,7 +24,9 @@ namespace lazyjit::executor {
 // (Plan::check_stores) the kernel gets a NaN/Inf flag, read back after it ran
 // (a stream sync): returns whether it stored a NaN or Inf; false otherwise.
 // The launch is asynchronous on the stream, as PyTorch's own kernels are.
-bool launch_device_kernel(const lowering::FusedKernel& k, const lowering::DeviceKernel& dk,
+// `modules` (dk's image) gives the kernel's function on that device: loaded
+// there at the kernel's first launch on it.
+bool launch_device_kernel(const lowering::FusedKernel& k, const lowering::DeviceKernel& dk, ModuleLoads& modules,
                           const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
                           const std::vector<int64_t>& scalars,
                           const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores);

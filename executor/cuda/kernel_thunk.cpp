@@ -4,6 +4,7 @@
 
 #include "executor/cpu/kernel_thunk.h"
 #include "executor/cuda/device_launch.h"
+#include "executor/cuda/module_loads.h"
 #include "executor/kernel_values.h"
 
 namespace lazyjit::executor {
@@ -13,11 +14,12 @@ namespace {
 class CudaKernelThunk final : public Thunk {
  public:
   CudaKernelThunk(const lowering::Program& p, const lowering::FusedKernel& k, const lowering::DeviceKernel& dk)
-      : Thunk(kernel_reads(k), k.stores, kernel_node(k)), g_(p.graph), k_(k), dk_(dk),
+      : Thunk(kernel_reads(k), k.stores, kernel_node(k)), g_(p.graph), k_(k), dk_(dk), modules_(module_loads(dk)),
         dims_(lowering::kernel_dims(k)), check_stores_(p.plan.check_stores) {}
 
   void run(StepRun& r) const override {
-    if (launch_device_kernel(k_, dk_, dims_, g_, r.env, r.bindings.scalars, r.bindings.into, check_stores_))
+    if (launch_device_kernel(k_, dk_, *modules_, dims_, g_, r.env, r.bindings.scalars, r.bindings.into,
+                             check_stores_))
       r.stored_nonfinite = true;
   }
 
@@ -25,6 +27,7 @@ class CudaKernelThunk final : public Thunk {
   const ir::Graph& g_;
   const lowering::FusedKernel& k_;
   const lowering::DeviceKernel& dk_;
+  std::shared_ptr<ModuleLoads> modules_;  // nothing loaded until its first run on a device
   std::vector<int64_t> dims_;  // lowering::kernel_dims
   bool check_stores_;
 };

@@ -19,7 +19,7 @@ bool launch_simulated_kernel(const lowering::FusedKernel& k, const lowering::Dev
                              const std::vector<int64_t>& dims, const ir::Graph& g, std::vector<at::Tensor>& env,
                              const std::vector<int64_t>& scalars,
                              const std::vector<std::pair<ir::ValueId, at::Tensor>>& into, bool check_stores) {
-  const auto& sim = *static_cast<const lowering::cuda_sim::SimKernel*>(dk.function);
+  const auto& sim = *static_cast<const lowering::cuda_sim::SimKernel*>(dk.host_function);
   std::vector<void*> bufs;
   bufs.reserve(k.loads.size() + k.stores.size() + 1);
   for (const lowering::Access& a : k.loads) {

@@ -57,7 +57,6 @@ KernelIR make_llvm_ir(const ir::Graph& g, const FusedKernel& k, const KernelConf
   ir.module = new_module(*ir.ctx, *ir.tm, k.name);
   ir.symbol = kernel_symbol(k.name);
   ir.launch = emit_kernel(*ir.module, g, k, ir.symbol, cfg);  // throws "kernel <k.name>: ..."
-  ir.launch.function = nullptr;
   std::string err;
   llvm::raw_string_ostream os(err);
   if (llvm::verifyModule(*ir.module, &os)) throw std::runtime_error("kernel " + k.name + ": invalid IR: " + err);

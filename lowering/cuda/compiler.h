@@ -12,7 +12,8 @@
 //   make_cubin         PTX         -> a cubin, by ptxas (ptxas.h)
 //
 // compile_kernel runs them in order (cuda_target.cpp, each kernel on a worker
-// thread; without ptxas the driver assembles the PTX on the caller's thread).
+// thread; without ptxas the kernel's image is its PTX, which the driver
+// JIT-compiles when the executor loads it).
 // The cuda-sim target (lowering/cuda_sim/sim_target.cpp) runs make_llvm_ir,
 // then takes the IR as it goes to NVPTX to the host instead.
 #pragma once
@@ -57,14 +58,14 @@ struct KernelIR {
   std::unique_ptr<llvm::TargetMachine> tm;
   std::unique_ptr<llvm::Module> module;
   std::string symbol;   // kernel_symbol(k.name)
-  DeviceKernel launch;  // function null: the target loads it
+  DeviceKernel launch;  // no image yet: the later stages make it
 };
 
-// What compile_kernel gives: the kernel's PTX and cubin, and what loading and
-// launching it need.
+// What compile_kernel gives: the kernel's PTX and cubin, and what launching it
+// needs.
 struct KernelBinary {
   std::string symbol;
-  DeviceKernel launch;  // function null
+  DeviceKernel launch;  // image and symbol unset: the target sets them
   std::string ptx;
   std::string cubin;  // empty unless `assemble`
   std::string ir;     // with CodegenOptions::keep_llvm_ir: the IR before and after optimization
@@ -117,7 +118,7 @@ std::string kernel_symbol(const std::string& name);
 std::string llvm_ir_text(const llvm::Module& m);
 
 // A kernel's launch as its archive stores it (formats/kernel_archive.h), and
-// back (function null).
+// back (no image, no symbol).
 formats::KernelLaunch archived_launch(const DeviceKernel& k);
 DeviceKernel device_launch(const formats::KernelLaunch& l);
 

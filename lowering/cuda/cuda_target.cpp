@@ -1,14 +1,16 @@
 // The CUDA target: per kernel, the compile pipeline of compiler.h (LLVM IR for
 // NVPTX, libdevice linked in, optimized, PTX, a cubin by ptxas; the driver's
-// assembler when there is no ptxas), then loaded into the current CUDA context
-// (cuda_driver/driver.h) unless CudaOptions::load is off. A program's object is
-// the kernels' archive (formats/kernel_archive.h, "LJCU").
+// assembler when there is no ptxas). It loads nothing: its code hands out each
+// kernel's cubin, symbol and launch (device_kernel.h), and the executor loads
+// the cubin into each device's context at the kernel's first run there
+// (executor/cuda/module_loads.h). A program's object is the kernels' archive
+// (formats/kernel_archive.h, "LJCU").
 //
 // As on the CPU (lowering/cpu/cpu_target.cpp), each kernel compiles alone and
 // is kept by key (kernel_key.h): equal kernels compile once, and a plan whose
 // kernels were all compiled before costs no LLVM work. The kernels a plan still
-// needs compile in parallel (LLVM and ptxas; loading runs on the caller's
-// thread, the one whose CUDA context is current).
+// needs compile in parallel (LLVM and ptxas; the driver's assembler, when there
+// is no ptxas, runs on the caller's thread).
 #include <llvm/Config/llvm-config.h>
 
 #include <mutex>
@@ -37,16 +39,19 @@ size_t param_bytes(const FusedKernel& k, bool check_stores) {
   return 8 * words;
 }
 
-// One compiled kernel: PTX, cubin, and when loaded, its module and function.
+// One compiled kernel: PTX, cubin, and its launch (which refers to the cubin:
+// never copied).
 struct KernelCode {
+  KernelCode() = default;
+  KernelCode(const KernelCode&) = delete;
+  KernelCode& operator=(const KernelCode&) = delete;
   ir::Hash128 key;  // the key it is kept under: exact, or generic when `generic`
   bool generic = false;
   std::string symbol;
-  DeviceKernel launch;  // function set when loaded
+  DeviceKernel launch;  // image: `cubin`, symbol: `symbol` (set by finish)
   std::string ptx;
   std::string cubin;
   std::string ir;  // when CodegenOptions::keep_llvm_ir
-  std::shared_ptr<cuda_driver::Module> module;  // keeps `launch.function` valid
 };
 using KernelRef = std::shared_ptr<const KernelCode>;
 
@@ -92,8 +97,7 @@ class CudaCode : public CompiledCode {
     return true;
   }
   const DeviceKernel* device_kernel(size_t i) const override {
-    if (i >= kernels_.size() || !kernels_[i]->launch.function) return nullptr;
-    return &kernels_[i]->launch;
+    return i < kernels_.size() ? &kernels_[i]->launch : nullptr;
   }
 
  private:
@@ -110,16 +114,15 @@ class CudaCode : public CompiledCode {
 class CudaTarget : public Target {
  public:
   explicit CudaTarget(const CudaOptions& o) : o_(o) {
-    if (o_.load) {
+    // The driver only where the code needs it: the current device's arch, and
+    // the assembler when there is no ptxas. Never to load.
+    if (o_.arch.empty()) {
       std::string why;
       if (!cuda_driver::available(&why))
-        throw std::runtime_error("lazyjit: CUDA target: no usable GPU (" + why +
-                                 "); CudaOptions::load = false compiles without one");
+        throw std::runtime_error("lazyjit: CUDA target: CudaOptions::arch is empty and no GPU is usable (" + why +
+                                 "): name the GPU architecture (\"sm_90\") when compiling without a GPU");
       driver_ = std::to_string(cuda_driver::driver_version());
-      if (o_.arch.empty()) o_.arch = cuda_driver::current_arch();
-    } else if (o_.arch.empty()) {
-      throw std::runtime_error("lazyjit: CUDA target: CudaOptions::arch is empty and load is off: "
-                               "name the GPU architecture (\"sm_90\") when compiling without a GPU");
+      o_.arch = cuda_driver::current_arch();
     }
     isa_ = cuda::ptx_isa(o_.arch);
     cuda::make_target_machine(o_.arch);  // throws for an arch LLVM does not know
@@ -129,12 +132,13 @@ class CudaTarget : public Target {
     toolchain_.ptxas = cuda::find_ptxas(o_, &looked);
     if (!toolchain_.ptxas.empty()) {
       ptxas_version_ = cuda::ptxas_version(toolchain_.ptxas);
-    } else if (!o_.load) {
+    } else if (!cuda_driver::available()) {
       throw std::runtime_error("lazyjit: CUDA target: ptxas not found (needed to make cubins without a GPU); looked in " +
                                looked + ". Run scripts/setup.sh (it installs the nvidia-cuda-nvcc wheel into .venv) "
                                "or set LAZYJIT_PTXAS");
     } else {
       ptxas_version_ = "driver";  // cuLinkCreate's assembler, the driver's version
+      if (driver_.empty()) driver_ = std::to_string(cuda_driver::driver_version());
     }
   }
 
@@ -143,7 +147,7 @@ class CudaTarget : public Target {
     // into its `target` fields (lazyjit-cache explain compares those).
     return "target cuda;arch " + o_.arch + ";ptx " + cuda::ptx_isa_text(isa_) + ";llvm " + LLVM_VERSION_STRING +
            ";libdevice " + toolchain_.libdevice->hash + ";ptxas " + ptxas_version_ + ";driver " +
-           (o_.load ? driver_ : std::string("none")) + ";rev " + std::to_string(kCodegenRevision) + ";archive " +
+           (driver_.empty() ? std::string("none") : driver_) + ";rev " + std::to_string(kCodegenRevision) + ";archive " +
            std::to_string(formats::kCudaArchiveVersion) + ";" + o_.codegen.str();
   }
 
@@ -170,7 +174,7 @@ class CudaTarget : public Target {
           return compile_one(g, plan.kernels[job.kernel], job.key, job.generic, plan.check_stores,
                              /*assemble=*/!toolchain_.ptxas.empty());
         });
-    // On the caller's thread (its CUDA context): the driver's assembler, loading.
+    // On the caller's thread: the driver's assembler when there is no ptxas.
     for (auto& j : work.jobs) finish(*j.code);
     work.keep(cache_);
     std::vector<KernelRef> refs = work.refs();
@@ -256,18 +260,16 @@ class CudaTarget : public Target {
                                       std::move(ir));
   }
 
-  // On the caller's thread: the cubin by the driver when there is no ptxas, and
-  // with CudaOptions::load, the module and the function.
-  void finish(KernelCode& c) {
+  // On the caller's thread: the cubin by the driver's assembler when there is
+  // no ptxas; the launch's image and symbol. Loads nothing.
+  void finish(KernelCode& c) const {
     try {
       if (c.cubin.empty()) c.cubin = cuda_driver::assemble(c.ptx);
-      if (o_.load) {
-        c.module = cuda_driver::load_module(c.cubin);
-        c.launch.function = c.module->function(c.symbol);
-      }
     } catch (const std::exception& e) {
       throw std::runtime_error("CUDA kernel " + c.symbol + ": " + e.what());
     }
+    c.launch.image = c.cubin;
+    c.launch.symbol = c.symbol;
   }
 
   // compiler.h's pipeline for one kernel of the plan.
@@ -288,7 +290,7 @@ class CudaTarget : public Target {
 
   CudaOptions o_;
   int isa_ = 81;
-  std::string driver_;
+  std::string driver_;  // the driver's version when the target asked it (for arch or assembler); else empty
   cuda::Toolchain toolchain_;  // ptxas empty: the driver assembles
   std::string ptxas_version_;  // "13.0.88", or "driver"
   KernelCache<KernelCode> cache_;

@@ -17,7 +17,7 @@
 
 namespace lazyjit::lowering::cuda_sim {
 
-// What DeviceKernel::function points to under cuda-sim (DeviceKernel::simulated).
+// What DeviceKernel::host_function points to under cuda-sim (DeviceKernel::simulated).
 struct SimKernel {
   SimEntry entry = nullptr;
   bool meets = false;        // shuffles or barriers: fibers

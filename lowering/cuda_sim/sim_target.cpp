@@ -53,7 +53,7 @@ struct KernelCode {
   ir::Hash128 key;
   bool generic = false;
   std::string symbol;
-  DeviceKernel launch;  // function: &sim
+  DeviceKernel launch;  // host_function: &sim
   cuda_sim::SimKernel sim;
   std::string object;
   std::string ir;  // when CodegenOptions::keep_llvm_ir
@@ -183,7 +183,7 @@ class SimTarget : public Target {
     c.jd = &jit_->add_object(c.object);
     c.sim.entry = reinterpret_cast<cuda_sim::SimEntry>(jit_->lookup(*c.jd, c.symbol + "_sim_entry"));
     c.sim.name = c.symbol;
-    c.launch.function = &c.sim;
+    c.launch.host_function = &c.sim;
     c.launch.simulated = true;
   }
 

@@ -14,7 +14,7 @@
 namespace lazyjit::lowering {
 
 // Its CompiledCode's device_kernel(i) is set for every kernel, with
-// DeviceKernel::simulated and `function` a cuda_sim::SimKernel (sim_grid.h).
+// DeviceKernel::simulated and `host_function` a cuda_sim::SimKernel (sim_grid.h).
 // Thread-safe.
 std::unique_ptr<Target> make_cuda_sim_target(const CodegenOptions& opts = {});
 

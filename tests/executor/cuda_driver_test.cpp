@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cuda_driver/driver.h"
+#include "tests/executor/fake_driver.h"
 
 using namespace lazyjit;
 
@@ -104,27 +105,8 @@ TEST_F(CudaDriverLibrary, ALibraryThatIsNotTheDriverIsNamedWithWhatItLacks) {
 #ifdef LAZYJIT_FAKE_LIBCUDA
 namespace {
 
-// The stand-in's own functions (fake_cuda_*), from the library the driver
-// layer loaded (dlopen of the same path gives the same library).
-template <class F>
-F fake(const char* name) {
-  void* lib = dlopen(LAZYJIT_FAKE_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
-  void* f = lib ? dlsym(lib, name) : nullptr;
-  if (!f) {
-    std::fprintf(stderr, "no %s in %s\n", name, LAZYJIT_FAKE_LIBCUDA);
-    std::exit(9);
-  }
-  return reinterpret_cast<F>(f);
-}
-
-void use_fake_driver() {
-  setenv("LAZYJIT_TEST_LIBCUDA", LAZYJIT_FAKE_LIBCUDA, 1);
-  std::string why;
-  if (!cuda_driver::available(&why)) {
-    std::fprintf(stderr, "stand-in driver not available: %s\n", why.c_str());
-    std::exit(8);
-  }
-}
+using test_fake_driver::fake;
+using test_fake_driver::use_fake_driver;
 
 const std::string kImage = std::string("\x7f" "ELF a good cubin");
 

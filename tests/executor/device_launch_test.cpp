@@ -123,7 +123,7 @@ class DeviceClaimingCode final : public lowering::CompiledCode {
  private:
   std::unique_ptr<lowering::CompiledCode> real_;
   std::vector<bool> device_;
-  lowering::DeviceKernel kernel_;  // function null: never loaded anywhere
+  lowering::DeviceKernel kernel_;  // no image: nothing to load
 };
 
 // y = x * s + 1; z = tanh(w): two kernels (other iteration spaces).
@@ -279,20 +279,22 @@ TEST(DeviceLaunch, AHandWrittenKernelRunsOnTorchsCudaTensors) {
   torch::manual_seed(0);
   at::Tensor in = torch::randn({n}, torch::kCUDA);
   for (bool as_cubin : {false, true}) {
-    std::shared_ptr<cuda_driver::Module> m =
-        cuda_driver::load_module(as_cubin ? cuda_driver::assemble(kScalePtx) : std::string(kScalePtx));
+    const std::string image = as_cubin ? cuda_driver::assemble(kScalePtx) : std::string(kScalePtx);
     DeviceKernel dk;
-    dk.function = m->function("scale");
+    dk.image = image;
+    dk.symbol = "scale";
     dk.block = 128;
+    executor::ModuleLoads m(dk);  // loaded at the first launch
     std::vector<at::Tensor> env(g.values().size());
     env[x] = in;
-    EXPECT_FALSE(executor::launch_device_kernel(k, dk, dims, g, env, {bits(-2.5)}, {}, /*check_stores=*/false));
+    EXPECT_FALSE(executor::launch_device_kernel(k, dk, m, dims, g, env, {bits(-2.5)}, {}, /*check_stores=*/false));
     ASSERT_TRUE(env[y].defined());
     EXPECT_EQ(env[y].device(), in.device());
+    EXPECT_EQ(m.devices(), std::vector<int>{in.device().index()}) << "loaded on its device at the first launch";
     EXPECT_TRUE(torch::equal(env[y].cpu(), in.cpu() * -2.5f)) << (as_cubin ? "cubin" : "PTX");
     // A CPU tensor read by the kernel is copied to its device first.
     env[x] = in.cpu();
-    executor::launch_device_kernel(k, dk, dims, g, env, {bits(0.5)}, {}, false);
+    executor::launch_device_kernel(k, dk, m, dims, g, env, {bits(0.5)}, {}, false);
     EXPECT_EQ(env[y].device(), torch::Device(torch::kCUDA, 0));
     EXPECT_TRUE(torch::equal(env[y].cpu(), in.cpu() * 0.5f));
   }

@@ -1,4 +1,4 @@
-// The CUDA target without a GPU (CudaOptions::load = false): plans compiled to
+// The CUDA target without a GPU (CudaOptions::arch named): plans compiled to
 // PTX and cubins (ptxas from the nvidia-cuda-nvcc wheel, libdevice from the
 // nvidia-nvvm wheel: scripts/setup.sh installs both), the kernel archive of
 // object() and load(), and libdevice's mapping on hand-written IR. A missing
@@ -15,6 +15,7 @@
 #include <regex>
 #include <stdexcept>
 
+#include "cuda_driver/driver.h"
 #include "formats/kernel_archive.h"
 #include "graph_ir/bytes.h"
 #include "lowering/cuda/libdevice.h"
@@ -38,7 +39,6 @@ constexpr const char* kSetup = " (run scripts/setup.sh: it installs the nvidia-c
 std::unique_ptr<Target> cuda_target(const std::string& arch) {
   CudaOptions o;
   o.arch = arch;
-  o.load = false;
   try {
     return make_cuda_target(o);
   } catch (const std::exception& e) {
@@ -155,10 +155,26 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
   EXPECT_EQ(c.plan.kernel_fns.size(), n);
   for (size_t i = 0; i < n; ++i) {
     EXPECT_EQ(c.plan.kernel_fns[i], nullptr);
-    EXPECT_EQ(c.code->device_kernel(i), nullptr) << "not loaded: no device kernel";
   }
   c.object = c.code->object();
   c.archive = read_archive(c.object);
+  // Each kernel's code is bytes, not loaded anywhere: the cubin its archive
+  // unit holds, its symbol and launch (the executor loads it at its first run).
+  const formats::CudaArchive units = formats::read_cuda_archive(c.object);
+  for (size_t i = 0; i < n && units.kernel_units.size() == n; ++i) {
+    const DeviceKernel* dk = c.code->device_kernel(i);
+    if (!dk) {
+      ADD_FAILURE() << "kernel " << i << ": no device kernel";
+      continue;
+    }
+    const formats::CudaUnit& u = units.units[units.kernel_units[i]];
+    EXPECT_EQ(std::string(dk->image), u.cubin) << i;
+    EXPECT_EQ(dk->symbol, u.symbol) << i;
+    EXPECT_EQ(static_cast<int>(dk->grid), static_cast<int>(u.launch.grid)) << i;
+    EXPECT_EQ(dk->block, u.launch.block) << i;
+    EXPECT_FALSE(dk->simulated);
+    EXPECT_EQ(dk->host_function, nullptr);
+  }
   EXPECT_EQ(c.archive.arch, arch);
   const int sm = std::stoi(arch.substr(3));
   // PTX 8.1 on sm_70+: kernel parameters up to 32,764 bytes there.
@@ -298,19 +314,21 @@ TEST(CudaToolkit, ExplicitPathsMustExist) {
   EXPECT_NE(error_of([&] { cuda::find_ptxas(o); }).find("/nonexistent/ptxas"), std::string::npos);
   // make_cuda_target says which file it misses
   o.arch = "sm_90";
-  o.load = false;
   EXPECT_NE(error_of([&] { make_cuda_target(o); }).find("/nonexistent/"), std::string::npos);
 }
 
 TEST(CudaToolkit, ArchitecturesLlvmDoesNotKnowAreRefused) {
   CudaOptions o;
-  o.load = false;
   o.arch = "sm_100";
   EXPECT_NE(error_of([&] { make_cuda_target(o); }).find("cannot make code for sm_100"), std::string::npos);
   o.arch = "volta";
   EXPECT_NE(error_of([&] { make_cuda_target(o); }).find("not a GPU architecture"), std::string::npos);
   o.arch = "";
-  EXPECT_NE(error_of([&] { make_cuda_target(o); }).find("arch is empty"), std::string::npos);
+  // Without a GPU there is no current device to make code for.
+  if (!cuda_driver::available())
+    EXPECT_NE(error_of([&] { make_cuda_target(o); }).find("arch is empty and no GPU is usable"), std::string::npos);
+  else
+    EXPECT_EQ(error_of([&] { make_cuda_target(o); }), "") << "the current device's arch";
 }
 
 TEST(CudaLibdevice, MapsIntrinsicsAndLibmCallsAndInlines) {
@@ -559,7 +577,11 @@ TEST_P(CudaTarget, ObjectRoundTripsThroughLoad) {
     FAIL() << e.what();
   }
   EXPECT_EQ(p2.kernel_fns.size(), n);
-  for (size_t i = 0; i < n; ++i) EXPECT_EQ(loaded->device_kernel(i), nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(loaded->device_kernel(i));
+    EXPECT_EQ(loaded->device_kernel(i)->image, c.code->device_kernel(i)->image) << "the same cubin";
+    EXPECT_EQ(loaded->device_kernel(i)->symbol, c.code->device_kernel(i)->symbol);
+  }
   EXPECT_EQ(loaded->object(), c.object) << "load(object()).object() == object()";
   EXPECT_EQ(loaded->assembly(), c.code->assembly()) << "the same PTX sections";
   EXPECT_EQ(read_layout(c.object), c.archive) << "the bytes are laid out as documented";

@@ -1,5 +1,5 @@
 // `lazyjit-cache show` on a cache entry holding a CUDA program, built without a
-// GPU: the CUDA target with CudaOptions::load = false compiles a plan to PTX
+// GPU: the CUDA target with CudaOptions::arch named compiles a plan to PTX
 // and cubins (ptxas from the nvidia-cuda-nvcc wheel, or the CUDA toolkit), the
 // program is written into a temporary cache by cache::DiskStore with the
 // manifest the runtime's disk tier writes (runtime/disk_tier.cpp), and the
@@ -175,7 +175,6 @@ class CudaCacheShow : public ::testing::Test {
     dir_ = new cache::testing::TempDir();
     lowering::CudaOptions o;
     o.arch = "sm_90";
-    o.load = false;
     std::unique_ptr<lowering::Target> target;
     try {
       target = lowering::make_cuda_target(o);
