@@ -1,5 +1,5 @@
 // A collective step (collective_step.h): started on the process group without
-// waiting; its results are in flight until a step that reads one, or the
+// waiting; its results are in flight until a step that reads them, or the
 // run's end, waits for them (collective_in_flight.h).
 #pragma once
 #include <cstddef>

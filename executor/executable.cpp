@@ -90,8 +90,12 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   CollectivesInFlight in_flight;  // collectives started and not yet waited for
   StepRun step_run{env, b, threads, r.stored_nonfinite, in_flight};
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-    // Every rank waits for its collectives in the same order it started them.
-    if (!in_flight.empty() && (after || in_flight.read_by(g, thunks_[si]->reads()))) in_flight.wait_all(env);
+    // A step waits for the collectives in flight it reads, the others go on
+    // (collective_in_flight.h); a step observer sees every result: all of them.
+    if (after)
+      in_flight.wait_all(env, static_cast<int64_t>(si));
+    else
+      in_flight.wait_read(g, thunks_[si]->reads(), env, static_cast<int64_t>(si));
     int32_t skip = failed_by.empty() ? -1 : failed_operand(si, failed_by);
     if (skip >= 0) {
       mark_results(si, skip, failed_by);

@@ -207,9 +207,20 @@ at::Tensor run_functional(const char* name, const char* what, Stack args, bool s
 
 // ---- Recording -----------------------------------------------------------------
 
+// Reduce op avg: recorded as the sum, a collective that stays in flight as any
+// other (executor/collective_in_flight.h), then this division by the group
+// size, a node of its own that fuses with what reads it. (The kernels' avg,
+// collectives_cpu.cpp, divides once the sum is done: their `_start` form
+// waits.) Eager Gloo's AVG gives the same values: the sum, divided.
+static at::Tensor averaged(const at::Tensor& sum, const std::string& group) {
+  return sum.div(group_size_of(group));
+}
+
 at::Tensor all_reduce(const at::Tensor& t, const std::string& op, const std::string& group) {
   check_lazy(t, "all_reduce");
   check_reduce_op(op, t);
+  if (op == "avg")
+    return averaged(record_collective("lazyjit_c10d::all_reduce", {t, std::string("sum"), group}, t.sizes()), group);
   return record_collective("lazyjit_c10d::all_reduce", {t, op, group}, t.sizes());
 }
 
@@ -226,8 +237,11 @@ at::Tensor reduce_scatter(const at::Tensor& t, const std::string& op, int64_t si
   check_reduce_op(op, t);
   TORCH_CHECK(size == group_size_of(group), "lazyjit: reduce_scatter_tensor: group_size ", size,
               " is not the size of group ", group, " (", group_size_of(group), ")");
-  return record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, op, size, group},
-                           scaled_dim0(t, 1, size, "reduce_scatter_tensor"));
+  std::vector<int64_t> sizes = scaled_dim0(t, 1, size, "reduce_scatter_tensor");
+  if (op == "avg")
+    return averaged(
+        record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, std::string("sum"), size, group}, sizes), group);
+  return record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, op, size, group}, sizes);
 }
 
 at::Tensor broadcast(const at::Tensor& t, int64_t src, const std::string& group) {
@@ -259,7 +273,11 @@ at::Tensor reduce(const at::Tensor& t, const std::string& op, int64_t dst, const
   check_lazy(t, "reduce");
   check_reduce_op(op, t);
   check_rank(dst, group, "reduce", "destination");
-  return record_collective("lazyjit_c10d::reduce", {t, op, dst, group}, t.sizes(), /*keep=*/true);
+  if (op != "avg") return record_collective("lazyjit_c10d::reduce", {t, op, dst, group}, t.sizes(), /*keep=*/true);
+  at::Tensor sum =
+      record_collective("lazyjit_c10d::reduce", {t, std::string("sum"), dst, group}, t.sizes(), /*keep=*/true);
+  // The root's result is the average; elsewhere what the transport left, as before.
+  return group_rank_of(group) == dst ? averaged(sum, group) : sum;
 }
 
 // The rows each rank gets of a tensor of `rows` rows: `splits`, or even ones.

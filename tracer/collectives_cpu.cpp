@@ -64,7 +64,8 @@ at::Tensor all_to_all_single_cpu(const at::Tensor& t, at::IntArrayRef out_splits
   return all_to_all_single_run(t, out_splits, in_splits, group, false);
 }
 
-// The `_start` forms: the same, left in flight (avg divides once done: it waits).
+// The `_start` forms: the same, left in flight (avg divides once done: it waits;
+// recording asks for sum, then divides in the graph: collectives.cpp's averaged).
 at::Tensor all_reduce_start_cpu(const at::Tensor& t, c10::string_view op, c10::string_view group) {
   if (op == "avg") return all_reduce_cpu(t, op, group);
   return run_functional("_c10d_functional::all_reduce", "all_reduce", {t, std::string(op), std::string(group)}, true);

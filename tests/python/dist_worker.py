@@ -4,7 +4,9 @@ Gloo on loopback). Writes what it saw to OUTDIR/rank<R>.json; the test compares.
     python -m torch.distributed.run --nproc_per_node=2 ... dist_worker.py OUTDIR [PART ...]
 
 Parts: collectives (each collective on lazyjit tensors against Gloo on CPU
-tensors, a collective inside one program, errors), ddp_mlp and ddp_gpt2
+tensors, a collective inside one program, errors), wait_order (where a program
+waits for two collectives in flight), avg_ops (what ReduceOp.AVG records),
+ddp_mlp and ddp_gpt2
 (AdamW): DDP on lazyjit for 4 steps against one eager process
 training on the whole batch. LAZYJIT_TEST_DIST_BACKEND picks init_process_group's backend
 ("cpu:gloo,lazyjit:lazyjit" by default).
@@ -188,6 +190,60 @@ def part_collectives(rank, world, out):
     dist.barrier()
     out["collectives"] = res
 
+
+
+def part_wait_order(rank, world, out):
+    """Two all_reduces in flight in one program, each read by its own step: where
+    the program waits for each (the trace's "collective wait" spans: the value
+    and the step that waited, -1 the run's end) and when the steps ran."""
+    import tempfile
+    base = torch.arange(64, dtype=torch.float32) * (rank + 1) - 7
+    lazyjit.sync()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        with lazyjit.trace(path):
+            a = base.clone().to(DEV) * 2
+            b = base[:35].clone().to(DEV).reshape(5, 7) + 1
+            dist.all_reduce(a)
+            dist.all_reduce(b)
+            c = (a * 3).sum()          # reads the first all_reduce only
+            e = (b.relu() * 5).sum(1)  # reads the second only
+            c_cpu, e_cpu = c.cpu(), e.cpu()
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    ac, bc = base.clone() * 2, base[:35].clone().reshape(5, 7) + 1
+    dist.all_reduce(ac)
+    dist.all_reduce(bc)
+    res = {"values": same(c_cpu, (ac * 3).sum()) and same(e_cpu, (bc.relu() * 5).sum(1))}
+    spans = [e for e in events if e.get("ph") == "X" and e.get("cat") == "execute"]
+    res["waits"] = [{"value": e["args"]["value"], "step": e["args"]["step"], "ts": e["ts"]}
+                    for e in spans if e["name"] == "collective wait"]
+    res["steps"] = [{"step": e["args"]["step"], "name": e["name"], "kind": e["args"].get("kind"), "ts": e["ts"],
+                     "end": e["ts"] + e["dur"]} for e in spans if "step" in e.get("args", {}) and
+                    e["name"] != "collective wait"]
+    out["wait_order"] = res
+
+
+def part_avg_ops(rank, world, out):
+    """ReduceOp.AVG (FSDP2's reduce-scatters ask for it): what a program records for
+    reduce_scatter_tensor and all_reduce (the lazy op hook: the graph's ops in
+    recording order) and the values, against Gloo's AVG on CPU tensors."""
+    x = torch.arange(48, dtype=torch.float32).reshape(8, 6) * (rank + 1) / 7 - 3
+    lazyjit.sync()
+    seen = []
+    h = lazyjit.add_op_hook(lambda op, ins, outs: seen.append(op), lazy=True)
+    try:
+        rs = torch.empty(4, 6, device=DEV)
+        dist.reduce_scatter_tensor(rs, x.clone().to(DEV), op=dist.ReduceOp.AVG)
+        ar = x.clone().to(DEV)
+        dist.all_reduce(ar, op=dist.ReduceOp.AVG)
+        rs_cpu, ar_cpu = rs.cpu(), ar.cpu()
+    finally:
+        h.remove()
+    rs_ref, ar_ref = torch.empty(4, 6), x.clone()
+    dist.reduce_scatter_tensor(rs_ref, x.clone(), op=dist.ReduceOp.AVG)
+    dist.all_reduce(ar_ref, op=dist.ReduceOp.AVG)
+    out["avg_ops"] = {"ops": seen, "values": same(rs_cpu, rs_ref) and same(ar_cpu, ar_ref)}
 
 def _train(model, opt, batches, loss_fn, per_step=None, shard=None):
     """Trains on `batches`; returns each step's loss. With shard=(rank, world) (the

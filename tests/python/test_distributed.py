@@ -64,7 +64,7 @@ def _part(r, model):
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    parts = ["collectives", "ddp_mlp", "ddp_unused"] + (["ddp_gpt2"] if HAVE_TRANSFORMERS else [])
+    parts = ["collectives", "wait_order", "avg_ops", "ddp_mlp", "ddp_unused"] + (["ddp_gpt2"] if HAVE_TRANSFORMERS else [])
     return _torchrun(tmp_path_factory.mktemp("dist"), parts)
 
 
@@ -113,6 +113,36 @@ def test_collective_is_a_step_inside_one_program(ranks):
         assert "collectives on lazyjit tensors (" in c["report"]
         assert "all_reduce" in c["report"].split("collectives on lazyjit tensors", 1)[1].splitlines()[0]
 
+
+
+def test_a_step_waits_only_for_the_collectives_it_reads(ranks):
+    # a and b all_reduced, both in flight; one step reads a, a later one b. The step
+    # reading a waits for a alone and runs while b may still be in flight; b is waited
+    # for where it is read (before, any read waited for every collective in flight).
+    for r in ranks:
+        w = r["wait_order"]
+        assert w["values"] is True
+        waits = w["waits"]
+        assert len(waits) == 2, waits
+        first, second = sorted(waits, key=lambda x: x["ts"])
+        assert first["step"] != second["step"], ("both waited before one step", waits, w["steps"])
+        # The step that waited first ran, and ended, before the second wait began.
+        reader = [s for s in w["steps"] if s["step"] == first["step"]]
+        assert reader and reader[0]["end"] <= second["ts"], (waits, w["steps"])
+
+
+def test_avg_is_a_sum_in_flight_then_a_division(ranks):
+    # ReduceOp.AVG: the collective records a sum (a collective in flight, as any other),
+    # then a division by the group size, a node of the graph: nothing waits inside the
+    # collective's start. The values are Gloo's AVG on CPU tensors, exactly.
+    for r in ranks:
+        a = r["avg_ops"]
+        assert a["values"] is True
+        ops = a["ops"]
+        colls = [i for i, op in enumerate(ops) if op.startswith("lazyjit_c10d::")]
+        assert [ops[i] for i in colls] == ["lazyjit_c10d::reduce_scatter_tensor", "lazyjit_c10d::all_reduce"], ops
+        for i in colls:  # recorded right after the collective
+            assert ops[i + 1].startswith("aten::div"), ("no division after", ops[i], ops)
 
 def test_bad_input_raises_a_clear_error(ranks):
     for r in ranks:
