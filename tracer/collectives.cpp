@@ -207,20 +207,29 @@ at::Tensor run_functional(const char* name, const char* what, Stack args, bool s
 
 // ---- Recording -----------------------------------------------------------------
 
-// Reduce op avg: recorded as the sum, a collective that stays in flight as any
-// other (executor/collective_in_flight.h), then this division by the group
-// size, a node of its own that fuses with what reads it. (The kernels' avg,
-// collectives_cpu.cpp, divides once the sum is done: their `_start` form
-// waits.) Eager Gloo's AVG gives the same values: the sum, divided.
-static at::Tensor averaged(const at::Tensor& sum, const std::string& group) {
-  return sum.div(group_size_of(group));
+// Reduce op avg: recorded as a sum, a collective that stays in flight as any
+// other (executor/collective_in_flight.h), and a division by the group size, a
+// node of its own. (The kernels' avg, collectives_cpu.cpp, divides once the sum
+// is done: their `_start` form waits.) Eager Gloo's AVG gives the sum, divided.
+// With a group of 2^k ranks the input is divided first: a division by a power
+// of two is exact (short of subnormals), so the values are the same, and the
+// division fuses with the work that made the input, where one after the sum
+// would be the next step, waiting for the collective at once. Other groups
+// divide the sum (the same order of operations as Gloo's).
+static bool divides_first(const std::string& group) {
+  int64_t n = group_size_of(group);
+  return n > 0 && (n & (n - 1)) == 0;
 }
 
 at::Tensor all_reduce(const at::Tensor& t, const std::string& op, const std::string& group) {
   check_lazy(t, "all_reduce");
   check_reduce_op(op, t);
-  if (op == "avg")
-    return averaged(record_collective("lazyjit_c10d::all_reduce", {t, std::string("sum"), group}, t.sizes()), group);
+  if (op == "avg") {
+    const int64_t n = group_size_of(group);
+    if (divides_first(group))
+      return record_collective("lazyjit_c10d::all_reduce", {t.div(n), std::string("sum"), group}, t.sizes());
+    return record_collective("lazyjit_c10d::all_reduce", {t, std::string("sum"), group}, t.sizes()).div(n);
+  }
   return record_collective("lazyjit_c10d::all_reduce", {t, op, group}, t.sizes());
 }
 
@@ -238,9 +247,13 @@ at::Tensor reduce_scatter(const at::Tensor& t, const std::string& op, int64_t si
   TORCH_CHECK(size == group_size_of(group), "lazyjit: reduce_scatter_tensor: group_size ", size,
               " is not the size of group ", group, " (", group_size_of(group), ")");
   std::vector<int64_t> sizes = scaled_dim0(t, 1, size, "reduce_scatter_tensor");
-  if (op == "avg")
-    return averaged(
-        record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, std::string("sum"), size, group}, sizes), group);
+  if (op == "avg") {
+    if (divides_first(group))
+      return record_collective("lazyjit_c10d::reduce_scatter_tensor", {t.div(size), std::string("sum"), size, group},
+                               sizes);
+    return record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, std::string("sum"), size, group}, sizes)
+        .div(size);
+  }
   return record_collective("lazyjit_c10d::reduce_scatter_tensor", {t, op, size, group}, sizes);
 }
 
@@ -277,7 +290,7 @@ at::Tensor reduce(const at::Tensor& t, const std::string& op, int64_t dst, const
   at::Tensor sum =
       record_collective("lazyjit_c10d::reduce", {t, std::string("sum"), dst, group}, t.sizes(), /*keep=*/true);
   // The root's result is the average; elsewhere what the transport left, as before.
-  return group_rank_of(group) == dst ? averaged(sum, group) : sum;
+  return group_rank_of(group) == dst ? sum.div(group_size_of(group)) : sum;
 }
 
 // The rows each rank gets of a tensor of `rows` rows: `splits`, or even ones.

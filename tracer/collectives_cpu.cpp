@@ -65,7 +65,7 @@ at::Tensor all_to_all_single_cpu(const at::Tensor& t, at::IntArrayRef out_splits
 }
 
 // The `_start` forms: the same, left in flight (avg divides once done: it waits;
-// recording asks for sum, then divides in the graph: collectives.cpp's averaged).
+// recording asks for sum and divides in the graph: collectives.cpp's divides_first).
 at::Tensor all_reduce_start_cpu(const at::Tensor& t, c10::string_view op, c10::string_view group) {
   if (op == "avg") return all_reduce_cpu(t, op, group);
   return run_functional("_c10d_functional::all_reduce", "all_reduce", {t, std::string(op), std::string(group)}, true);

@@ -131,18 +131,19 @@ def test_a_step_waits_only_for_the_collectives_it_reads(ranks):
         assert reader and reader[0]["end"] <= second["ts"], (waits, w["steps"])
 
 
-def test_avg_is_a_sum_in_flight_then_a_division(ranks):
-    # ReduceOp.AVG: the collective records a sum (a collective in flight, as any other),
-    # then a division by the group size, a node of the graph: nothing waits inside the
-    # collective's start. The values are Gloo's AVG on CPU tensors, exactly.
+def test_avg_is_a_division_and_a_sum_in_flight(ranks):
+    # ReduceOp.AVG: the collective records a sum (a collective in flight, as any other)
+    # and a division by the group size, a node of the graph: nothing waits inside the
+    # collective's start. A group of 2 (a power of two) divides the input first (exact).
+    # The values are Gloo's AVG on CPU tensors, exactly.
     for r in ranks:
         a = r["avg_ops"]
         assert a["values"] is True
         ops = a["ops"]
         colls = [i for i, op in enumerate(ops) if op.startswith("lazyjit_c10d::")]
         assert [ops[i] for i in colls] == ["lazyjit_c10d::reduce_scatter_tensor", "lazyjit_c10d::all_reduce"], ops
-        for i in colls:  # recorded right after the collective
-            assert ops[i + 1].startswith("aten::div"), ("no division after", ops[i], ops)
+        for i in colls:  # recorded right before the collective
+            assert i > 0 and ops[i - 1].startswith("aten::div"), ("no division before", ops[i], ops)
 
 def test_bad_input_raises_a_clear_error(ranks):
     for r in ranks:
