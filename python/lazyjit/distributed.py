@@ -109,8 +109,10 @@ def collectives() -> dict:
     ``{"all_reduce": {"count": n, "total_ms": ms, "max_ms": ms}, ...}`` (the
     timings ``collective <kind>`` of ``lazyjit.metrics()``). A program starts
     a collective and goes on with the steps that do not need its result; the
-    time here is the time spent starting them (a collective that must finish
-    first, avg, or one run in step mode, is waited for there)."""
+    time here is the time spent starting them (one run in step mode is waited
+    for there); a step waits only for the collectives whose results it reads.
+    ReduceOp.AVG is a sum in flight and a division by the group size in the
+    graph."""
     from . import _C
 
     return {k[len("collective "):]: v for k, v in _C.metrics()["timings"].items()

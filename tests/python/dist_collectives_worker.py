@@ -105,7 +105,7 @@ def part_rooted(rank, world, out):
         lz, cp = both(reduce(op))
         # At the destination the reduction; elsewhere whatever Gloo left there (both ways).
         res[f"reduce_{name}"] = same(lz, cp)
-    # Gloo has no AVG: lazyjit sums and divides at the destination; the CPU's sum / world.
+    # lazyjit records AVG as a sum and a division; compared with the CPU's sum / world.
     t = base(rank, 5).to(DEV)
     dist.reduce(t, dst=1, op=dist.ReduceOp.AVG)
     c = base(rank, 5)

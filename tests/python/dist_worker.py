@@ -69,7 +69,7 @@ def part_collectives(rank, world, out):
                      ("product", dist.ReduceOp.PRODUCT)]:
         lz, cp = both(all_reduce(op))
         res[f"all_reduce_{name}"] = same(lz, cp)
-    # Gloo has no AVG: lazyjit sums and divides; compared with the CPU sum / world.
+    # lazyjit records AVG as a sum and a division; compared with the CPU sum / world.
     t = base.clone().to(DEV)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     c = base.clone()
