@@ -1,8 +1,7 @@
 """diffusers' offloading onto the lazyjit device (issue 49): model offloading
-and group offloading work and equal eager; offloading with streams refuses
-with diffusers' own reason (lazyjit has one stream)."""
+and group offloading work and equal eager, with and without streams (issue 52's
+device module gives diffusers the streams and events it asks for)."""
 import diffusers
-import pytest
 import torch
 
 import lazyjit  # noqa: F401
@@ -27,10 +26,17 @@ def test_group_offloading_onto_lazyjit_matches_eager():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_offloading_with_streams_refuses_and_says_why():
-    with pytest.raises(ValueError, match="implements streams"):
-        unet().enable_group_offload(onload_device=torch.device("lazyjit"), offload_type="block_level",
-                                    num_blocks_per_group=1, use_stream=True)
+def test_group_offloading_with_streams_onto_lazyjit_matches_eager():
+    x, t = torch.randn(1, 3, 8, 8), torch.tensor([3])
+    with torch.no_grad():
+        want = unet()(x, t).sample
+    m = unet()
+    m.enable_group_offload(onload_device=torch.device("lazyjit"), offload_type="block_level", num_blocks_per_group=1,
+                           use_stream=True)
+    with torch.no_grad():
+        for _ in range(2):  # the second call onloads through the prefetch the first one set up
+            got = m(x.to("lazyjit"), t.to("lazyjit")).sample.cpu()
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_model_cpu_offload_onto_lazyjit_matches_eager():
