@@ -8,46 +8,14 @@ loss on the rank's half of the batch, the ranks' mean against its whole-batch lo
 rank's final weights against its weights). One torchrun run serves every test here.
 """
 import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORLD = 2
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dist_launch import run_ranks
 
 
 def _torchrun(out, parts=(), backend=None):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off",
-               OMP_NUM_THREADS="1", LAZYJIT_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-               TORCH_CPP_LOG_LEVEL="ERROR")
-    env.pop("LAZYJIT_TEST_DIST_BACKEND", None)
-    if backend:
-        env["LAZYJIT_TEST_DIST_BACKEND"] = backend
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", os.path.join(HERE, "dist_worker.py"),
-           str(out), *parts]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    results = []
-    for r in range(WORLD):
-        path = out / f"rank{r}.json"
-        assert path.exists(), f"rank {r} wrote nothing\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-        results.append(json.loads(path.read_text()))
-    for r in results:
-        assert "error" not in r, r["error"]
-    assert p.returncode == 0, p.stderr[-6000:]
-    return results
+    return run_ranks("dist_worker.py", out, parts, {"LAZYJIT_TEST_DIST_BACKEND": backend} if backend else None)
 
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

@@ -8,46 +8,17 @@ tensors with the same collective run on CPU tensors over Gloo in the same proces
 rank against its own CPU run, never against the other rank). One torchrun run serves
 every test here.
 """
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
 
-from conftest import ROOT
+from dist_launch import run_ranks
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORLD = 2
 PARTS = ["rooted", "coalesced", "functional", "program", "dropped", "errors", "dtensor"]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist_collectives")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off",
-               OMP_NUM_THREADS="1", LAZYJIT_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-               TORCH_CPP_LOG_LEVEL="ERROR")
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           os.path.join(HERE, "dist_collectives_worker.py"), str(out), *PARTS]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    results = []
-    for r in range(WORLD):
-        path = out / f"rank{r}.json"
-        assert path.exists(), f"rank {r} wrote nothing\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-        results.append(json.loads(path.read_text()))
-    for r in results:
-        assert "error" not in r, r["error"]
-    assert p.returncode == 0, p.stderr[-6000:]
-    return results
+    return run_ranks("dist_collectives_worker.py", out, PARTS)
 
 
 ROOTED = ["scatter", "scatter_into_empty", "gather", "reduce_sum", "reduce_max", "reduce_product", "reduce_avg",
