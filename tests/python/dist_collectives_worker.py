@@ -12,7 +12,6 @@ parallel MLP). Every result on lazyjit tensors is compared with the same collect
 on CPU tensors over Gloo in the same process: each rank against its own CPU run,
 never against the other rank.
 """
-import json
 import os
 import sys
 import traceback
@@ -26,6 +25,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.distributed._functional_collectives as fc  # noqa: E402
 
 import lazyjit  # noqa: E402
+from dist_rank import run_rank  # noqa: E402
 
 DEV = "lazyjit"
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -411,27 +411,11 @@ def part_dtensor(rank, world, out):
 
 
 def main():
-    outdir, parts = sys.argv[1], sys.argv[2:]
-    dist.init_process_group("cpu:gloo,lazyjit:lazyjit")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    out = {"rank": rank, "world": world}
-    try:
-        for p in parts:
-            globals()[f"part_{p}"](rank, world, out)
+    def finish():
         lazyjit.sync()
         dist.barrier()
-    except Exception:  # noqa: BLE001
-        out["error"] = traceback.format_exc()
-        raise
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump(out, f, indent=1, default=str)
-    dist.destroy_process_group()
-    # No interpreter shutdown (tests/python/dist_worker.py says why: a Gloo thread
-    # dropping a finished work while Python finalizes aborts the process).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+
+    run_rank(globals(), sys.argv[1], sys.argv[2:], finish=finish)
 
 
 if __name__ == "__main__":

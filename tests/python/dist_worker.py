@@ -15,7 +15,6 @@ import copy
 import json
 import os
 import sys
-import traceback
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +26,7 @@ import torch.distributed._functional_collectives as fc  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import lazyjit  # noqa: E402
+from dist_rank import run_rank  # noqa: E402
 
 DEV = "lazyjit"
 warnings.filterwarnings("ignore", category=FutureWarning)  # c10d's deprecation notes for *_into_tensor
@@ -390,30 +390,8 @@ def part_ddp_unused(rank, world, out):
 
 
 def main():
-    outdir, parts = sys.argv[1], sys.argv[2:] or ["collectives", "ddp_mlp", "ddp_gpt2"]
-    dist.init_process_group(os.environ.get("LAZYJIT_TEST_DIST_BACKEND", "cpu:gloo,lazyjit:lazyjit"))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    out = {"rank": rank, "world": world}
-    try:
-        for p in parts:
-            globals()[f"part_{p}"](rank, world, out)
-    except Exception:  # noqa: BLE001
-        out["error"] = traceback.format_exc()
-        raise
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump(out, f, indent=1, default=str)
-    dist.destroy_process_group()
-    # No interpreter shutdown: a Gloo worker thread may still be dropping the last
-    # reference to a finished work (a barrier holds the works before it; here the
-    # eager CPU all_reduces the comparisons made) whose tensors are Python objects.
-    # If that happens while Python finalizes, the thread dies taking the GIL and the
-    # process aborts, "terminate called without an active exception" (1 run in 4
-    # under load; core: ProcessGroupGloo::runLoop -> ~AsyncBarrierWork ->
-    # ~AsyncAllreduceWork -> TensorImpl::decref_pyobject -> take_gil -> pthread_exit).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    parts = sys.argv[2:] or ["collectives", "ddp_mlp", "ddp_gpt2"]
+    run_rank(globals(), sys.argv[1], parts, os.environ.get("LAZYJIT_TEST_DIST_BACKEND", "cpu:gloo,lazyjit:lazyjit"))
 
 
 if __name__ == "__main__":
