@@ -19,7 +19,7 @@ add_library(lazyjit SHARED
   runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
   tracer/trace_threads.cpp tracer/autograd_queue.cpp tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/meta_fast_path.cpp tracer/meta_structured.cpp tracer/aten_to_ir.cpp tracer/aten_to_ir_elementwise.cpp tracer/aten_to_ir_reductions.cpp tracer/backward_ops.cpp tracer/aten_node.cpp
-  tracer/capture.cpp tracer/capture_set.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/storage_ops.cpp tracer/device_memory.cpp tracer/streams.cpp tracer/api.cpp
+  tracer/capture.cpp tracer/capture_set.cpp tracer/device_call.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/storage_ops.cpp tracer/device_memory.cpp tracer/streams.cpp tracer/api.cpp
   tracer/collectives.cpp tracer/collectives_cpu.cpp tracer/collectives_functional.cpp tracer/collectives_backend.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 # CUDA graphs (executor/cuda/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built

@@ -20,8 +20,16 @@ tensors: the program's kernels run on the GPU, and its outputs are CUDA tensors.
 - A graph lazyjit cannot capture (an op that needs a value while recording, such
   as .item()) runs through ATen op by op, as Dynamo gave it: it never fails
   because of lazyjit. stats() counts those and says why.
-- Tensors already on the lazyjit device run the graph on the device (recorded
-  and synced as usual).
+- Tensors already on the lazyjit device (model.to("lazyjit") then
+  torch.compile) run the same captured program, on their data: a call runs what
+  the thread recorded before it (one sync, only when something is pending, so
+  the program reads eager's values in eager's order), binds each lazyjit
+  tensor's elements as it binds a CPU tensor, and returns lazyjit tensors that
+  own the program's results (or view an argument the result is a view of). No
+  op of the graph is recorded (lazyjit.metrics()["ops_traced"] does not grow);
+  in-place updates of arguments land in their storages. A graph that cannot be
+  captured is recorded op by op on the device, as without torch.compile, and
+  stats() says why.
 
 The backend is registered with Dynamo through the `torch_dynamo_backends` entry
 point (pyproject.toml), so torch.compile finds it without `import lazyjit`.
@@ -39,15 +47,16 @@ from . import _C
 
 __all__ = ["backend", "stats", "reset_stats"]
 
-_stats = {"graphs": 0, "captures": 0, "calls": 0, "eager_graphs": 0, "shared_memory_calls": 0,
-          "eager_reasons": []}
+_stats = {"graphs": 0, "captures": 0, "calls": 0, "device_calls": 0, "eager_graphs": 0,
+          "shared_memory_calls": 0, "eager_reasons": []}
 _SHARED = object()  # _run_captured: arguments share memory the program writes
 
 
 def stats() -> dict:
     """Counters of the backend: `graphs` (ATen graphs handed to lazyjit),
     `captures` (graph captures; a graph is captured again for sizes it was not
-    captured with), `calls` (runs of captured programs), `eager_graphs` (graphs
+    captured with), `calls` (runs of captured programs), `device_calls` (those
+    of them on lazyjit tensors), `eager_graphs` (graphs
     run through ATen because they could not be captured), `shared_memory_calls`
     (calls run through ATen because an argument the graph writes shares memory
     with another one, views of one buffer, where the graph was captured for
@@ -136,6 +145,21 @@ def _values(node: torch.fx.Node) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
+def _output_devices(gm: torch.fx.GraphModule) -> list:
+    """Per output of `gm`, the device type of its example value (None when it
+    has none)."""
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            devices = []
+            for o in outs:
+                v = _values(o)[0] if isinstance(o, torch.fx.Node) else o
+                devices.append(v.device.type if isinstance(v, torch.Tensor) else None)
+            return devices
+    return []
+
+
 def _site(gm: torch.fx.GraphModule, kind: str) -> str:
     """Names the graph in the metrics and recompile explanations, with Dynamo's
     compile id (as TORCH_LOGS prints it) and the user's code it comes from:
@@ -191,6 +215,9 @@ class LazyjitGraph:
         # a graph of its own); without a device argument ATen runs it, as eager would.
         self.makes_lazyjit = any(isinstance(v, torch.Tensor) and v.device.type == "lazyjit"
                                  for n in gm.graph.nodes for v in _values(n))
+        # Per output, the device type Dynamo expects it on (None: unknown), so
+        # that a call on lazyjit tensors returns lazyjit tensors where eager would.
+        self.out_devices = _output_devices(gm)
         self.programs = _C.CaptureSet(MAX_CAPTURES)
         # Per capture (its tag in self.programs), how its outputs map to the
         # function's: None when every output is the program's, in order.
@@ -200,8 +227,12 @@ class LazyjitGraph:
         _stats["graphs"] += 1
 
     def __call__(self, args):
+        on_device = any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args)
         if self.eager_reason is None:
             full = list(args) + self.attrs if self.attrs else args
+            if on_device:
+                out = self._call_on_device(full)
+                return self._record(args) if out is None else out
             out = self._run_captured(full)
             if out is _SHARED:
                 return list(self.gm(*args))
@@ -217,11 +248,42 @@ class LazyjitGraph:
                     out = self._run_captured(full)
                     if out is not None and out is not _SHARED:
                         return out
-            elif any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args):
-                # Recorded on the device, synced as usual.
-                return list(self.lazy_gm(*args, *(t if t.device.type == "lazyjit" else t.to(_LAZY)
-                                                  for t in self.attrs)))
+        if on_device:
+            return self._record(args)
         return list(self.gm(*args))
+
+    def _record(self, args):
+        """The graph recorded op by op on the device, synced as usual (a graph
+        that could not be captured, or a call it cannot serve)."""
+        return list(self.lazy_gm(*args, *(t if t.device.type == "lazyjit" else t.to(_LAZY) for t in self.attrs)))
+
+    def _call_on_device(self, full):
+        """A call on lazyjit tensors: the captured program on their data, its
+        results as lazyjit tensors; None when the graph runs recorded instead."""
+        data = _C.data_views(full)
+        if not all(a.device.type == _home() for a in data if isinstance(a, torch.Tensor)):
+            return None  # tensors of another device among the arguments: recorded, as eager mixes them
+        out = self._run_captured(data)
+        if out is None:
+            p = self._capture(data)
+            if p is None:
+                return None
+            graph, template = p
+            tag, self._next_tag = self._next_tag, self._next_tag + 1
+            self.templates[tag] = template
+            self.templates.pop(self.programs.add(graph, tag), None)
+            out = self._run_captured(data)
+        if out is None or out is _SHARED:
+            return None
+        _stats["device_calls"] += 1
+        devices = self.out_devices
+        wrap = [i for i, o in enumerate(out) if isinstance(o, torch.Tensor) and o.device.type == _home()
+                and (i >= len(devices) or devices[i] != _home())]
+        if wrap:
+            lazy = _C.lazy_results([out[i] for i in wrap], full, data)
+            for i, t in zip(wrap, lazy):
+                out[i] = t
+        return out
 
     def _run_captured(self, args):
         hit = self.programs.run(args)

@@ -11,6 +11,7 @@
 
 #include "tracer/capture.h"
 #include "tracer/capture_set.h"
+#include "tracer/device_call.h"
 #include "tracer/lazyjit.h"
 
 namespace py = pybind11;
@@ -277,6 +278,46 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("add", &lazyjit::CaptureSet::add)
       .def("__len__", &lazyjit::CaptureSet::size);
+  // A call on lazyjit tensors (tracer/device_call.h): the arguments' data, in
+  // place of each lazyjit tensor (other items as they are), after what the
+  // thread recorded has run; then the program's results as lazyjit tensors.
+  m.def("data_views", [](const py::list& args) {
+    std::vector<at::Tensor> ts;
+    std::vector<size_t> at_;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (THPVariable_Check(args[i].ptr())) {
+        ts.push_back(THPVariable_Unpack(args[i].ptr()));
+        at_.push_back(i);
+      }
+    std::vector<at::Tensor> data;
+    {
+      py::gil_scoped_release nogil;
+      data = lazyjit::data_views(ts);
+    }
+    py::list out(args.size());
+    for (size_t i = 0; i < args.size(); ++i) out[i] = args[i];
+    for (size_t k = 0; k < at_.size(); ++k)
+      out[at_[k]] = py::reinterpret_steal<py::object>(THPVariable_Wrap(data[k]));
+    return out;
+  });
+  m.def("has_pending_ops", &lazyjit::has_pending_ops);
+  m.def("lazy_results", [](const py::list& outs, const py::list& args, const py::list& data) {
+    std::vector<at::Tensor> a, d;
+    for (size_t i = 0; i < args.size() && i < data.size(); ++i)
+      if (THPVariable_Check(args[i].ptr()) && THPVariable_Check(data[i].ptr())) {
+        a.push_back(THPVariable_Unpack(args[i].ptr()));
+        d.push_back(THPVariable_Unpack(data[i].ptr()));
+      }
+    py::list out(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (THPVariable_Check(outs[i].ptr()))
+        out[i] = py::reinterpret_steal<py::object>(
+            THPVariable_Wrap(lazyjit::lazy_result(THPVariable_Unpack(outs[i].ptr()), a, d)));
+      else
+        out[i] = outs[i];
+    }
+    return out;
+  });
   // Made by Capture.finish, handed to CaptureSet.add.
   py::class_<lazyjit::CapturedGraph, std::shared_ptr<lazyjit::CapturedGraph>>(m, "CapturedGraph")
       .def_property_readonly("ops", &lazyjit::CapturedGraph::ops);
