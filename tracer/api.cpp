@@ -54,7 +54,10 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { tracer::destroy_event(event); }
   bool queryStream(const c10::Stream& s) const override { return tracer::query_stream(s); }
   void synchronizeStream(const c10::Stream& s) const override { tracer::synchronize_stream(s); }
-  void synchronizeDevice(const c10::DeviceIndex) const override { tracer::synchronize_device(); }
+  void synchronizeDevice(const c10::DeviceIndex i) const override {
+    tracer::check_device_index(i);
+    tracer::synchronize_device();
+  }
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
@@ -71,13 +74,15 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   // Random ops on lazyjit draw from the generator of where data lives
   // (device_ops.cpp): the CPU's, so a seeded program gives the CPU's numbers;
   // under the CUDA target the GPU's.
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex i) const override {
+    tracer::check_device_index(i);
     return runtime::backend().default_generator();
   }
   // torch.Generator(device="lazyjit") (diffusers' pipelines take one on their
   // device): a new generator of where data lives, like the default one above,
   // so a seeded one draws eager's numbers there.
-  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+  at::Generator getNewGenerator(c10::DeviceIndex i) const override {
+    tracer::check_device_index(i);
     return runtime::backend().new_generator();
   }
   // UntypedStorage.resize_ (FSDP frees and refills parameters' memory so):

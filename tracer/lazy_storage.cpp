@@ -8,6 +8,7 @@
 
 #include "runtime/runtime.h"
 #include "tracer/device_memory.h"
+#include "tracer/streams.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -49,13 +50,25 @@ struct LazyAllocator final : c10::DeviceAllocator {
   // One stream: programs run in the order they were recorded, so a storage is
   // never handed out while a program on another stream may still read it.
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
-  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
+  // Each raises for an index other than the device's, as set_device does
+  // (tracer/streams.h check_device_index; CUDA's "invalid device ordinal").
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex i) override {
+    check_device_index(i);
     return device_memory_stats();
   }
-  void resetAccumulatedStats(c10::DeviceIndex) override { reset_device_accumulated(); }
-  void resetPeakStats(c10::DeviceIndex) override { reset_device_peak(); }
+  void resetAccumulatedStats(c10::DeviceIndex i) override {
+    check_device_index(i);
+    reset_device_accumulated();
+  }
+  void resetPeakStats(c10::DeviceIndex i) override {
+    check_device_index(i);
+    reset_device_peak();
+  }
   // The elements live in the host's memory (the CPU target's data device).
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex) override { return runtime::host_memory_info(); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex i) override {
+    check_device_index(i);
+    return runtime::host_memory_info();
+  }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     TORCH_CHECK(false, "lazyjit: raw copies of device memory are not supported");

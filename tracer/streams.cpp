@@ -1,5 +1,7 @@
 #include "tracer/streams.h"
 
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -72,10 +74,10 @@ int launcher_local_rank() {
   return (*end == '\0' && r > 0 && r < 128) ? static_cast<int>(r) : -1;
 }
 
-void check_device_index(c10::DeviceIndex index) {
+void check_device_index(int64_t index) {
   if (index == 0 || index == -1) return;
   const int local = launcher_local_rank();
-  TORCH_CHECK(index == local, "lazyjit: invalid device ordinal ", static_cast<int>(index),
+  TORCH_CHECK(index == local, "lazyjit: invalid device ordinal ", index,
               ": the lazyjit device has one device, index 0",
               local > 0 ? " (or " + std::to_string(local) + ", this process's LOCAL_RANK)" : std::string());
 }
@@ -167,6 +169,14 @@ bool query_stream(const c10::Stream& stream) {
   return !TraceContext::get().has_pending();
 }
 
+void record_stream(const c10::Stream& stream) {
+  // One queue: a storage is never handed out again while work recorded on
+  // another stream may still read it (the allocator's recordStream does
+  // nothing), so there is nothing to record; the stream is checked as CUDA
+  // checks it.
+  check_stream(stream);
+}
+
 void synchronize_stream(const c10::Stream& stream) {
   check_stream(stream);
   synchronize_device();
@@ -179,3 +189,8 @@ void synchronize_device() {
 }
 
 }  // namespace lazyjit::tracer
+
+// Tensor.record_stream(s) (code written for CUDA streams calls it).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", [](at::Tensor&, c10::Stream s) { lazyjit::tracer::record_stream(s); });
+}

@@ -41,7 +41,7 @@ namespace lazyjit::tracer {
 // would one GPU each (transformers' tp_plan does set_device_index(LOCAL_RANK)).
 // The device stays index 0: current_device() is 0 and tensors are on lazyjit:0.
 int launcher_local_rank();  // LOCAL_RANK when set and above 0, else -1
-void check_device_index(c10::DeviceIndex index);
+void check_device_index(int64_t index);  // any integer (a DeviceIndex, or a Python int)
 
 c10::Stream current_stream(c10::Device device);  // of the calling thread
 c10::Stream exchange_stream(c10::Stream stream);  // makes it current; returns the previous one
@@ -57,6 +57,9 @@ double elapsed_ms(void* start, void* end);
 void destroy_event(void* event) noexcept;
 
 bool query_stream(const c10::Stream& stream);
+// Tensor.record_stream: checks `stream` (a lazyjit stream of this device);
+// nothing else to do with one queue.
+void record_stream(const c10::Stream& stream);
 void synchronize_stream(const c10::Stream& stream);
 void synchronize_device();
 

@@ -33,17 +33,22 @@ __all__ = ["Stream", "Event", "StreamContext", "stream", "current_stream", "defa
 
 
 def _index(device) -> int:
-    """The index `device` names on lazyjit (None: the current one, 0). A device
-    of another type is a ValueError; an index other than 0 raises when used
-    (tracer/streams.h check_device_index, as CUDA raises for a bad ordinal)."""
+    """The index `device` names on lazyjit (None: the current one, 0): an int,
+    "lazyjit:0" or a torch.device. A device of another type is a ValueError;
+    an index other than 0 is a RuntimeError here, before anything runs, as for
+    set_device (tracer/streams.h check_device_index, as CUDA raises "invalid
+    device ordinal")."""
     if device is None:
         return 0
-    if isinstance(device, int):
-        return device
-    d = torch.device(device)
-    if d.type != "lazyjit":
-        raise ValueError(f"lazyjit: expected a lazyjit device, got {d}")
-    return 0 if d.index is None else d.index
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        d = torch.device(device)
+        if d.type != "lazyjit":
+            raise ValueError(f"lazyjit: expected a lazyjit device, got {d}")
+        index = 0 if d.index is None else d.index
+    _C.check_device_index(index)
+    return index
 
 
 class Stream(torch.Stream):
@@ -227,10 +232,12 @@ def manual_seed(seed: int) -> None:
 
 
 def get_rng_state(device=None):
+    _index(device)
     return torch.cuda.get_rng_state() if _C.target() == "cuda" else torch.get_rng_state()
 
 
 def set_rng_state(state, device=None) -> None:
+    _index(device)
     if _C.target() == "cuda":
         torch.cuda.set_rng_state(state)
     else:

@@ -209,6 +209,65 @@ def test_one_device_and_bad_ordinals_raise():
     assert torch.lazyjit.current_device() == 0
 
 
+# Issue 56, defect 9: set_device(1) raised, but these returned normally.
+_TAKE_A_DEVICE = {
+    "torch.accelerator.synchronize": torch.accelerator.synchronize,
+    "torch.accelerator.memory_allocated": torch.accelerator.memory_allocated,
+    "torch.accelerator.max_memory_allocated": torch.accelerator.max_memory_allocated,
+    "torch.accelerator.memory_reserved": torch.accelerator.memory_reserved,
+    "torch.accelerator.memory_stats": torch.accelerator.memory_stats,
+    "torch.accelerator.reset_peak_memory_stats": torch.accelerator.reset_peak_memory_stats,
+    "torch.accelerator.reset_accumulated_memory_stats": torch.accelerator.reset_accumulated_memory_stats,
+    "torch.accelerator.get_memory_info": torch.accelerator.get_memory_info,
+    "torch.accelerator.current_stream": torch.accelerator.current_stream,
+}
+for _name in ("synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+              "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "mem_get_info",
+              "current_stream", "default_stream", "get_rng_state", "set_device", "Stream"):
+    _TAKE_A_DEVICE["torch.lazyjit." + _name] = getattr(torch.lazyjit, _name) if LJ else None
+
+
+@pytest.mark.parametrize("name", sorted(_TAKE_A_DEVICE))
+def test_every_function_that_takes_a_device_refuses_a_bad_ordinal(name, monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    fn = _TAKE_A_DEVICE[name]
+    for good in (None, 0, "lazyjit:0", "lazyjit", torch.device("lazyjit", 0), torch.device("lazyjit")):
+        fn(good)
+    bads = [1, 7, "lazyjit:1", torch.device("lazyjit", 3)]
+    if name.startswith("torch.lazyjit."):
+        bads += [-2, 1000]
+    for bad in bads:
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            fn(bad)
+
+
+def test_set_rng_state_refuses_a_bad_ordinal():
+    state = torch.lazyjit.get_rng_state()
+    torch.lazyjit.set_rng_state(state, 0)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.lazyjit.set_rng_state(state, 1)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.Generator(device="lazyjit:1")
+
+
+# Issue 56, defect 8: it raised NotImplementedError ('aten::record_stream' from the 'CPU' backend).
+def test_record_stream_takes_a_lazyjit_stream():
+    x, y = _pending()
+    s = torch.lazyjit.Stream()
+    with torch.lazyjit.stream(s):
+        z = y * 3
+    assert z.record_stream(s) is None
+    z.record_stream(torch.lazyjit.current_stream())
+    y.record_stream(torch.Stream(device="lazyjit"))
+    y[1:, ::2].record_stream(s)  # a view: its storage's
+    torch.testing.assert_close(z.cpu(), (x @ x).relu() * 6)
+    # As CUDA: a stream of another device, or one that was never made, is refused.
+    with pytest.raises(RuntimeError, match="expected a lazyjit stream"):
+        z.record_stream(torch.Stream(device="cpu"))
+    with pytest.raises(RuntimeError, match="no stream with id"):
+        z.record_stream(torch.Stream(stream_id=1 << 40, device_index=0, device_type=s.device_type))
+
+
 def test_generic_stream_and_event_api():
     s1, s2 = torch.Stream(device="lazyjit"), torch.Stream(device="lazyjit")
     assert s1.device == torch.device("lazyjit", 0) and s1 != s2 and len({s1, s2, s1}) == 2

@@ -13,6 +13,7 @@
 #include "tracer/capture_set.h"
 #include "tracer/device_call.h"
 #include "tracer/lazyjit.h"
+#include "tracer/streams.h"
 
 namespace py = pybind11;
 
@@ -233,6 +234,9 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     lazyjit::stop_trace();
   });
+  // torch.lazyjit's functions that take a device (device_module.py): an index
+  // other than the device's raises as set_device does.
+  m.def("check_device_index", [](int64_t i) { lazyjit::tracer::check_device_index(i); });
   m.def("mark_static", [](const at::Tensor& t, int64_t dim) { lazyjit::mark_static(t, dim); });
 
   // torch.compile(backend="lazyjit") (python/lazyjit/dynamo.py, tracer/capture.h).
