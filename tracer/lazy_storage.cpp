@@ -4,10 +4,15 @@
 #include <c10/core/StorageImpl.h>
 #include <ATen/core/TensorBase.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
 
 #include "runtime/runtime.h"
 #include "tracer/device_memory.h"
+#include "tracer/shared_storage.h"
 #include "tracer/streams.h"
 #include "tracer/trace_context.h"
 
@@ -77,7 +82,10 @@ struct LazyAllocator final : c10::DeviceAllocator {
 LazyAllocator allocator;
 }  // namespace
 
-LazyStorage::~LazyStorage() { TraceContext::get().forget(this); }
+LazyStorage::~LazyStorage() {
+  if (shm.defined()) forget_shared(this);
+  TraceContext::get().forget(this);
+}
 
 c10::Allocator* lazy_allocator() { return &allocator; }
 
@@ -113,6 +121,91 @@ LazyStorage& storage_of(const at::Tensor& t) {
   auto* s = static_cast<LazyStorage*>(t.storage().data_ptr().get_context());
   TORCH_CHECK(s, "lazyjit: tensor has no lazyjit storage");
   return *s;
+}
+
+// Storages in shared memory (tracer/shared_storage.h).
+namespace {
+// The shared storages alive in this process. Guarded by TraceContext::mutex().
+std::unordered_set<LazyStorage*>& shared_storages() {
+  static auto* s = new std::unordered_set<LazyStorage*>();  // outlives static destructors
+  return *s;
+}
+
+}  // namespace
+
+void share_storage(const at::Tensor& t, const at::Tensor& shm, bool keep) {
+  TORCH_CHECK(data_device().is_cpu(), "lazyjit: a lazyjit tensor cannot be put in shared memory (share_memory_(), or "
+              "sent to another process) under LAZYJIT_TARGET=", data_device().type() == c10::DeviceType::CUDA ? "cuda" : "?",
+              ": its elements live on the GPU; share a CUDA tensor instead (t.cuda()), or run on the CPU target");
+  TORCH_CHECK(shm.device().is_cpu() && shm.scalar_type() == at::kByte && shm.dim() == 1 && shm.is_contiguous(),
+              "lazyjit: share_storage: expected a 1-D uint8 CPU tensor");
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  LazyStorage& s = storage_of(t);
+  if (s.shm.defined()) return;
+  const c10::Storage& st = t.storage();
+  TORCH_CHECK(static_cast<size_t>(shm.numel()) == st.nbytes(), "lazyjit: share_storage: ", shm.numel(),
+              " bytes of shared memory for a storage of ", st.nbytes());
+  TraceContext& ctx = TraceContext::get();
+  at::Tensor whole, elements;
+  if (keep) {
+    const int64_t isz = static_cast<int64_t>(c10::elementSize(s.dtype));
+    TORCH_CHECK(s.numel * isz <= shm.numel(), "lazyjit: share_memory_(): the storage's ", st.nbytes(),
+                " bytes do not hold a whole number of its ", s.dtype, " elements");
+    whole = make_tensor(st, s.dtype, {s.numel}, {1}, 0);
+    // Pending elements are computed first; uninitialized ones read as zeros,
+    // as a new shared-memory block holds.
+    elements = ctx.cpu_view(whole, "share_memory_()");
+  } else {
+    // A storage another process sent: the block holds its elements (bytes,
+    // typed by the tensors set onto it, as any untyped storage).
+    whole = make_tensor(st, at::kByte, {shm.numel()}, {1}, 0);
+    elements = shm;
+  }
+  s.shm = shm;
+  shared_storages().insert(&s);
+  st.unsafeGetStorageImpl()->set_resizable(false);
+  ctx.assign_data(whole, elements);
+}
+
+at::Tensor shared_memory(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  return storage_of(t).shm;
+}
+
+void set_storage_data(LazyStorage& s, const at::Tensor& d) {
+  if (!s.shm.defined()) {
+    s.data = d;
+    return;
+  }
+  const int64_t bytes = d.numel() * static_cast<int64_t>(d.element_size());
+  TORCH_CHECK(d.device().is_cpu() && d.dim() == 1 && bytes <= s.shm.numel(), "lazyjit: a storage in shared memory (",
+              s.shm.numel(), " bytes) cannot take ", bytes, " bytes of elements: storages in shared memory cannot be "
+              "resized");
+  at::Tensor home = s.shm.narrow(0, 0, bytes).view(d.scalar_type());
+  if (d.data_ptr() != home.data_ptr() || d.stride(0) != 1) {
+    before_shared_write(s);
+    home.copy_(d);
+  }
+  s.data = home;
+}
+
+void before_shared_write(LazyStorage& s) {
+  TraceContext::detach_inputs(s.shm.storage().unsafeGetStorageImpl());
+}
+
+void sync_shared_storages() {
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  std::vector<TraceContext*> owners;
+  for (LazyStorage* s : shared_storages()) {
+    TraceContext* o = TraceContext::pending_owner(*s);
+    if (o && !o->reads_only(*s) && std::find(owners.begin(), owners.end(), o) == owners.end()) owners.push_back(o);
+  }
+  for (TraceContext* o : owners) o->sync("a write to shared memory, pending when the process ends");
+}
+
+void forget_shared(LazyStorage* s) {
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  shared_storages().erase(s);
 }
 
 }  // namespace lazyjit::tracer

@@ -46,6 +46,9 @@ struct LazyStorage {
   static constexpr uint8_t kMarkDynamic = 1, kMarkStatic = 2;
   // Its bytes in the device's memory statistics (tracer/device_memory.h).
   int64_t counted_bytes = 0;
+  // In shared memory (share_memory_(), torch.multiprocessing): its bytes there,
+  // a uint8 CPU tensor that `data` views (tracer/shared_storage.h).
+  at::Tensor shm;
   ~LazyStorage();
 };
 

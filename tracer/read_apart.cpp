@@ -15,6 +15,7 @@
 
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
+#include "tracer/shared_storage.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit::tracer {
@@ -135,7 +136,7 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
       break;
     }
   untouch(s);
-  s.data = full.as_strided({full.numel()}, {1}, full.storage_offset());
+  set_storage_data(s, full.as_strided({full.numel()}, {1}, full.storage_offset()));
   s.epoch = 0;
   return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
 }

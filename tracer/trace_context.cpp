@@ -18,6 +18,7 @@
 #include "tracer/call_site.h"
 #include "tracer/lazyjit.h"
 #include "tracer/op_events.h"
+#include "tracer/shared_storage.h"
 #include "tracer/step_mode.h"
 
 namespace lazyjit::tracer {
@@ -179,7 +180,7 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   // the CUDA target moves there; on the CPU target nothing moves).
   const c10::Device dev = data_device();
   at::Tensor d = cpu.device() == dev ? cpu : cpu.to(dev);
-  s.data = d.as_strided({d.numel()}, {1}, d.storage_offset());
+  set_storage_data(s, d.as_strided({d.numel()}, {1}, d.storage_offset()));
   s.numel = cpu.numel();
   s.dtype = cpu.scalar_type();
   s.epoch = 0;
@@ -407,7 +408,7 @@ void TraceContext::write_back(const runtime::SyncResult& r, const runtime::Bindi
     at::Tensor t = r.outputs[i];
     if (!t.defined()) continue;  // depends on a failed step
     if (!taken.insert(t.storage().data()).second) t = t.clone(at::MemoryFormat::Preserve);
-    s->data = t.as_strided({t.numel()}, {1}, t.storage_offset());
+    set_storage_data(*s, t.as_strided({t.numel()}, {1}, t.storage_offset()));
     s->epoch = 0;
   }
 }
@@ -515,7 +516,16 @@ void TraceContext::prepare_write(const at::Tensor& t) {
     claim(s, true);  // written in another graph: computed there first
   }
   for (TraceContext* c : contexts()) read = read || c->shared_input(s);
-  if (read) s.data = s.data.clone();
+  // A storage in shared memory keeps its memory: the graphs that read it get
+  // the copy.
+  if (s.shm.defined()) before_shared_write(s);
+  else if (read) s.data = s.data.clone();
+}
+
+void TraceContext::detach_inputs(const c10::StorageImpl* mem) {
+  for (TraceContext* c : contexts())
+    for (at::Tensor& in : c->inputs_)
+      if (in.defined() && in.storage().unsafeGetStorageImpl() == mem) in = in.clone(at::MemoryFormat::Preserve);
 }
 
 }  // namespace lazyjit::tracer

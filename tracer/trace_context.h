@@ -129,6 +129,10 @@ class TraceContext {
   // Before an eager kernel writes `t`'s materialized elements in place: no graph
   // may still read them (another graph that read them keeps a copy).
   void prepare_write(const at::Tensor& t);
+  // Before memory `mem` is overwritten in place (a storage in shared memory,
+  // tracer/shared_storage.h): every graph not yet run that reads it through an
+  // input reads a copy of its elements as they are now instead.
+  static void detach_inputs(const c10::StorageImpl* mem);
 
   // While a torch.compile capture is open (tracer/capture.h): the input just
   // added holds a random draw, which each run of the captured program draws

@@ -13,6 +13,7 @@
 #include "tracer/capture_set.h"
 #include "tracer/device_call.h"
 #include "tracer/lazyjit.h"
+#include "tracer/shared_storage.h"
 #include "tracer/streams.h"
 
 namespace py = pybind11;
@@ -233,6 +234,22 @@ PYBIND11_MODULE(_C, m) {
   m.def("stop_trace", [] {
     py::gil_scoped_release nogil;
     lazyjit::stop_trace();
+  });
+  // Lazyjit storages in shared memory (tracer/shared_storage.h; _pickle.py
+  // moves them there and sends them). Tensors stand for storages: `t` a
+  // lazyjit tensor over the storage, `shm` a uint8 CPU tensor over the block.
+  m.def("share_storage", [](const at::Tensor& t, const at::Tensor& shm, bool keep) {
+    py::gil_scoped_release nogil;
+    lazyjit::tracer::share_storage(t, shm, keep);
+  });
+  m.def("shared_memory", [](const at::Tensor& t) -> py::object {
+    at::Tensor shm = lazyjit::tracer::shared_memory(t);
+    if (!shm.defined()) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(shm));
+  });
+  m.def("sync_shared_storages", [] {
+    py::gil_scoped_release nogil;
+    lazyjit::tracer::sync_shared_storages();
   });
   // torch.lazyjit's functions that take a device (device_module.py): an index
   // other than the device's raises as set_device does.
