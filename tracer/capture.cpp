@@ -133,13 +133,23 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
   };
   std::unordered_map<const tracer::LazyStorage*, size_t> arg_of;
   for (size_t k = 0; k < placeholders_.size(); ++k) arg_of[&tracer::storage_of(placeholders_[k])] = k;
+  std::vector<const CapturedGraph::ArgSpec*> specs;  // per tensor argument, as it came
+  for (const CapturedGraph::ArgSpec& a : g_->args_)
+    if (a.kind == CapturedGraph::ArgSpec::Tensor) specs.push_back(&a);
   for (const at::Tensor& t : outputs) {
     CapturedGraph::Output out;
     const tracer::LazyStorage& s = tracer::storage_of(t);
     auto arg = arg_of.find(&s);
-    if (arg != arg_of.end() && s.value == graph.inputs()[g_->arg_input_[arg->second]]) {
-      // A view of an argument the function did not write (x.t(), x[1:]): as in
-      // eager, a view of the caller's tensor, not a copy.
+    if (arg != arg_of.end() && t.is_same(placeholders_[arg->second]) &&
+        t.sizes().equals(specs[arg->second]->sizes) && t.strides().equals(specs[arg->second]->strides)) {
+      // The argument itself (return x, return x.mul_(2)): as in eager, the
+      // caller's tensor, the same object.
+      out.kind = CapturedGraph::Output::Arg;
+      out.index = arg->second;
+    } else if (arg != arg_of.end() && t.scalar_type() == placeholders_[arg->second].scalar_type()) {
+      // A view of an argument (x.t(), x[1:]), written or not: as in eager, a
+      // view of the caller's tensor, not a copy. What the function wrote into
+      // the argument is in its memory when run() returns (write_back_).
       out.kind = CapturedGraph::Output::ArgView;
       out.index = arg->second;
       out.sizes = t.sizes().vec();
@@ -217,6 +227,8 @@ bool CapturedGraph::writes_shared_argument(const std::vector<CaptureArg>& args) 
 std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<CaptureArg>& args) const {
   if (args.size() != args_.size()) return std::nullopt;
   runtime::Bindings b{fixed_inputs_, scalars_};
+  std::vector<const at::Tensor*> given;  // per tensor argument, the caller's tensor
+  given.reserve(arg_input_.size());
   size_t tensor = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec& spec = args_[i];
@@ -230,6 +242,7 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
         return std::nullopt;
       at::Tensor& in = b.inputs[arg_input_[tensor]];
       in = spec.flat ? t->as_strided({spec.span}, {1}, t->storage_offset()) : *t;
+      given.push_back(t);
       ++tensor;
     }
   }
@@ -265,6 +278,7 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
   for (const Output& o : outputs_) {
     if (o.kind == Output::Computed) result.push_back(r.outputs[o.index]);
     else if (o.kind == Output::Input) result.push_back(b.inputs[o.index]);
+    else if (o.kind == Output::Arg) result.push_back(*given[o.index]);
     else {
       const at::Tensor& arg = b.inputs[arg_input_[o.index]];
       result.push_back(arg.as_strided(o.sizes, o.strides, arg.storage_offset() + o.offset));
@@ -276,8 +290,14 @@ std::optional<std::vector<at::Tensor>> CapturedGraph::run(const std::vector<Capt
     if (stored[w] && r.outputs[out].is_same(arg))
       arg.unsafeGetTensorImpl()->bump_version();  // an in-place update, as copy_ counts it
     else {
+      // The output is the argument's memory (its storage's value): its elements
+      // in the order of the output's own strides are the argument's memory from
+      // its first element on, whatever the argument's strides (a transposed
+      // argument updated in place is written in memory order, as eager's
+      // kernel writes it).
       debug::Metrics::get().add(debug::Counter::ArgumentCopies);
-      arg.copy_(r.outputs[out]);
+      const at::Tensor& value = r.outputs[out];
+      arg.as_strided(value.sizes(), value.strides(), arg.storage_offset()).copy_(value);
     }
   }
   return result;

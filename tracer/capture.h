@@ -67,8 +67,13 @@ class CapturedGraph {
   std::vector<at::Tensor> fixed_inputs_;           // every graph input as bound while tracing
   std::vector<std::pair<size_t, std::function<at::Tensor()>>> redraws_;  // input, its draw
   std::vector<int64_t> scalars_;
+  // An output is computed (a graph output), a graph input returned as it is
+  // (a constant), or, as in eager, the caller's tensor argument itself (Arg:
+  // the function returned its argument, written or not) or a view of that
+  // argument's memory (ArgView: x.t(), x[1:], also after an in-place update of
+  // x, which run() writes into the argument before it returns).
   struct Output {
-    enum Kind { Computed, Input, ArgView } kind = Computed;
+    enum Kind { Computed, Input, ArgView, Arg } kind = Computed;
     size_t index = 0;  // its graph output, graph input, or tensor argument
     std::vector<int64_t> sizes, strides;  // ArgView: the view of the argument's elements
     int64_t offset = 0;

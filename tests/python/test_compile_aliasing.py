@@ -1,7 +1,9 @@
 """torch.compile(backend="lazyjit") with arguments that are views of one buffer
 (python/lazyjit/dynamo.py, tracer/capture.cpp): a write through one argument is
-seen through the others, as in eager. Eager on copies of the same buffers is
-the oracle; grad and no-grad paths both."""
+seen through the others, as in eager, and what the function returns of its
+arguments (an argument, a view of one, written or not) is what eager returns: the
+caller's tensor, or a view of its memory with eager's strides and offset. Eager
+on copies of the same buffers is the oracle; grad and no-grad paths both."""
 import pytest
 import torch
 
@@ -162,3 +164,239 @@ def test_aliased_views_of_a_tensor_that_needs_grad():
             results.append((loss.detach(), base.detach(), leaf.grad))
         for want, got in zip(*results):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# Returned views (issue 56, item 3). Eager returns a view of the caller's
+# tensor when a function returns an argument, a view of one, or an argument it
+# wrote: the same values, sizes, strides and storage offset, over the caller's
+# memory, so that writing through it reaches the caller's buffer.
+
+
+def test_returned_argument_beside_a_written_view_of_its_base():
+    # Views of one buffer: AOTAutograd's synthetic base path.
+    def h(x, y):
+        x.add_(100)
+        return y
+
+    cf = torch.compile(h, backend="lazyjit")
+    for _ in range(3):
+        b = torch.arange(16.0)
+        out = cf(b.view(4, 4)[:, 1], b.view(4, 4)[:, 2])
+        torch.testing.assert_close(out, torch.tensor([2.0, 6.0, 10.0, 14.0]), rtol=0, atol=0)
+        assert (out.stride(), out.storage_offset()) == ((4,), 2)
+        assert out.data_ptr() == b.data_ptr() + 2 * b.element_size()
+
+
+def test_returned_written_argument_keeps_its_stride():
+    def f(x, y):
+        x.copy_(y)
+        return x
+
+    cf = torch.compile(f, backend="lazyjit")
+    for _ in range(3):
+        b = torch.arange(12.0)
+        out = cf(b[::2], b[1::2])
+        torch.testing.assert_close(out, torch.tensor([1.0, 3.0, 5.0, 7.0, 9.0, 11.0]), rtol=0, atol=0)
+        assert out.stride() == (2,) and out.data_ptr() == b.data_ptr()
+
+
+def test_in_place_update_of_a_transposed_argument_lands_in_memory_order():
+    def f(x, y):
+        x.mul_(2)
+
+    cf = torch.compile(f, backend="lazyjit")
+    for _ in range(3):
+        b = torch.arange(16.0)
+        cf(b.view(4, 4).t(), b[:4])
+        torch.testing.assert_close(b, torch.arange(16.0) * 2, rtol=0, atol=0)
+
+
+def _tensors(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _where(t, base, args):
+    """How `t` relates to the call's tensors: which argument it is (by identity),
+    whether its _base is the caller's buffer, and its offset into the buffer's
+    memory (None: another memory)."""
+    arg = next((i for i, a in enumerate(args) if t is a), None)
+    same_memory = t.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    return (arg, t._base is base, t.storage_offset() if same_memory else None)
+
+
+def _returns_and_writes_through(fn, size, views, grad):
+    """fn(*views(buffer)): per output (values, sizes, strides, where it lives),
+    the buffer after the call, and the buffer after writing through each
+    returned view."""
+    if grad == "requires_grad":
+        leaf = torch.zeros(size, requires_grad=True)
+        base = torch.arange(float(size)) + leaf  # a non-leaf: in-place updates allowed
+    else:
+        base = torch.arange(float(size))
+    args = views(base)
+    with torch.set_grad_enabled(grad != "no_grad"):
+        out = fn(*args)
+    seen = [(o.detach().clone(), o.shape, o.stride(), _where(o, base, args), o.requires_grad)
+            for o in _tensors(out)]
+    after = base.detach().clone()
+    grad_of_leaf = None
+    if grad == "requires_grad":  # gradients through the outputs and the updated buffer
+        loss = sum((o * torch.arange(1.0, o.numel() + 1).view(o.shape)).sum() for o in _tensors(out))
+        (loss + (base * torch.arange(float(size)).cos()).sum()).backward()
+        grad_of_leaf = leaf.grad
+    with torch.no_grad():
+        for k, o in enumerate(_tensors(out)):
+            o.add_(1000 * (k + 1))
+    return seen, after, base.detach().clone(), grad_of_leaf
+
+
+def ret_unwritten(x, y):
+    x.add_(100)
+    return y
+
+
+def ret_written(x, y):
+    x.mul_(3)
+    return x
+
+
+def ret_copied_into(x, y):
+    x.copy_(y * 2)
+    return x
+
+
+def ret_t_of_written(x, y):
+    x.add_(7)
+    return x.t()
+
+
+def ret_narrow_of_written(x, y):
+    x.sub_(5)
+    return x.narrow(0, 1, 2)
+
+
+def ret_diagonal_of_unwritten(x, y):
+    x.add_(100)
+    return y.diagonal()
+
+
+def ret_unsqueeze_of_written(x, y):
+    x.mul_(-1)
+    return x.unsqueeze(1)
+
+
+def ret_two_views_of_one(x, y):
+    x.add_(1)
+    return x[0], x.diagonal()
+
+
+def ret_written_and_its_view(x, y):
+    y.mul_(2)
+    return y, y[1:]
+
+
+def ret_view_of_unwritten_one_arg(x):
+    return x[1:].t()
+
+
+def ret_written_one_arg(x):
+    x.mul_(2)
+    return x
+
+
+def ret_diagonal_of_written_one_arg(x):
+    x.add_(10)
+    return x.diagonal()
+
+
+# (function, buffer size, the arguments as views of the buffer)
+RETURNS = [
+    (ret_unwritten, 16, lambda b: (b.view(4, 4)[:, 1], b.view(4, 4)[:, 2])),
+    (ret_unwritten, 16, lambda b: (b[:4], b.view(4, 4).t()[1])),
+    (ret_written, 16, lambda b: (b.view(4, 4).t(), b[:4])),  # a transposed base
+    (ret_written, 12, lambda b: (b[::2], b[1::2])),  # strided
+    (ret_copied_into, 12, lambda b: (b[::2], b[1::2])),
+    (ret_copied_into, 20, lambda b: (b[2:8], b[5:11])),  # offset
+    (ret_t_of_written, 24, lambda b: (b[4:].view(4, 5)[:, 1:4], b[:3])),
+    (ret_narrow_of_written, 16, lambda b: (b.view(4, 4).t(), b[4:8])),
+    (ret_diagonal_of_unwritten, 32, lambda b: (b[6:10], b[7:].as_strided((3, 3), (5, 1)))),
+    (ret_unsqueeze_of_written, 20, lambda b: (b[1::3], b[::3])),
+    (ret_two_views_of_one, 25, lambda b: (b.view(5, 5).t()[1:, 1:], b[:2])),
+    (ret_written_and_its_view, 12, lambda b: (b[:6], b[6::2])),
+    (ret_view_of_unwritten_one_arg, 24, lambda b: (b[3:19].view(4, 4).t(),)),
+    (ret_written_one_arg, 16, lambda b: (b.view(4, 4).t(),)),
+    (ret_written_one_arg, 20, lambda b: (b[3::2],)),
+    (ret_diagonal_of_written_one_arg, 26, lambda b: (b[1:].view(5, 5).t(),)),
+]
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "grad_enabled", "requires_grad"])
+@pytest.mark.parametrize("case", range(len(RETURNS)), ids=lambda i: f"{i}-{RETURNS[i][0].__name__}")
+def test_returned_views_of_arguments_match_eager(case, grad):
+    fn, size, views = RETURNS[case]
+    cf = torch.compile(fn, backend="lazyjit")
+    for call in range(3):  # the capture's call and the program's
+        want = _returns_and_writes_through(fn, size, views, grad)
+        got = _returns_and_writes_through(cf, size, views, grad)
+        want_outs, got_outs = want[0], got[0]
+        assert len(got_outs) == len(want_outs)
+        for k, (w, g) in enumerate(zip(want_outs, got_outs)):
+            torch.testing.assert_close(g[0], w[0], rtol=0, atol=0, msg=lambda m: f"call {call} output {k}: {m}")
+            assert g[1:] == w[1:], f"call {call} output {k}: (shape, stride, (argument, _base is buffer, " \
+                                   f"offset in buffer), requires_grad) {g[1:]} != eager's {w[1:]}"
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0, msg=lambda m: f"call {call} buffer: {m}")
+        torch.testing.assert_close(got[2], want[2], rtol=0, atol=0,
+                                   msg=lambda m: f"call {call} buffer after writing through the outputs: {m}")
+        torch.testing.assert_close(got[3], want[3], msg=lambda m: f"call {call} gradient: {m}")
+
+
+def _same_as_eager(fn, make, calls=3):
+    """fn on the arguments make() gives, eager and compiled: the outputs' values,
+    sizes, strides, offsets and memory, and the buffers after."""
+    cf = torch.compile(fn, backend="lazyjit")
+    for call in range(calls):
+        results = []
+        for f in (fn, cf):
+            buffers, args = make(call)
+            out = f(*args)
+            results.append(([(o.clone(), o.stride(), o.storage_offset(),
+                              [o.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in buffers])
+                             for o in _tensors(out)], [b.clone() for b in buffers]))
+        (want, want_buffers), (got, got_buffers) = results
+        for k, (w, g) in enumerate(zip(want, got)):
+            torch.testing.assert_close(g[0], w[0], rtol=0, atol=0, msg=lambda m: f"call {call} output {k}: {m}")
+            assert g[1:] == w[1:], f"call {call} output {k}: (stride, offset, in which buffer) {g[1:]} != {w[1:]}"
+        for w, g in zip(want_buffers, got_buffers):
+            torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"call {call} buffer: {m}")
+
+
+def test_view_of_a_written_offset_argument_beside_views_of_another_buffer():
+    # x and y share a buffer (a synthetic base); z is a view at an offset into
+    # a buffer of its own, written, and a view of it returned.
+    def f(x, y, z):
+        x.add_(1)
+        z.mul_(2)
+        return z[1:], y.t()
+
+    def make(call):
+        b, c = torch.arange(16.0), torch.arange(10.0)
+        return (b, c), (b.view(4, 4)[:, 1:3], b.view(4, 4)[1:3], c[2:8].view(2, 3))
+
+    with torch.no_grad():
+        _same_as_eager(f, make)
+
+
+def test_returned_views_of_shared_arguments_of_growing_sizes():
+    # Dynamo makes the sizes symbolic on the second size: the views' geometry
+    # is worked out per call.
+    def h(x, y):
+        x.add_(100)
+        return y, y[1:]
+
+    def make(call):
+        n = 4 + call
+        b = torch.arange(float(n * n))
+        return (b,), (b.view(n, n)[:, 1], b.view(n, n)[:, 2])
+
+    _same_as_eager(h, make, calls=4)
+    assert lazyjit.dynamo.stats()["calls"] == 4, lazyjit.dynamo.stats()
