@@ -3,12 +3,25 @@
 #include <algorithm>
 #include <mutex>
 
+#include <ATen/core/TensorBody.h>
+#include <c10/core/TensorImpl.h>
+
 #include "tracer/lazy_storage.h"
 #include "tracer/trace_context.h"
 
 namespace lazyjit {
 
 using tracer::TraceContext;
+
+namespace {
+// A tensor over `data`'s storage with this geometry (what as_strided gives,
+// without a dispatcher call; `data` never needs gradients).
+at::Tensor alias(const at::Tensor& data, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(data.storage()), data.key_set(), data.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return t;
+}
+}  // namespace
 
 bool has_pending_ops() {
   std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
@@ -28,7 +41,11 @@ std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
       continue;
     }
     ctx.prepare_write(t);
-    out.push_back(ctx.cpu_view(t, "torch.compile call on lazyjit tensors"));
+    tracer::LazyStorage& s = tracer::storage_of(t);
+    if (s.data.defined() && !s.lost && s.dtype == t.scalar_type() && !TraceContext::pending_owner(s))
+      out.push_back(alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset()));
+    else  // pending in another thread's graph, never written, or another dtype over its bytes
+      out.push_back(ctx.cpu_view(t, "torch.compile call on lazyjit tensors"));
   }
   return out;
 }
@@ -59,11 +76,13 @@ at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& arg
   bool simple = std::all_of(out.strides().begin(), out.strides().end(), [](int64_t s) { return s >= 0; });
   at::Tensor own = simple ? out : out.contiguous();
   if (!simple) span = own.numel();
-  at::Tensor flat = own.as_strided({span}, {1}, own.storage_offset());
   at::Tensor t = tracer::make_tensor(tracer::make_storage(span, own.scalar_type()), own.scalar_type(), own.sizes(),
                                      own.strides(), 0);
+  // A new storage: nothing records it, so its data is set as assign_data would.
+  tracer::LazyStorage& s = tracer::storage_of(t);
+  s.data = alias(own, {span}, {1}, own.storage_offset());
   std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
-  TraceContext::get().assign_data(t, flat);
+  s.owner = &TraceContext::get();
   return t;
 }
 

@@ -219,6 +219,14 @@ class LazyjitGraph:
         # Per output, the device type Dynamo expects it on (None: unknown), so
         # that a call on lazyjit tensors returns lazyjit tensors where eager would.
         self.out_devices = _output_devices(gm)
+        # Whether its arguments are lazyjit tensors (Dynamo guards on their
+        # devices): True, False, or None when the graph does not say.
+        devices = {v.device.type for n in gm.graph.nodes if n.op == "placeholder"
+                   for v in _values(n) if isinstance(v, torch.Tensor)}
+        self.on_device = True if "lazyjit" in devices else (False if devices else None)
+        # No output that eager gives on the CPU (a .cpu() in the graph): every
+        # tensor a call on the device returns is a lazyjit tensor.
+        self.lazy_outputs = _home() not in self.out_devices
         self.programs = _C.CaptureSet(MAX_CAPTURES)
         # Per capture (its tag in self.programs), how its outputs map to the
         # function's: None when every output is the program's, in order.
@@ -228,10 +236,20 @@ class LazyjitGraph:
         _stats["graphs"] += 1
 
     def __call__(self, args):
-        on_device = any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args)
+        on_device = self.on_device
+        if on_device is None:
+            on_device = any(isinstance(a, torch.Tensor) and a.device.type == "lazyjit" for a in args)
         if self.eager_reason is None:
             full = list(args) + self.attrs if self.attrs else args
             if on_device:
+                if self.lazy_outputs:  # the warm call: one C++ call binds, runs and wraps
+                    hit = self.programs.run_on_device(full)
+                    if hit:
+                        tag, out = hit
+                        _stats["calls"] += 1
+                        _stats["device_calls"] += 1
+                        template = self.templates[tag]
+                        return out if template is None else [out[t] if k else t for k, t in template]
                 out = self._call_on_device(full)
                 return self._record(args) if out is None else out
             out = self._run_captured(full)

@@ -40,6 +40,35 @@ const std::vector<std::string>& library_dirs() {
   return dirs;
 }
 
+// A call's arguments as the capture reads them: tensors, ints, floats by
+// their bits (as dynamo.py's _arg_key), anything else ignored.
+std::vector<lazyjit::CaptureArg> capture_args(const py::list& args) {
+  std::vector<lazyjit::CaptureArg> in;
+  in.reserve(args.size());
+  for (py::handle a : args) {
+    if (THPVariable_Check(a.ptr())) in.emplace_back(THPVariable_Unpack(a.ptr()));
+    else if (PyLong_Check(a.ptr())) in.emplace_back(static_cast<int64_t>(PyLong_AsLongLong(a.ptr())));
+    else if (PyFloat_Check(a.ptr())) {
+      double d = PyFloat_AsDouble(a.ptr());
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      in.emplace_back(bits);
+    } else in.emplace_back(std::monostate{});
+  }
+  return in;
+}
+// (tag, outputs) of the capture that fit, None when none did, or False when
+// one did but it writes an argument that shares memory with another (views
+// of one buffer): the caller runs the function another way.
+py::object hit_to_python(const std::optional<lazyjit::CaptureSet::Hit>& hit) {
+  if (!hit) return py::none();
+  if (hit->shared_writes) return py::bool_(false);
+  py::list l(hit->outputs.size());
+  for (size_t i = 0; i < hit->outputs.size(); ++i)
+    l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(hit->outputs[i]));
+  return py::make_tuple(hit->tag, l);
+}
+
 // file:line of the innermost Python frame outside torch and lazyjit.
 // Taking the GIL while Python finalizes ends the calling thread (pthread_exit):
 // a C++ thread (autograd's device thread, say) unwound that way through
@@ -264,38 +293,42 @@ PYBIND11_MODULE(_C, m) {
       return *c;
     }
   };
-  // A call's arguments as the capture reads them: tensors, ints, floats by
-  // their bits (as dynamo.py's _arg_key), anything else ignored. Returns
-  // (tag, outputs) of the capture that fits them, None when none does, or
-  // False when one does but it writes an argument that shares memory with
-  // another (views of one buffer): the caller runs the function another way.
+  // run: a call's arguments, the tag and outputs of the capture that fits them.
   py::class_<lazyjit::CaptureSet>(m, "CaptureSet")
       .def(py::init<size_t>())
       .def("run",
            [](lazyjit::CaptureSet& set, const py::list& args) -> py::object {
-             std::vector<lazyjit::CaptureArg> in;
-             in.reserve(args.size());
-             for (py::handle a : args) {
-               if (THPVariable_Check(a.ptr())) in.emplace_back(THPVariable_Unpack(a.ptr()));
-               else if (PyLong_Check(a.ptr())) in.emplace_back(static_cast<int64_t>(PyLong_AsLongLong(a.ptr())));
-               else if (PyFloat_Check(a.ptr())) {
-                 double d = PyFloat_AsDouble(a.ptr());
-                 int64_t bits;
-                 std::memcpy(&bits, &d, sizeof bits);
-                 in.emplace_back(bits);
-               } else in.emplace_back(std::monostate{});
-             }
+             std::vector<lazyjit::CaptureArg> in = capture_args(args);
              std::optional<lazyjit::CaptureSet::Hit> hit;
              {
                py::gil_scoped_release nogil;
                hit = set.run(in);
              }
-             if (!hit) return py::none();
-             if (hit->shared_writes) return py::bool_(false);
-             py::list l(hit->outputs.size());
-             for (size_t i = 0; i < hit->outputs.size(); ++i)
-               l[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(hit->outputs[i]));
-             return py::make_tuple(hit->tag, l);
+             return hit_to_python(hit);
+           })
+      // The same on lazyjit tensors (tracer/device_call.h): the arguments'
+      // data are bound (after what the thread recorded has run), and the
+      // outputs come back as lazyjit tensors.
+      .def("run_on_device",
+           [](lazyjit::CaptureSet& set, const py::list& args) -> py::object {
+             std::vector<lazyjit::CaptureArg> in = capture_args(args);
+             std::vector<at::Tensor> lazy;
+             std::vector<size_t> at_;
+             for (size_t i = 0; i < in.size(); ++i)
+               if (auto* t = std::get_if<at::Tensor>(&in[i])) {
+                 lazy.push_back(*t);
+                 at_.push_back(i);
+               }
+             std::optional<lazyjit::CaptureSet::Hit> hit;
+             {
+               py::gil_scoped_release nogil;
+               std::vector<at::Tensor> data = lazyjit::data_views(lazy);
+               for (size_t k = 0; k < at_.size(); ++k) in[at_[k]] = data[k];
+               hit = set.run(in);
+               if (hit && !hit->shared_writes)
+                 for (at::Tensor& o : hit->outputs) o = lazyjit::lazy_result(o, lazy, data);
+             }
+             return hit_to_python(hit);
            })
       .def("add", &lazyjit::CaptureSet::add)
       .def("__len__", &lazyjit::CaptureSet::size);
