@@ -187,3 +187,36 @@ def test_factories_in_the_graph_make_lazyjit_tensors():
     assert a.device.type == DEV and b.device.type == DEV
     torch.testing.assert_close(a.cpu(), f(x)[0])
     torch.testing.assert_close(b.cpu(), torch.ones(2))
+
+
+def _add_to_x_return_y(x, y):
+    x.add_(100)
+    return y
+
+
+def _copy_return_x(x, y):
+    x.copy_(y)
+    return x
+
+
+def _scale_x_sum_both(x, y):
+    x.mul_(2)
+    return x.sum() + y.sum()
+
+
+@pytest.mark.parametrize("fn,views", [
+    (_add_to_x_return_y, lambda b: (b.view(4, 4)[:, 1], b.view(4, 4)[:, 2])),
+    (_copy_return_x, lambda b: (b[::2], b[1::2])),
+    (_scale_x_sum_both, lambda b: (b.view(4, 4).t(), b[:4])),
+])
+def test_arguments_that_are_views_of_one_device_buffer(fn, views):
+    """Views of one lazyjit buffer as arguments (AOTAutograd's synthetic base):
+    values, strides and the buffer as eager leaves them, run as programs."""
+    b = torch.arange(16.0)
+    be, bl = b.clone(), b.to(DEV)
+    want = fn(*views(be))
+    got = compiled(fn)(*views(bl))
+    assert got.device.type == DEV and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(bl.cpu(), be)
+    assert lazyjit.dynamo.stats()["device_calls"] == 1
