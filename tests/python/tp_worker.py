@@ -46,8 +46,10 @@ def counters():
     if MODE != "lazyjit":
         return {}
     m = lazyjit.metrics()
+    dynamo_stats = sys.modules["lazyjit.dynamo"].stats() if "lazyjit.dynamo" in sys.modules else {}
     return {k: m[k] for k in ("compiles", "graphs_executed", "syncs", "cache_misses")} | {
-        "collectives": sum(v["count"] for v in lazyjit.distributed.collectives().values())}
+        "collectives": sum(v["count"] for v in lazyjit.distributed.collectives().values()),
+        "device_calls": dynamo_stats.get("device_calls", 0)}
 
 
 def part_hf(out, outdir):
