@@ -46,6 +46,10 @@ void CollectivesInFlight::wait_read(const ir::Graph& g, const std::vector<ir::Va
   }
 }
 
+bool CollectivesInFlight::holds(ir::ValueId v) const {
+  return std::find(values_.begin(), values_.end(), v) != values_.end();
+}
+
 void CollectivesInFlight::wait_all(std::vector<at::Tensor>& env, int64_t step) {
   size_t done = 0;
   try {

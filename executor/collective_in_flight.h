@@ -29,6 +29,8 @@ class CollectivesInFlight {
   // stay: values() are the results then in flight.
   void wait_all(std::vector<at::Tensor>& env, int64_t step = -1);
   const std::vector<ir::ValueId>& values() const { return values_; }
+  // Whether `v` is the result of a collective still in flight.
+  bool holds(ir::ValueId v) const;
   void clear() { values_.clear(); }
 
  private:

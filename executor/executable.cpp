@@ -109,9 +109,13 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       }
     }
     if (after && skip < 0) after(si, env);
-    // The buffer plan: results no later step reads go back to the pool now.
+    // The buffer plan: results no later step reads go back to the pool now,
+    // but for a collective's still in flight (one whose result nothing reads,
+    // run for its effect on the other processes): the end of the run waits
+    // for it, and the transport writes its buffer until then.
     if (si < p.plan.frees.size())
-      for (ir::ValueId v : p.plan.frees[si]) env[v].reset();
+      for (ir::ValueId v : p.plan.frees[si])
+        if (in_flight.empty() || !in_flight.holds(v)) env[v].reset();
   }
   try {
     in_flight.wait_all(env);

@@ -1,6 +1,7 @@
 #include "graph_ir/graph.h"
 
 #include "graph_ir/attr_hash.h"
+#include "graph_ir/effects.h"
 
 #include <algorithm>
 #include <cstring>
@@ -386,10 +387,26 @@ std::string Graph::verify() const {
 
 std::vector<bool> live_nodes(const Graph& g) { return live_nodes(g, g.outputs()); }
 
+bool has_effects(const Node& n) {
+  if (n.kind != OpKind::Aten || n.attrs.empty()) return false;
+  const auto* name = std::get_if<std::string>(&n.attrs[0].value);
+  return name && name->find("c10d::") != std::string::npos;
+}
+
+bool holds_effects(const Graph& g) {
+  for (const Node& n : g.nodes())
+    if (has_effects(n)) return true;
+  return false;
+}
+
+// Live: what an output (or root) reads, and every node with effects
+// (effects.h) with what it reads.
 std::vector<bool> live_nodes(const Graph& g, const std::vector<ValueId>& roots) {
   std::vector<bool> live(g.nodes().size(), false);
   std::vector<uint32_t> work;
   for (ValueId v : roots) work.push_back(g.value(v).node);
+  for (uint32_t n = 0; n < g.nodes().size(); ++n)
+    if (has_effects(g.nodes()[n])) work.push_back(n);
   while (!work.empty()) {
     uint32_t n = work.back();
     work.pop_back();

@@ -1,5 +1,6 @@
 #include "lowering/passes.h"
 
+#include "graph_ir/effects.h"
 #include "lowering/gemm_epilogue.h"
 #include "lowering/graph_rewriter.h"
 
@@ -168,6 +169,12 @@ Graph eliminate_common_subexpressions(const Graph& g, ValueMap* map) {
   for (uint32_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (is_source(n.kind)) continue;
+    // Two equal collectives are two collectives: each pairs with one of the
+    // other processes' (ir::has_effects).
+    if (ir::has_effects(n)) {
+      rw.copy(n);
+      continue;
+    }
     std::pair<OpKind, std::vector<ValueId>> key{n.kind, rw.operands(n)};
     auto& bucket = seen[key];
     const Node* same = nullptr;

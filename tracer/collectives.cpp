@@ -5,9 +5,13 @@
 // one of the ops `lazyjit_c10d::*`, whose CPU kernel (collectives_cpu.cpp) runs
 // it on the process group's CPU backend (Gloo), then waits for it. So the work
 // before and after a collective stays in one compiled program, and the
-// executor runs the program's library steps in recorded order, which is the
-// order every rank issues its collectives in (the same code records the same
-// graph on every rank).
+// executor runs the program's library steps in recorded order: the order this
+// rank's code issued its collectives in. A collective is never dead code
+// (ir::has_effects, graph_ir/effects.h): it runs at the next sync whether or not
+// anything reads its result, so a rank that drops one (a metric only rank 0
+// prints, an exception caught after an all_reduce, a send, a rank that is not
+// a gather's root) still runs it, and every later collective pairs with the
+// other ranks' as in eager. No graph pass merges two equal collectives.
 //
 // Two ways in:
 // - `_c10d_functional::*` on lazyjit tensors (torch.distributed's functional
@@ -51,29 +55,6 @@ using torch::jit::Stack;
 namespace {
 
 constexpr const char* kSupportedReduceOps = "sum, avg, product, min, max, band, bor, bxor";
-
-// Results held until a sync has run them (keep_until_run).
-std::vector<at::Tensor>& kept() {
-  static auto* k = new std::vector<at::Tensor>;  // never destroyed: lazyjit tensors outlive static destruction
-  return *k;
-}
-
-// Holds `t`, a collective's result, until a sync has run it; drops those
-// already run. A graph pass drops a node whose result no tensor keeps: alike on
-// every rank for a collective every rank reads (an all_reduce), but a gather's
-// result is read at its root only, a send's by no one, a scatter's or a recv's
-// may be dropped where a rank ignores it. Dropped on some ranks only, the
-// collective would pair with another one of those ranks (a wrong answer or a
-// hang); held, it runs on every rank that recorded it. The price: its result
-// is one more output of the program, held until the next collective is recorded.
-// Hold TraceContext::mutex().
-void keep_until_run(const at::Tensor& t) {
-  auto& k = kept();
-  k.erase(std::remove_if(k.begin(), k.end(),
-                         [](const at::Tensor& x) { return TraceContext::pending_owner(storage_of(x)) == nullptr; }),
-          k.end());
-  if (t.defined() && is_lazy(t) && TraceContext::pending_owner(storage_of(t))) k.push_back(t);
-}
 
 }  // namespace
 
@@ -163,7 +144,7 @@ std::vector<int64_t> scaled_dim0(const at::Tensor& t, int64_t num, int64_t den, 
   return s;
 }
 
-at::Tensor record_collective(const char* op_name, Stack args, at::IntArrayRef sizes, bool keep) {
+at::Tensor record_collective(const char* op_name, Stack args, at::IntArrayRef sizes) {
   const c10::OperatorHandle& op = handle(op_name);
   at::Tensor in = args.at(0).toTensor();
   check_lazy(in, op_name);
@@ -182,9 +163,7 @@ at::Tensor record_collective(const char* op_name, Stack args, at::IntArrayRef si
   const auto first = static_cast<uint32_t>(ctx.graph().nodes().size());
   record_aten(op, op_info(op), args, args, meta_rets, &out);  // op_info(op).name is op_name
   if (TraceContext::wants_op_origins()) ctx.note_op_nodes(first, op_name);
-  at::Tensor r = out.at(0).toTensor();
-  keep_until_run(keep ? r : at::Tensor());
-  return r;
+  return out.at(0).toTensor();
 }
 
 // Runs _c10d_functional op `name` on `args` and, unless `start_only`, waits for
@@ -268,7 +247,7 @@ at::Tensor scatter(const at::Tensor& chunks, int64_t src, const std::string& gro
   check_rank(src, group, "scatter", "source");
   TORCH_CHECK(chunks.dim() >= 1 && chunks.size(0) == group_size_of(group), "lazyjit: scatter: ",
               chunks.dim() ? chunks.size(0) : 0, " chunks for a group of ", group_size_of(group));
-  return record_collective("lazyjit_c10d::scatter", {chunks, src, group}, chunks.sizes().slice(1), /*keep=*/true);
+  return record_collective("lazyjit_c10d::scatter", {chunks, src, group}, chunks.sizes().slice(1));
 }
 
 at::Tensor gather(const at::Tensor& t, int64_t dst, const std::string& group) {
@@ -279,16 +258,16 @@ at::Tensor gather(const at::Tensor& t, int64_t dst, const std::string& group) {
     sizes = t.sizes().vec();
     sizes.insert(sizes.begin(), group_size_of(group));
   }
-  return record_collective("lazyjit_c10d::gather", {t, dst, group}, sizes, /*keep=*/true);
+  return record_collective("lazyjit_c10d::gather", {t, dst, group}, sizes);
 }
 
 at::Tensor reduce(const at::Tensor& t, const std::string& op, int64_t dst, const std::string& group) {
   check_lazy(t, "reduce");
   check_reduce_op(op, t);
   check_rank(dst, group, "reduce", "destination");
-  if (op != "avg") return record_collective("lazyjit_c10d::reduce", {t, op, dst, group}, t.sizes(), /*keep=*/true);
+  if (op != "avg") return record_collective("lazyjit_c10d::reduce", {t, op, dst, group}, t.sizes());
   at::Tensor sum =
-      record_collective("lazyjit_c10d::reduce", {t, std::string("sum"), dst, group}, t.sizes(), /*keep=*/true);
+      record_collective("lazyjit_c10d::reduce", {t, std::string("sum"), dst, group}, t.sizes());
   // The root's result is the average; elsewhere what the transport left, as before.
   return group_rank_of(group) == dst ? sum.div(group_size_of(group)) : sum;
 }
@@ -326,14 +305,14 @@ at::Tensor send(const at::Tensor& t, int64_t dst, int64_t tag, const std::string
   check_lazy(t, "send");
   check_rank(dst, group, "send", "destination");
   TORCH_CHECK(dst != group_rank_of(group), "lazyjit: send: destination rank ", dst, " is this rank");
-  return record_collective("lazyjit_c10d::send", {t, dst, tag, group}, {0}, /*keep=*/true);
+  return record_collective("lazyjit_c10d::send", {t, dst, tag, group}, {0});
 }
 
 at::Tensor recv(const at::Tensor& like, int64_t src, int64_t tag, const std::string& group) {
   check_lazy(like, "recv");
   check_rank(src, group, "recv", "source");
   TORCH_CHECK(src != group_rank_of(group), "lazyjit: recv: source rank ", src, " is this rank");
-  return record_collective("lazyjit_c10d::recv", {like, src, tag, group}, like.sizes(), /*keep=*/true);
+  return record_collective("lazyjit_c10d::recv", {like, src, tag, group}, like.sizes());
 }
 
 }  // namespace lazyjit::tracer::collectives

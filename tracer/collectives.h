@@ -36,9 +36,9 @@ std::vector<int64_t> scaled_dim0(const at::Tensor& t, int64_t num, int64_t den, 
 
 // Records collective `op_name` (a lazyjit_c10d op) on `args` (its first one the
 // lazyjit input) with a result of `sizes` (the input's dtype), and returns the
-// result; in step mode runs it at once. `keep`: the result is held until a
-// sync has run it (keep_until_run).
-at::Tensor record_collective(const char* op_name, torch::jit::Stack args, at::IntArrayRef sizes, bool keep = false);
+// result; in step mode runs it at once. The node is never dead code
+// (ir::has_effects): it runs at the next sync whether or not its result is read.
+at::Tensor record_collective(const char* op_name, torch::jit::Stack args, at::IntArrayRef sizes);
 
 // Runs _c10d_functional op `name` on `args` and, unless `start_only`, waits for
 // it; the time is counted under "collective <what>".
@@ -61,7 +61,7 @@ at::Tensor reduce(const at::Tensor& t, const std::string& op, int64_t dst, const
 // the rows each rank sent here, `out_splits` of them (empty lists: even splits).
 at::Tensor all_to_all_single(const at::Tensor& t, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
                              const std::string& group);
-// Sends `t` to `dst`; the result is an empty [0] (the send, kept until run).
+// Sends `t` to `dst`; the result is an empty [0] (nothing reads it: the send runs at the next sync).
 at::Tensor send(const at::Tensor& t, int64_t dst, int64_t tag, const std::string& group);
 // What `src` sent, shaped as `like` (whose values are not read).
 at::Tensor recv(const at::Tensor& like, int64_t src, int64_t tag, const std::string& group);

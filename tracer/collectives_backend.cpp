@@ -2,10 +2,17 @@
 // `dist.scatter`, DDP's reducer, DTensor's mesh_scatter, FSDP2's all-gathers)
 // on lazyjit tensors, in a process group made by python/lazyjit/distributed.py.
 // Each call records its collective (tracer/collectives.h) and copies the result
-// into the tensors in place (recorded too). Its Work objects are complete at
+// into the tensors in place (recorded too). A collective's Work is complete at
 // once: the values are pending in the graph, and reading them syncs it as with
-// any lazyjit tensor. `recvAnysource` is not supported (c10d's error names it):
-// which rank sends is only known once the program runs.
+// any lazyjit tensor; the collective runs at the next sync whether or not they
+// are read. A send's or a receive's Work runs the graph it was recorded in when
+// waited for (wait(), is_completed()), as eager's returns once the transfer is
+// done: `dist.send`, `dist.recv` and `isend(...).wait()` move the data there,
+// so a peer that receives or sends on CPU tensors, or enters a barrier, meets
+// it. A barrier runs what was recorded first, through either backend (here,
+// and python/lazyjit/distributed.py for c10d's barrier on the CPU backend).
+// `recvAnysource` is not supported (c10d's error names it): which rank sends
+// is only known once the program runs.
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
@@ -16,8 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "graph_ir/effects.h"
 #include "tracer/collectives.h"
+#include "tracer/lazy_storage.h"
 #include "tracer/lazyjit.h"
+#include "tracer/trace_context.h"
 
 namespace lazyjit::tracer::collectives {
 namespace {
@@ -60,6 +70,53 @@ class RecordedWork : public c10d::Work {
   std::vector<at::Tensor> result_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
+
+// Runs the pending graph of the calling thread when it holds a collective or a
+// point-to-point op (what a barrier must see done first); `why` is the sync's
+// reason in the metrics.
+void run_recorded(const char* why) {
+  const std::string site = TraceContext::call_site();  // before the lock: it takes the GIL
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  TraceContext& ctx = TraceContext::get();
+  if (ir::holds_effects(ctx.graph())) ctx.sync(why, site);
+}
+
+// A send's or a receive's (alone, or the end of a batch_isend_irecv): waiting
+// for it runs the graph it was recorded in, if that has not run yet (`point`
+// names that graph as an event's point does, tracer/streams.cpp), with
+// everything recorded before it: the transfer is done when wait() returns, as
+// for CPU tensors. is_completed() does the same (a loop polling it ends).
+class PointToPointWork : public RecordedWork {
+ public:
+  PointToPointWork(std::vector<at::Tensor> result, c10d::OpType type, TraceContext* recorded_in)
+      : RecordedWork(std::move(result), type) {
+    std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+    if (recorded_in && recorded_in->has_pending()) recorded_in->mark_pending(point_);
+  }
+  bool isCompleted() override {
+    run();
+    return true;
+  }
+  bool wait(std::chrono::milliseconds) override {
+    run();
+    return true;
+  }
+
+ private:
+  void run() {
+    const std::string site = TraceContext::call_site();
+    std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+    if (TraceContext* owner = TraceContext::pending_owner(point_)) owner->sync("wait() on a send or recv", site);
+  }
+  LazyStorage point_{0, at::kByte, 0};
+};
+
+// The context whose pending graph holds `t` (a collective's result just
+// recorded), or null when it already ran (step mode).
+TraceContext* recorded_in(const at::Tensor& t) {
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  return TraceContext::pending_owner(storage_of(t));
+}
 
 class LazyjitBackend : public c10d::Backend {
  public:
@@ -241,25 +298,32 @@ class LazyjitBackend : public c10d::Backend {
     return done(outputs, c10d::OpType::ALLTOALL);
   }
 
-  // Recorded as any collective (programs start them in recorded order; their
-  // results are kept until run, tracer/collectives.cpp).
+  // Recorded as any collective (programs start them in recorded order, never
+  // dropped); waiting for the Work runs them (PointToPointWork).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "lazyjit: send: one tensor, got ", tensors.size());
-    collectives::send(tensors[0], dst, tag, group());
-    return done(tensors, c10d::OpType::SEND);
+    at::Tensor r = collectives::send(tensors[0], dst, tag, group());
+    return point_to_point(tensors, c10d::OpType::SEND, r);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "lazyjit: recv: one tensor, got ", tensors.size());
-    tensors[0].copy_(collectives::recv(tensors[0], src, tag, group()));
-    return done(tensors, c10d::OpType::RECV);
+    at::Tensor r = collectives::recv(tensors[0], src, tag, group());
+    tensors[0].copy_(r);
+    return point_to_point(tensors, c10d::OpType::RECV, r);
   }
 
   // Coalescing (c10d's _coalescing_manager, batch_isend_irecv): the ops between
   // start and end are recorded one by one as they come, and the program runs
-  // them in that order; there is nothing to launch at the end.
-  void startCoalescing() override {}
-  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return done({}, c10d::OpType::COALESCED); }
+  // them in that order; there is nothing to launch at the end. With a send or
+  // a receive among them, waiting for the end's Work runs them.
+  void startCoalescing() override { coalesced_in_ = nullptr; }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    TraceContext* in = coalesced_in_;
+    coalesced_in_ = nullptr;
+    if (in) return c10::make_intrusive<PointToPointWork>(std::vector<at::Tensor>{}, c10d::OpType::COALESCED, in);
+    return done({}, c10d::OpType::COALESCED);
+  }
 
   // Everything recorded runs first (its collectives included), then the
   // group's CPU backend (Gloo) holds the barrier.
@@ -280,7 +344,19 @@ class LazyjitBackend : public c10d::Backend {
   static c10::intrusive_ptr<c10d::Work> done(std::vector<at::Tensor> tensors, c10d::OpType type) {
     return c10::make_intrusive<RecordedWork>(std::move(tensors), type);
   }
+  // The Work of a send or a receive whose node's result is `r`.
+  c10::intrusive_ptr<c10d::Work> point_to_point(std::vector<at::Tensor> tensors, c10d::OpType type,
+                                                const at::Tensor& r) {
+    TraceContext* in = recorded_in(r);
+    if (in) coalesced_in_ = in;  // outside coalescing, reset by the next startCoalescing
+    return c10::make_intrusive<PointToPointWork>(std::move(tensors), type, in);
+  }
+
+  // Where the sends and receives since startCoalescing were recorded, if any.
+  TraceContext* coalesced_in_ = nullptr;
 };
+
+void run_recorded_collectives() { run_recorded("a barrier (collectives recorded before it run first)"); }
 
 // Gives process group `pg` (made by python/lazyjit/distributed.py, with Gloo
 // for the CPU) the lazyjit backend for the lazyjit device.
@@ -292,4 +368,10 @@ void install_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
 }  // namespace
 }  // namespace lazyjit::tracer::collectives
 
-TORCH_LIBRARY_FRAGMENT(lazyjit_c10d, m) { m.def("install_backend", lazyjit::tracer::collectives::install_backend); }
+TORCH_LIBRARY_FRAGMENT(lazyjit_c10d, m) {
+  m.def("install_backend", lazyjit::tracer::collectives::install_backend);
+  // Runs the calling thread's pending graph when it holds a collective or a
+  // point-to-point op: python/lazyjit/distributed.py calls it before c10d's
+  // barrier(), monitored_barrier() and destroy_process_group().
+  m.def("run_recorded_collectives", lazyjit::tracer::collectives::run_recorded_collectives);
+}

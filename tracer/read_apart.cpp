@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "debug/metrics.h"
+#include "graph_ir/effects.h"
 
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
@@ -28,14 +29,6 @@ namespace {
 // (operands and results, summed over its ops).
 constexpr size_t kMaxOps = 64;
 constexpr int64_t kMaxElements = int64_t{1} << 17;
-
-bool has_effects(const ir::Node& n) {
-  if (n.kind != OpKind::Aten) return false;
-  const std::string& name = std::get<std::string>(n.attrs[0].value);
-  // Collectives (lazyjit_c10d::*, _c10d_functional::*) talk to other
-  // processes: each must run once, in program order.
-  return name.find("c10d") != std::string::npos;
-}
 }  // namespace
 
 std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
@@ -62,7 +55,9 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
     part[n] = true;
     if (source(n)) continue;
     const ir::Node& node = g.nodes()[n];
-    if (has_effects(node) || ++ops > kMaxOps) return std::nullopt;
+    // A collective (ir::has_effects) talks to other processes: it runs once,
+    // in program order, with the rest of the graph.
+    if (ir::has_effects(node) || ++ops > kMaxOps) return std::nullopt;
     for (ValueId v : node.outputs) elements += g.value(v).type.numel();
     for (ValueId v : node.operands) {
       elements += g.value(v).type.numel();

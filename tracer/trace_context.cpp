@@ -11,6 +11,7 @@
 #include "debug/metrics.h"
 #include "debug/trace.h"
 #include "bridge/aten_ir.h"
+#include "graph_ir/effects.h"
 #include "graph_ir/node_name.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
@@ -295,7 +296,9 @@ void TraceContext::run_pending(const std::string& reason, const std::string& sit
   refuse_in_strict_region(reason, site);
   const ir::Graph::OutputMark mark = graph_->output_mark();
   Results results = choose_outputs();
-  if (results.empty()) {
+  // Nothing to compute for a live tensor: the graph is dropped, unless it holds
+  // a collective, which runs whether or not anything reads it (ir::has_effects).
+  if (results.empty() && !ir::holds_effects(*graph_)) {
     reset();
     return;
   }

@@ -22,12 +22,15 @@ device: c10d's eager API (``all_reduce``, ``all_gather``,
 ``all_to_all_single``, ``send``/``recv``, coalesced calls, ``barrier``),
 DistributedDataParallel's reducer and DTensor reach it; so do the functional
 collectives (``torch.distributed._functional_collectives``) on lazyjit
-tensors. The results of rooted and point-to-point collectives are held until
-a sync has run them, so that a rank that drops them still runs them
-(docs/distributed.md). Works return complete: their tensors hold pending values
-of the graph, and reading one syncs as reading any lazyjit tensor does.
-``barrier(device_ids=[0])`` (the lazyjit device's) runs what was recorded
-first; a plain ``barrier()`` goes to Gloo (c10d picks the CPU backend).
+tensors. A collective or point-to-point op is never dead code: it runs at the
+next sync, in the order the program issued it, whether or not its result is
+read, so a rank that drops a result still pairs with the others
+(docs/distributed.md). A collective's Work returns complete: its tensors hold
+pending values of the graph, and reading one syncs as reading any lazyjit
+tensor does. Waiting for a send's or a receive's Work runs it, as for CPU
+tensors. ``barrier()``, ``monitored_barrier()`` and
+``destroy_process_group()`` first run what was recorded when it holds a
+collective (a plain ``barrier()`` then goes to Gloo, which c10d picks for it).
 """
 from __future__ import annotations
 
@@ -95,6 +98,44 @@ def _patch_ddp() -> None:
     DDP.__init__ = __init__
 
 
+def _run_recorded_collectives() -> None:
+    """Runs the pending graph when it holds a collective or a point-to-point op."""
+    op = getattr(torch.ops.lazyjit_c10d, "run_recorded_collectives", None)
+    if op is not None:  # absent: lazyjit's library did not load, so nothing was recorded
+        op()
+
+
+def _patch_barriers() -> None:
+    """c10d sends a ``barrier()`` without ``device_ids`` (and every
+    ``monitored_barrier()``) straight to the group's CPU backend, Gloo: the
+    lazyjit backend never sees it. A collective or send recorded before it
+    would then run after it, at the next sync: a peer blocked in a receive on
+    CPU tensors, or waiting in a collective, would never see it. So these
+    first run what was recorded (when it holds a collective), as do
+    ``destroy_process_group()`` (the last chance for a collective nothing read)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in ("barrier", "monitored_barrier", "destroy_process_group"):
+        orig = getattr(c10d, name, None)
+        if orig is None or getattr(orig, "_lazyjit", False):
+            continue
+
+        def make(orig):
+            @functools.wraps(orig)
+            def wrapper(*args, **kwargs):
+                _run_recorded_collectives()
+                return orig(*args, **kwargs)
+
+            wrapper._lazyjit = True
+            return wrapper
+
+        w = make(orig)
+        setattr(c10d, name, w)
+        if getattr(dist, name, None) is orig:
+            setattr(dist, name, w)
+
+
 def _register() -> None:
     import torch.distributed as dist
 
@@ -102,6 +143,7 @@ def _register() -> None:
         return
     dist.Backend.register_backend("lazyjit", _create_backend, devices=["lazyjit"])
     _patch_ddp()
+    _patch_barriers()
 
 
 def collectives() -> dict:

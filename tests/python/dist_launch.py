@@ -19,9 +19,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(worker, out, parts=(), env_extra=None):
+def run_ranks(worker, out, parts=(), env_extra=None, timeout=300):
     """Each rank runs `worker` (a file in tests/python) with `out` and `parts` as
-    arguments; a rank that wrote nothing or reported an error fails the caller."""
+    arguments; a rank that wrote nothing or reported an error fails the caller,
+    as does a run longer than `timeout` seconds."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), LAZYJIT_CACHE="off",
                OMP_NUM_THREADS="1", LAZYJIT_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                TORCH_CPP_LOG_LEVEL="ERROR")
@@ -30,7 +31,7 @@ def run_ranks(worker, out, parts=(), env_extra=None):
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", os.path.join(HERE, worker),
            str(out), *parts]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     results = []
     for r in range(WORLD):
         path = out / f"rank{r}.json"

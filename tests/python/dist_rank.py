@@ -9,10 +9,14 @@ import traceback
 import torch.distributed as dist
 
 
-def run_rank(namespace, outdir, parts, backend="cpu:gloo,lazyjit:lazyjit", finish=None):
+def run_rank(namespace, outdir, parts, backend="cpu:gloo,lazyjit:lazyjit", finish=None, timeout=None):
     """Calls namespace["part_<p>"](rank, world, out) for each part, then `finish()`
-    when given; `out` goes to the rank's file even when a part raises."""
-    dist.init_process_group(backend)
+    when given; `out` goes to the rank's file even when a part raises. `timeout`:
+    the process group's (a timedelta; c10d's default, 30 minutes, when None)."""
+    if timeout is None:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {"rank": rank, "world": world}
     try:

@@ -63,9 +63,9 @@ def test_rooted_collectives_run_inside_one_program(ranks):
 
 
 def test_collectives_a_rank_drops_still_run_in_order(ranks):
-    # Rank 1 keeps nothing of its gather, reduce and send before its next sync; a graph
-    # pass would drop them there only, and rank 0's gather would meet rank 1's all_reduce.
-    # lazyjit holds such results until a sync has run them (tracer/collectives.cpp).
+    # Rank 1 keeps nothing of its gather, reduce and send before its next sync; dropped
+    # there only, rank 0's gather would meet rank 1's all_reduce. A collective is never
+    # dead code (graph_ir/effects.h); more cases: test_distributed_effects.py.
     for r in ranks:
         assert r["dropped"] is True, (r["rank"], r["dropped"])
 
