@@ -400,23 +400,33 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     if (!is_lazy(self)) return false;
     for (size_t i = s.size() - nargs + 1; i < s.size(); ++i)
       if (s[i].isTensor() && is_lazy(s[i].toTensor())) return false;
-    at::Tensor buf = at::empty(self.sizes(), self.options().device(data_device()));
+    // Drawn into a buffer of self's own sizes and strides, so that the kernel
+    // there fills it as it fills self's layout in eager: in memory order
+    // (TensorIterator orders dimensions by stride), and by the algorithm it
+    // picks for that layout (normal_ fills a contiguous tensor of 16 or more
+    // elements in chunks, any other one element by element; bernoulli_ and
+    // exponential_ draw a non-contiguous one through a contiguous temporary).
+    // A contiguous buffer would take the draws in logical order instead. The
+    // graph reads them contiguous. An expanded self raises eager's error here.
+    auto draw = [op](Stack args, at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& opts) {
+      at::Tensor b = at::empty_strided(sizes, strides, opts);
+      args[0] = b;
+      op.callBoxed(&args);
+      return b.contiguous();
+    };
     Stack cpu(s.end() - nargs, s.end());
-    cpu[0] = buf;
+    cpu[0] = c10::IValue();  // not self: a redraw must not keep it alive
+    const at::TensorOptions opts = self.options().device(data_device());
     if (ctx.capturing()) {
       // Drawn again, into a new buffer, each time the captured program runs.
+      at::Tensor buf = draw(cpu, self.sizes(), self.strides(), opts);
       ir::ValueId v = ctx.input(buf);
-      ctx.note_redraw([op, args = cpu, sizes = buf.sizes().vec(), opts = buf.options()]() mutable {
-        Stack st = args;
-        st[0] = at::empty(sizes, opts);
-        op.callBoxed(&st);
-        return st[0].toTensor();
+      ctx.note_redraw([draw, args = cpu, sizes = self.sizes().vec(), strides = self.strides().vec(), opts] {
+        return draw(args, sizes, strides, opts);
       });
-      op.callBoxed(&cpu);
       ctx.write(self, v);
     } else {
-      op.callBoxed(&cpu);
-      ctx.write(self, ctx.input(buf));
+      ctx.write(self, ctx.input(draw(cpu, self.sizes(), self.strides(), opts)));
     }
     s.erase(s.end() - nargs, s.end());
     s.push_back(self);
