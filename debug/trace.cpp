@@ -1,5 +1,7 @@
 #include "debug/trace.h"
 
+#include "debug/dump.h"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -150,9 +152,11 @@ bool write_all(FILE* f, std::string& chunk) {
 // Writes the trace file; the caller holds st.mu. Returns the events written, -1
 // (after a warning) when the file cannot be written.
 int64_t write_locked(State& st) {
-  FILE* f = std::fopen(st.path.c_str(), "w");
+  // As at the start: a FIFO or device put at the path since is refused, never waited on.
+  std::string why;
+  FILE* f = fopen_output_file(st.path, &why);
   if (!f) {
-    std::fprintf(stderr, "lazyjit: cannot write the trace to %s: %s\n", st.path.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "lazyjit: cannot write the trace to %s: %s\n", st.path.c_str(), why.c_str());
     return -1;
   }
   const pid_t pid = st.pid;
@@ -224,10 +228,12 @@ bool start_trace(const std::string& path, std::string* error) {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   stop_locked(st);
-  // Created now, so a path that cannot be written is said at the start, not at exit.
-  FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "w");
+  // Created now, so a path that cannot be written is said at the start, not at
+  // exit; what is not a regular file (a FIFO, which would block the open until
+  // a reader comes, a device, a directory) is refused (debug/dump.h).
+  std::string why = "an empty path";
+  FILE* f = path.empty() ? nullptr : fopen_output_file(path, &why);
   if (!f) {
-    std::string why = path.empty() ? std::string("an empty path") : std::strerror(errno);
     std::string msg = "cannot write the trace to " + (path.empty() ? std::string("\"\"") : path) + ": " + why;
     if (error) *error = msg;
     else std::fprintf(stderr, "lazyjit: warning: %s; tracing is off\n", msg.c_str());

@@ -5,6 +5,9 @@
 // What a sync does with them is runtime/pipeline.cpp.
 #include <ATen/Parallel.h>
 
+#include <atomic>
+#include <cstdio>
+
 #include "debug/trace.h"
 #include "executor/gemm.h"
 #include "executor/cuda/graph_replays.h"
@@ -17,10 +20,20 @@
 
 namespace lazyjit::runtime {
 
+namespace {
+std::atomic<Runtime*> g_started{nullptr};
+}
+
 Runtime& Runtime::get() {
-  static Runtime* rt = new Runtime(process_config());  // outlives static tensors
+  static Runtime* rt = [] {
+    auto* r = new Runtime(process_config());  // outlives static tensors
+    g_started.store(r, std::memory_order_release);
+    return r;
+  }();
   return *rt;
 }
+
+Runtime* Runtime::if_started() { return g_started.load(std::memory_order_acquire); }
 
 Runtime::Runtime(Config config) : config_(std::move(config)) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
@@ -59,7 +72,13 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   debug_nans_ = config_.debug_nans;
   check_graphs_ = config_.check_graphs;
   // LAZYJIT_TRACE: Chrome trace events, written at exit (debug/trace.h).
-  if (!config_.trace_file.empty() && debug::trace_path().empty()) debug::start_trace(config_.trace_file);
+  // A path that cannot be written, or is not a regular file (a FIFO would block
+  // the process until a reader comes), is one warning, and tracing stays off.
+  if (!config_.trace_file.empty() && debug::trace_path().empty()) {
+    std::string error;
+    if (!debug::start_trace(config_.trace_file, &error))
+      std::fprintf(stderr, "lazyjit: warning: LAZYJIT_TRACE: %s; tracing is off\n", error.c_str());
+  }
 }
 
 Runtime::~Runtime() = default;

@@ -76,6 +76,8 @@ class Runtime {
  public:
   // The process's runtime, configured from the environment on first use.
   static Runtime& get();
+  // The runtime if get() has made it, else nullptr (starts nothing).
+  static Runtime* if_started();
   explicit Runtime(Config config);
   ~Runtime();
 

@@ -177,14 +177,11 @@ std::string target() { return runtime::process_config().target; }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
 int64_t wait_for_compiles() { return runtime::Runtime::get().wait_for_compiles(); }
 void stop_background_compiles() {
-  // At exit: a runtime that cannot start (LAZYJIT_TARGET=cuda without a GPU)
-  // has nothing to stop; its error was raised where lazyjit was first used.
-  try {
-    runtime::Runtime::get();
-  } catch (const std::exception&) {
-    return;
-  }
-  runtime::Runtime::get().stop_background_compiles();
+  // At exit: a runtime never started (a process that only imported lazyjit, or
+  // one whose runtime could not start: LAZYJIT_TARGET=cuda without a GPU, its
+  // error raised where lazyjit was first used) has nothing to stop, and is not
+  // started now (its LAZYJIT_TRACE, LAZYJIT_CACHE_DIR, ... would be opened at exit).
+  if (runtime::Runtime* rt = runtime::Runtime::if_started()) rt->stop_background_compiles();
 }
 
 namespace {

@@ -168,7 +168,8 @@ def start_trace(path) -> None:
     each thread did: record (per op), cache key, cache hit or miss (and why),
     compile (per program and per kernel), execute (per kernel and library step),
     each sync with its reason and line. ``path`` is created now (``RuntimeError``
-    when it cannot be written); a trace already running is written out first.
+    when it cannot be written, or is not a regular file: a FIFO, a device, a
+    directory); a trace already running is written out first.
     The file is written by ``stop_trace()``, or at exit."""
     _C.start_trace(os.fspath(path))
 

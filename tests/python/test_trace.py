@@ -28,13 +28,14 @@ for i in range(3):
 '''
 
 
-def run_model(tmp_path, **env_extra):
+def run_model(tmp_path, _timeout=180, **env_extra):
     script = tmp_path / "model.py"
     script.write_text(MODEL)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off", "LAZYJIT_BACKGROUND_COMPILE": "off",
            "LAZYJIT_NUM_THREADS": "2", **env_extra}
+    # A timeout: a hang (a trace or dump path that blocks) fails the test.
     p = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=180)
+                       timeout=_timeout)
     line = MODEL.splitlines().index('    print(float(step(x).cpu()))  # the sync') + 1
     return p, f"{script}:{line}"
 
@@ -154,8 +155,122 @@ def test_unwritable_trace_path_warns_once(tmp_path):
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.split()) == 3
     said = [l for l in p.stderr.splitlines() if "trace" in l]
-    assert said == ["lazyjit: warning: cannot write the trace to /nonexistent-dir/sub/t.json: "
+    assert said == ["lazyjit: warning: LAZYJIT_TRACE: cannot write the trace to /nonexistent-dir/sub/t.json: "
                     "No such file or directory; tracing is off"], p.stderr
+
+
+def _trace_target(tmp_path, kind):
+    """A LAZYJIT_TRACE that is not a regular file, and what the warning says of it."""
+    if kind in ("fifo", "symlink to a fifo"):
+        fifo = tmp_path / "t.fifo"
+        os.mkfifo(fifo)  # nothing ever reads it: opening it to write would wait forever
+        if kind == "fifo":
+            return str(fifo), "it is a FIFO, not a regular file"
+        link = tmp_path / "link.json"
+        link.symlink_to(fifo)
+        return str(link), "it is a FIFO, not a regular file"
+    if kind == "directory":
+        return str(tmp_path), "it is a directory, not a regular file"
+    if kind in ("/dev/full", "/dev/null"):
+        return kind, "it is a device, not a regular file"
+    assert kind == "missing dir"
+    return str(tmp_path / "no" / "t.json"), "No such file or directory"
+
+
+TARGETS = ["fifo", "symlink to a fifo", "directory", "/dev/full", "/dev/null", "missing dir"]
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_trace_target_not_a_regular_file_is_refused(tmp_path, kind):
+    """A FIFO without a reader blocked the process at its first op; a target
+    that is not a regular file is one warning naming the switch and the path,
+    and the program runs on untraced. The timeout turns a hang into a failure."""
+    path, why = _trace_target(tmp_path, kind)
+    p, _ = run_model(tmp_path, LAZYJIT_TRACE=path, _timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.split()) == 3
+    said = [l for l in p.stderr.splitlines() if "trace" in l]
+    assert said == [f"lazyjit: warning: LAZYJIT_TRACE: cannot write the trace to {path}: {why}; "
+                    "tracing is off"], p.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink to a fifo"])
+def test_import_torch_with_a_fifo_trace_exits(tmp_path, kind):
+    """`import torch` alone loads lazyjit (autoload), whose exit handler used to
+    start the runtime, and so the trace: the process hung at exit on the FIFO.
+    A runtime never started is not started at exit."""
+    path, _ = _trace_target(tmp_path, kind)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
+    p = subprocess.run([sys.executable, "-c", "import torch, sys; print('lazyjit' in sys.modules)"],
+                       env={**env, "LAZYJIT_TRACE": path, "LAZYJIT_CACHE": "off"}, cwd="/",
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True"]
+    assert "trace" not in p.stderr, p.stderr
+
+
+def test_start_trace_refuses_a_fifo(tmp_path):
+    """lazyjit.start_trace / lazyjit.trace raise at once on a FIFO, as on any
+    target that is not a regular file, and the program goes on."""
+    fifo = tmp_path / "t.fifo"
+    os.mkfifo(fifo)
+    code = f"""
+import torch, lazyjit
+x = torch.ones(3).to("lazyjit")
+for start in (lambda: lazyjit.start_trace({str(fifo)!r}), lambda: lazyjit.trace({str(fifo)!r}).__enter__()):
+    try:
+        start()
+    except RuntimeError as e:
+        print(str(e))
+print(float((x * 2).sum().cpu()))
+"""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+           "LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_NUM_THREADS": "2"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    want = f"lazyjit.start_trace: cannot write the trace to {fifo}: it is a FIFO, not a regular file"
+    assert p.stdout.splitlines() == [want, want, "6.0"], p.stdout
+
+
+def test_trace_target_made_a_fifo_after_the_start(tmp_path):
+    """The trace is written at exit to the path it started with: a FIFO put
+    there since is refused then too, instead of waiting at exit for a reader."""
+    out = tmp_path / "t.json"
+    code = MODEL + f"""
+import os
+os.remove({str(out)!r})
+os.mkfifo({str(out)!r})
+"""
+    script = tmp_path / "swap.py"
+    script.write_text(code)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+           "LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_NUM_THREADS": "2", "LAZYJIT_TRACE": str(out)}
+    p = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    said = [l for l in p.stderr.splitlines() if "trace" in l]
+    assert said == [f"lazyjit: cannot write the trace to {out}: it is a FIFO, not a regular file"], p.stderr
+
+
+def test_dump_file_planted_as_a_fifo(tmp_path):
+    """LAZYJIT_DUMP writes files of known names (the program's key): one that
+    is a FIFO is one warning, not a wait for a reader."""
+    first = tmp_path / "d1"
+    p, _ = run_model(tmp_path, LAZYJIT_DUMP=str(first), LAZYJIT_DEBUG="0")
+    assert p.returncode == 0, p.stderr
+    names = sorted(os.listdir(first))
+    assert names
+    second = tmp_path / "d2"
+    second.mkdir()
+    for n in names:
+        os.mkfifo(second / n)
+    p, _ = run_model(tmp_path, LAZYJIT_DUMP=str(second), _timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.split()) == 3
+    said = [l for l in p.stderr.splitlines() if "cannot write dumps" in l]
+    assert len(said) == 1 and said[0].startswith("lazyjit: warning: cannot write dumps (LAZYJIT_DUMP"), p.stderr
+    assert f"{second}/" in said[0] and "it is a FIFO, not a regular file" in said[0], said
 
 
 def test_trace_context_manager(tmp_path):
