@@ -440,14 +440,23 @@ bool draw_at_trace_time(const c10::OperatorHandle& op, const std::string& name, 
     // As ATen's native_dropout_cpu: mask ~ Bernoulli(1 - p), out = x * mask / (1 - p)
     // (under the CUDA target drawn by the CUDA generator: not CUDA eager's
     // fused dropout draws, which no other op reproduces).
-    at::Tensor noise = at::empty(input.sizes(), input.options().device(data_device())).bernoulli_(1 - p);
+    // The mask is drawn as eager's CPU dropout draws it (ATen's _dropout_impl:
+    // empty_like(input).bernoulli_(1 - p)): in the input's own layout when that
+    // is dense (a transpose: its memory order), contiguous otherwise; the graph
+    // reads it contiguous.
+    auto draw_mask = [](at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& opts, double p) {
+      at::Tensor geometry = at::empty_strided(sizes, strides, opts.device(at::kMeta));
+      return at::empty_like(geometry, opts).bernoulli_(1 - p).contiguous();
+    };
+    const at::TensorOptions opts = input.options().device(data_device());
+    at::Tensor noise = draw_mask(input.sizes(), input.strides(), opts, p);
     at::Tensor lnoise = make_tensor(make_storage(noise.numel(), noise.scalar_type()), noise.scalar_type(),
                                     noise.sizes(), noise.strides(), 0);
     ctx.assign_data(lnoise, noise);
     if (ctx.capturing()) {
       ctx.read(lnoise);  // its input now, drawn again on each run of the captured program
-      ctx.note_redraw([sizes = noise.sizes().vec(), opts = noise.options(), p] {
-        return at::empty(sizes, opts).bernoulli_(1 - p);
+      ctx.note_redraw([draw_mask, sizes = input.sizes().vec(), strides = input.strides().vec(), opts, p] {
+        return draw_mask(sizes, strides, opts, p);
       });
     }
     double scale = p == 1 ? 0.0 : 1.0 / (1 - p);

@@ -149,3 +149,20 @@ def test_captured_redraw_keeps_the_order():
     for (gy, gx), (wy, wx) in zip(got, want):
         assert torch.equal(gy.cpu(), wy)
         assert torch.equal(gx.cpu(), wx)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_dropout_draws_its_mask_in_the_inputs_layout(layout):
+    """F.dropout on the CPU draws its mask as empty_like(input).bernoulli_(1 - p):
+    in the input's layout when dense (a transpose fills in memory order),
+    contiguous otherwise. On lazyjit (PrivateUse1 goes to native_dropout) the mask
+    was drawn contiguous: a transposed input got another mask."""
+    shape, fmt, view = LAYOUTS[layout]
+
+    def run(device):
+        torch.manual_seed(1)
+        x = _base(shape, fmt, device) + 1
+        y = torch.nn.functional.dropout(view(x), 0.5)
+        return y.cpu()
+
+    torch.testing.assert_close(run(DEV), run("cpu"), rtol=0, atol=0)
