@@ -180,3 +180,89 @@ def test_every_json_document_of_a_cache_command_has_dir(cache, tmp_path, redis_u
     assert sorted(e["key"] for e in remote_ls["entries"]) == cache["keys"]
     why = doc("--json", "why-miss", log)
     assert why["schema"] == "lazyjit-cache/why-miss/1" and why["log"] == str(log) and why["compiles"] == 1
+
+
+# --- lazyjit-cache on a terminal (issue 59, point 5) ---------------------------------------------------------------
+# An entry as a Hugging Face model writes one: its site deep in site-packages and
+# forty inputs (a layer's weights), whose SHAPES alone would run to hundreds of columns.
+WIDE_PROGRAM = r"""
+import torch, lazyjit
+ts = [torch.ones(i + 1, 3).to("lazyjit") for i in range(40)]
+total = ts[0].sum()
+for t in ts[1:]:
+    total = total + t.sum()
+print(total.cpu())
+"""
+
+
+@pytest.fixture(scope="module")
+def wide_cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wide")
+    src = root / "venv" / "lib" / "python3.11" / "site-packages" / "transformers" / "models" / "llama"
+    src.mkdir(parents=True)
+    (src / "modeling_llama.py").write_text(WIDE_PROGRAM)
+    d = root / "cache"
+    env = clean_env(PYTHONPATH=PYTHON_DIR, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=str(d),
+                    LAZYJIT_BACKGROUND_COMPILE="off", LAZYJIT_DYNAMIC="off", LAZYJIT_CACHE_SECRET=SECRET)
+    p = subprocess.run([sys.executable, str(src / "modeling_llama.py")], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return str(d)
+
+
+def tool_env(*args, **env):
+    p = subprocess.run([TOOL, *map(str, args)], capture_output=True, text=True, env=clean_env(**env), timeout=120)
+    assert p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_ls_fits_the_terminal_width_and_keeps_the_tail_of_long_sites(wide_cache, columns):
+    text = tool_env("ls", "--dir", wide_cache, COLUMNS=str(columns))
+    lines = text.splitlines()
+    assert lines[0].split()[0] == "KEY" and "SITE" in lines[0] and "SHAPES" in lines[0], text
+    for line in lines:
+        assert len(line) <= columns, (columns, len(line), line)
+    row = lines[1]
+    # Cut from the left: the file and line survive, the venv's prefix does not.
+    assert "modeling_llama.py:" in row and "…" in row and "site-packages/t…" not in row, row
+    # Forty shapes summarised: the first few, then how many more.
+    assert "f32[1,3]" in row and "more" in row and "f32[40,3]" not in row, row
+
+
+def test_ls_without_a_terminal_uses_a_default_width(wide_cache):
+    env = clean_env()
+    env.pop("COLUMNS", None)
+    p = subprocess.run([TOOL, "ls", "--dir", wide_cache], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 160 and lines[0].split()[:2] == ["KEY", "KIND"], p.stdout
+    # --json keeps every field whole.
+    entry = json.loads(tool_env("ls", "--json", "--dir", wide_cache))["entries"][0]
+    assert len(entry["inputs"]) == 40 and "python3.11/site-packages/transformers" in entry["site"], entry
+
+
+def test_stats_shows_the_limit_what_prune_reclaims_and_the_hit_rate(cache):
+    text = tool_env("stats", "--dir", cache["dir"], LAZYJIT_CACHE_MAX_BYTES="1M")
+    assert "limit" in text and "1.0 MiB" in text, text
+    assert "reclaimable" in text, text
+    assert "hits served" in text and "hit rate" in text, text
+    s = json.loads(tool_env("stats", "--json", "--dir", cache["dir"], LAZYJIT_CACHE_MAX_BYTES="1M"))
+    assert s["max_bytes"] == 1 << 20 and s["reclaimable_bytes"] == 0, s
+    # A limit below what is cached: prune would take the least recently used entries.
+    s = json.loads(tool_env("stats", "--json", "--dir", cache["dir"], LAZYJIT_CACHE_MAX_BYTES="1"))
+    assert s["max_bytes"] == 1 and s["reclaimable_bytes"] == s["bytes"] and s["reclaimable_entries"] == 2, s
+    text = tool_env("stats", "--dir", cache["dir"], LAZYJIT_CACHE_MAX_BYTES="1")
+    assert "prune --max-size" in text, text
+
+
+def test_import_of_entries_already_present_says_so(cache, tmp_path):
+    archive = tmp_path / "a.ljca"
+    tool("--dir", cache["dir"], "export", archive)
+    fresh = tmp_path / "fresh"
+    first = tool("--dir", fresh, "import", archive).stdout
+    assert "imported 2 new" in first and "0 already present" in first, first
+    again = tool("--dir", fresh, "import", archive).stdout
+    assert "imported 0 new, 2 already present" in again, again
+    out = doc("--json", "--dir", fresh, "import", archive)
+    assert out["imported"] == [] and sorted(out["already_present"]) == cache["keys"], out

@@ -13,7 +13,9 @@
 // cache::entry_file::decode (its key, and the secret if given), all before it
 // writes any; then publishes each with cache::DiskStore::put (tmp file, fsync,
 // rename), re-signing it with the importer's secret. Which entries count as
-// foreign: see foreign.h.
+// foreign: see foreign.h. An entry the cache already holds under its key, and
+// that passes the same checks there, is left as it is and counted as already
+// present (a damaged or wrongly signed one is replaced).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -107,6 +109,24 @@ int cmd_export(const Common& c, const std::string& file) {
   return 0;
 }
 
+namespace {
+// The cache holds a good entry under `key`: it decodes there, with the secret
+// if one is given.
+bool already_present(const CacheDir& cache, const std::string& key, const std::string& secret,
+                     const std::set<std::string>& host) {
+  std::string path = cache.entries + "/" + key + ".ljc";
+  if (::access(path.c_str(), F_OK) != 0) return false;
+  std::string bytes;
+  try {
+    bytes = read_whole_file(path);
+  } catch (const ToolError&) {
+    return false;
+  }
+  cache::entry_file::Decoded decoded;
+  return admission_refusal(bytes, key, secret, /*allow_foreign=*/true, "", host, &decoded).empty();
+}
+}  // namespace
+
 int cmd_import(const Common& c, const ImportOptions& o) {
   std::string bytes = read_whole_file(o.file);
   if (bytes.size() < 20 || bytes.compare(0, 8, kArchiveMagic, 8) != 0)
@@ -145,7 +165,7 @@ int cmd_import(const Common& c, const ImportOptions& o) {
                     1);
 
   std::set<std::string> host = host_cpu_flags();
-  json imported = json::array(), refused = json::array();
+  json imported = json::array(), refused = json::array(), present = json::array();
   std::vector<const Record*> take;
   bool damaged = false;
   Progress check("check", records.size());
@@ -171,6 +191,10 @@ int cmd_import(const Common& c, const ImportOptions& o) {
     for (size_t i = 0; i < take.size(); ++i) {
       progress.update(i + 1);
       const Record& rec = *take[i];
+      if (already_present(cache, rec.key, o.secret, host)) {
+        present.push_back(rec.key);
+        continue;
+      }
       try {
         put_error.clear();
         if (!store->put(rec.key, std::string(rec.decoded.manifest), std::string(rec.decoded.payload))) {
@@ -187,7 +211,7 @@ int cmd_import(const Common& c, const ImportOptions& o) {
   }
   if (c.json) {
     json out = {{"schema", "lazyjit-cache/import/1"}, {"dir", cache.dir}, {"imported", imported},
-                {"refused", refused}, {"complete", !damaged}};
+                {"already_present", present}, {"refused", refused}, {"complete", !damaged}};
     std::printf("%s\n", json_text(out).c_str());
   } else {
     for (const auto& x : refused)
@@ -197,8 +221,8 @@ int cmd_import(const Common& c, const ImportOptions& o) {
       std::printf("nothing imported into %s: %zu of %zu entries failed their checks\n", printable(cache.dir).c_str(),
                   refused.size(), records.size());
     else
-      std::printf("imported %zu entries into %s, refused %zu\n", imported.size(), printable(cache.dir).c_str(),
-                  refused.size());
+      std::printf("imported %zu new, %zu already present, into %s; refused %zu\n", imported.size(), present.size(),
+                  printable(cache.dir).c_str(), refused.size());
   }
   return refused.empty() ? 0 : 1;
 }

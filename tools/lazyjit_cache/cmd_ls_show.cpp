@@ -61,8 +61,17 @@ int cmd_ls(const Common& c, const LsOptions& o) {
   Table t;
   t.headers = {"KEY", "KIND", "CREATED", "LAST USED", "HITS", "COMPILE MS", "SIZE", "OPS", "SITE", "SHAPES"};
   t.right = {false, false, false, false, true, true, true, true, false, false};
+  // Fits the terminal: SITE gives up its head (the file and line stay), SHAPES
+  // its last shapes ("+N more", at most 48 columns), then the columns least
+  // needed to tell entries apart go.
+  t.width = terminal_width();
+  t.min_width = {0, 0, 0, 0, 0, 0, 0, 0, 20, 24};
+  t.cut_left = {false, false, false, false, false, false, false, false, true, false};
+  t.list = {false, false, false, false, false, false, false, false, false, true};
+  t.drop = {0, 1, 3, 6, 7, 4, 5, 2, 0, 0};
   for (const Entry& e : shown) {
     if (!e.problem.empty()) {
+      t.whole_last.push_back(t.rows.size());
       t.rows.push_back({short_key(e.key), "?", "-", "-", "-", "-", human_bytes(e.file_bytes), "-", "",
                         "unreadable: " + e.problem});
       continue;

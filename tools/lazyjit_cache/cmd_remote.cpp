@@ -128,8 +128,13 @@ int cmd_remote_ls(const Common& c, const RemoteOptions& o) {
   Table t;
   t.headers = {"KEY", "KIND", "CREATED", "SIZE", "OPS", "TARGET", "SITE"};
   t.right = {false, false, false, true, true, false, false};
+  t.width = terminal_width();
+  t.min_width = {0, 0, 0, 0, 0, 16, 24};
+  t.cut_left = {false, false, false, false, false, false, true};
+  t.drop = {0, 1, 2, 0, 3, 0, 0};
   for (const Entry& e : entries) {
     if (!e.problem.empty()) {
+      t.whole_last.push_back(t.rows.size());
       t.rows.push_back({short_key(e.key), "?", "-", human_bytes(e.file_bytes), "-", "", "unreadable: " + e.problem});
       continue;
     }

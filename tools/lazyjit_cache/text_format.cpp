@@ -1,6 +1,11 @@
 #include "tools/lazyjit_cache/text_format.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 
@@ -11,22 +16,10 @@ namespace lazyjit::cache_tool {
 namespace {
 
 // Display width, counting a UTF-8 sequence as one column.
-size_t width(const std::string& s) {
+size_t width_of(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
-}
-
-std::string cut(const std::string& s, size_t max) {
-  if (width(s) <= max) return s;
-  std::string out;
-  size_t n = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = s[i];
-    if ((c & 0xC0) != 0x80 && ++n > max - 1) break;
-    out += s[i];
-  }
-  return out + "…";
 }
 
 // The length of the UTF-8 sequence at s[i], with its code point in *cp; 0
@@ -92,28 +85,138 @@ std::string printable_text(std::string_view s) { return escaped(s, /*lines=*/tru
 
 std::string json_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
 
+std::string cut_right(const std::string& s, size_t max) {
+  if (width_of(s) <= max) return s;
+  if (max == 0) return "";
+  std::string out;
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = s[i];
+    if ((c & 0xC0) != 0x80 && ++n > max - 1) break;
+    out += s[i];
+  }
+  return out + "…";
+}
+
+std::string cut_left(const std::string& s, size_t max) {
+  size_t w = width_of(s);
+  if (w <= max) return s;
+  if (max == 0) return "";
+  // The byte where the last max - 1 columns begin.
+  size_t skip = w - (max - 1), n = 0, at = 0;
+  for (; at < s.size(); ++at) {
+    unsigned char c = s[at];
+    if ((c & 0xC0) != 0x80 && n++ == skip) break;
+  }
+  std::string tail = s.substr(at);
+  // From a separator when one is near: "…/models/llama/x.py:12", not "…dels/llama/x.py:12".
+  size_t slash = tail.find('/');
+  if (slash != std::string::npos && slash > 0 && slash <= tail.size() / 3) tail = tail.substr(slash);
+  return "…" + tail;
+}
+
+std::string cut_list(const std::string& s, size_t max) {
+  if (width_of(s) <= max) return s;
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= s.size();) {
+    size_t end = std::min(s.find(' ', at), s.size());
+    if (end > at) items.push_back(s.substr(at, end - at));
+    at = end + 1;
+  }
+  std::string out;
+  for (size_t n = 1; n < items.size(); ++n) {
+    std::string head;
+    for (size_t i = 0; i < n; ++i) head += (i ? " " : "") + items[i];
+    std::string text = head + " +" + std::to_string(items.size() - n) + " more";
+    if (width_of(text) > max) break;
+    out = text;
+  }
+  return out.empty() ? cut_right(s, max) : out;
+}
+
+size_t terminal_width() {
+  if (const char* c = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    long v = std::strtol(c, &end, 10);
+    if (end != c && *end == '\0' && v > 0) return static_cast<size_t>(std::max(v, 40L));
+  }
+  struct winsize ws{};
+  if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return std::max<size_t>(ws.ws_col, 40);
+  return 160;
+}
+
 void Table::print(FILE* out) const {
-  std::vector<size_t> w(headers.size());
+  const size_t ncol = headers.size();
+  auto is_whole = [&](size_t row) { return std::find(whole_last.begin(), whole_last.end(), row) != whole_last.end(); };
+  auto shrinkable = [&](size_t i) { return i < min_width.size() && min_width[i] > 0; };
   std::vector<std::vector<std::string>> cells;
   cells.push_back(headers);
-  for (const auto& r : rows) {
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    const auto& r = rows[ri];
     std::vector<std::string> c;
-    // The last column is not cut: nothing is aligned after it, and it holds
-    // what must be read whole (a damaged entry's reason).
-    for (size_t i = 0; i < r.size(); ++i) c.push_back(i + 1 == r.size() ? printable(r[i]) : cut(printable(r[i]), max_width));
+    // Without a width, the last column is not cut: nothing is aligned after
+    // it, and it holds what must be read whole (a damaged entry's reason).
+    for (size_t i = 0; i < r.size(); ++i)
+      c.push_back(i + 1 == r.size() || width > 0 ? printable(r[i]) : cut_right(printable(r[i]), max_width));
     cells.push_back(std::move(c));
   }
-  for (const auto& r : cells)
-    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], width(r[i]));
+  // Natural widths (a whole last cell is not aligned: it does not widen its column).
+  std::vector<size_t> w(ncol);
+  for (size_t ri = 0; ri < cells.size(); ++ri)
+    for (size_t i = 0; i < cells[ri].size() && i < ncol; ++i)
+      if (!(ri > 0 && i + 1 == cells[ri].size() && is_whole(ri - 1))) w[i] = std::max(w[i], width_of(cells[ri][i]));
+  for (size_t i = 0; i < ncol && i < list.size(); ++i)
+    if (list[i]) w[i] = std::min(w[i], std::max(max_width, width_of(headers[i])));
+  std::vector<bool> shown(ncol, true);
+  if (width > 0) {
+    auto need = [&] {
+      size_t n = 0, cols = 0;
+      for (size_t i = 0; i < ncol; ++i)
+        if (shown[i]) n += shrinkable(i) ? std::min(w[i], min_width[i]) : w[i], ++cols;
+      return n + (cols ? 2 * (cols - 1) : 0);
+    };
+    while (need() > width) {
+      size_t victim = ncol;
+      for (size_t i = 0; i < ncol && i < drop.size(); ++i)
+        if (shown[i] && drop[i] > 0 && (victim == ncol || drop[i] < drop[victim])) victim = i;
+      if (victim == ncol) break;  // nothing left to leave out: the lines are as short as they get
+      shown[victim] = false;
+    }
+    // What is left over goes to the shrinkable columns, left to right, those
+    // cut on the left last (a path keeps its tail in any width).
+    size_t spare = width > need() ? width - need() : 0;
+    for (bool left_cut : {false, true})
+      for (size_t i = 0; i < ncol; ++i) {
+        if (!shown[i] || !shrinkable(i) || (i < cut_left.size() && cut_left[i]) != left_cut) continue;
+        if (w[i] <= min_width[i]) continue;
+        size_t give = std::min(w[i] - min_width[i], spare);
+        spare -= give;
+        w[i] = min_width[i] + give;
+      }
+  }
+  size_t last = ncol;
+  for (size_t i = 0; i < ncol; ++i)
+    if (shown[i]) last = i;
   std::string line;
-  for (const auto& r : cells) {
+  for (size_t ri = 0; ri < cells.size(); ++ri) {
+    const auto& r = cells[ri];
     line.clear();
-    for (size_t i = 0; i < r.size() && i < w.size(); ++i) {
-      std::string pad(w[i] - width(r[i]), ' ');
-      bool last = i + 1 == r.size();
-      if (i) line += "  ";
-      if (i < right.size() && right[i]) line += pad + r[i];
-      else line += last ? r[i] : r[i] + pad;
+    bool first = true;
+    for (size_t i = 0; i < r.size() && i < ncol; ++i) {
+      if (!shown[i]) continue;
+      const bool is_last = i == last || i + 1 == r.size();
+      std::string cell = r[i];
+      if (width > 0 && !(is_last && ri > 0 && is_whole(ri - 1)))
+        cell = i < cut_left.size() && cut_left[i] ? lazyjit::cache_tool::cut_left(cell, w[i])
+               : i < list.size() && list[i]       ? cut_list(cell, w[i])
+                                                  : cut_right(cell, w[i]);
+      std::string pad(w[i] > width_of(cell) ? w[i] - width_of(cell) : 0, ' ');
+      if (!first) line += "  ";
+      first = false;
+      if (i < right.size() && right[i]) line += pad + cell;
+      else line += is_last ? cell : cell + pad;
+      if (is_last) break;
     }
     line += '\n';
     std::fputs(line.c_str(), out);
