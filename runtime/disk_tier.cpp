@@ -180,6 +180,9 @@ void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, con
     else target[part.substr(0, space)] = part.substr(space + 1);
     start = end + 1;
   }
+  // A switch the key's target part holds but the fingerprint does not
+  // (runtime.cpp: checked_code_hash_): lazyjit-cache explain names it.
+  target["debug_nans"] = p.plan.check_stores ? "on" : "off";
   std::string payload = lowering::program_to_bytes(p);
   json m = {
       {"format", kManifestFormat},

@@ -1,9 +1,19 @@
 // Why a graph had to be compiled, in the user's terms: what differs from the
 // nearest graph compiled before at the same sync call site.
 //
-//   input 0 dim 0: 7 → 8 (sizes seen: 7, 8) — now dynamic
+//   x (input 1) dim 0: 7 → 8 (sizes seen: 7, 8) — now dynamic
+//   model.weight (input 0): dtype float32 → float64
+//   input 2: layout strides [16, 1] → [1, 8] (contiguous → not contiguous)
 //   op #14 aten::slice.Tensor (model.py:88): attr 4: 17 → 18
 //   op #3: gelu → silu (first op that differs; 40 → 41 ops)
+//
+// Inputs are named as the user's code names them (`x`, `model.layers[0].weight`,
+// `batch['ids']`: NodeSites answers for an input's node with its name, "" when
+// it has none) and matched by name, not by position: a graph that reads its
+// inputs in another order (a model cast to another dtype reads its old
+// parameters first) compares each input with itself. Unnamed inputs are
+// matched with an unmatched input of the same type, then of the same dtype and
+// rank, then in order.
 //
 // Needs no libtorch or LLVM: it reads graphs. One per runtime; thread-safe.
 #pragma once
@@ -19,7 +29,8 @@
 namespace lazyjit::runtime {
 
 // The user's file:line that recorded a node, "" when not known (the tracer
-// keeps it for the nodes that can fail: library calls).
+// keeps it for the nodes that can fail: library calls); for an input's node,
+// the input's name in the user's code, "" when not known.
 using NodeSites = std::function<std::string(uint32_t node)>;
 
 struct Recompile {
@@ -67,6 +78,7 @@ class RecompileExplainer {
   struct Seen {
     ir::Hash128 structure;
     std::vector<ir::TensorType> inputs;
+    std::vector<std::string> keys;  // per input: its name, else "#<position>" (or the key of the input it matched)
     std::vector<ir::Node> nodes;
     std::vector<ir::TensorType> types;  // per value
   };
@@ -78,8 +90,8 @@ class RecompileExplainer {
   std::map<std::string, std::vector<Seen>> seen_;  // per site, most recent last
   std::map<std::string, int64_t> count_;           // per site: compiles
   std::map<std::string, int64_t> budget_;          // per site: compiles that counted
-  // Per site, input and dim: the sizes compiled for so far.
-  std::map<std::string, std::map<std::pair<size_t, size_t>, std::set<int64_t>>> sizes_;
+  // Per site, input (its key) and dim: the sizes compiled for so far.
+  std::map<std::string, std::map<std::pair<std::string, size_t>, std::set<int64_t>>> sizes_;
 };
 
 }  // namespace lazyjit::runtime

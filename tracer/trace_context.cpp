@@ -17,6 +17,7 @@
 #include "runtime/runtime.h"
 #include "runtime/sync_log.h"
 #include "tracer/call_site.h"
+#include "tracer/input_names.h"
 #include "tracer/lazyjit.h"
 #include "tracer/op_events.h"
 #include "tracer/shared_storage.h"
@@ -369,9 +370,23 @@ runtime::SyncResult TraceContext::run_graph(const std::string& reason, const std
           return o ? NodeOp{o->first, o->op, o->site} : NodeOp{};
         }, /*copy=*/hooks);
       };
-    r = runtime::Runtime::get().run(*graph_, b, site, shapes, [this](uint32_t node) {
+    // An input's node answers with the input's name in the user's code
+    // (tracer/input_names.h), looked up on the first ask: only a compile asks.
+    auto names = std::make_shared<std::optional<std::vector<std::string>>>();
+    r = runtime::Runtime::get().run(*graph_, b, site, shapes, [this, names](uint32_t node) {
       const NodeOrigin* o = origin(node);
-      return o ? o->site : std::string();
+      if (o) return o->site;
+      if (node >= graph_->nodes().size() || graph_->nodes()[node].kind != OpKind::Input) return std::string();
+      if (!*names) {
+        std::vector<const LazyStorage*> storages(input_owner_.begin(), input_owner_.end());
+        for (const auto& [s, v] : shared_) {
+          size_t k = static_cast<size_t>(std::get<int64_t>(graph_->nodes()[graph_->value(v).node].attrs[0].value));
+          if (k < storages.size()) storages[k] = s;
+        }
+        *names = input_names(storages);
+      }
+      size_t k = static_cast<size_t>(std::get<int64_t>(graph_->nodes()[node].attrs[0].value));
+      return k < (*names)->size() ? (**names)[k] : std::string();
     }, observer);
   } catch (const std::exception& e) {
     if (runtime::interrupt_seen() || dynamic_cast<const runtime::CompileRefused*>(&e)) {

@@ -340,3 +340,22 @@ def test_why_miss_summarizes_a_recompile_log(tmp_path):
     assert sites["<string>:7"]["op_changes"] == ["op #1: tanh → sigmoid (first op that differs)"], sites
     text = tool("why-miss", str(log)).stdout
     assert "input 0 dim 0 took 3 sizes: 3, 4, 5" in text, text
+
+
+def test_explain_names_the_switch_behind_a_target_difference(tmp_path):
+    # The same graph compiled with debug_nans off, then on: two entries whose
+    # fingerprints print the same. explain said only "key parts that differ: target".
+    code = ("import json, sys, torch, lazyjit\n"
+            "lazyjit.debug_nans(sys.argv[1] == 'on')\n"
+            "(torch.ones(4, 4).to('lazyjit').tanh() * 3).cpu()\n"
+            "print(json.dumps({}))\n")
+    for switch in ("off", "on"):
+        run_program(tmp_path, code, switch)
+    entries = tool_json("ls", "--dir", tmp_path)["entries"]
+    assert len(entries) == 2, entries
+    a, b = sorted(entries, key=lambda e: e["created"])
+    out = tool_json("explain", a["key"], b["key"], "--dir", tmp_path)
+    assert out["key_parts"] == ["target"], out
+    assert [(t["field"], t["a"], t["b"]) for t in out["target"]] == [("debug_nans", "off", "on")], out["target"]
+    text = tool("explain", a["key"], b["key"], "--dir", tmp_path).stdout
+    assert "key parts that differ: target (debug_nans)" in text and "target debug_nans: off → on" in text, text

@@ -5,6 +5,8 @@ New sizes of a compiled graph bind to its program without a compile
 (runtime/shape_binder.h), so the tests that explain size changes mark the dim
 static (lazyjit.mark_static) or run with LAZYJIT_DYNAMIC=off: exact code, a
 compile per size."""
+import os
+
 import torch
 
 from conftest import run_python
@@ -26,7 +28,7 @@ def test_new_batch_size_names_the_dim_and_the_sizes_seen(fresh):
     rs = lazyjit.explain_recompiles()
     assert [r["kind"] for r in rs] == ["first at this site", "new shapes", "new shapes"], rs
     assert len({r["site"] for r in rs}) == 1 and "test_recompiles.py" in rs[0]["site"], rs
-    assert "input 1 dim 0: 7 → 8 (sizes seen: 7, 8)" in rs[1]["detail"], rs[1]
+    assert "xl (input 1) dim 0: 7 → 8 (sizes seen: 7, 8)" in rs[1]["detail"], rs[1]
     assert "dim 0: 8 → 1 (sizes seen: 1, 7, 8)" in rs[2]["detail"], rs[2]
     report = lazyjit.metrics_report()
     assert "recompiles by call site" in report and "3 compiles" in report, report
@@ -114,3 +116,60 @@ def test_new_sizes_bind_without_a_compile_to_explain(fresh):
     rs = lazyjit.explain_recompiles()
     assert [r["kind"] for r in rs] == ["first at this site"], rs
     assert lazyjit.metrics()["shape_binds"] == 3, lazyjit.metrics()
+
+
+# --- by name, and by what changed (issue 59, point 3) -----------------------------------------------------------
+
+
+def test_a_dtype_change_is_named_as_such_with_the_inputs_name(fresh):
+    # The model moves to float64 between steps: its old float32 parameters are
+    # read by the graph that casts them, which reorders the inputs. Matched by
+    # position, x's dtype change read as "input 2 dim 0: 16 → 8 — now dynamic".
+    lazyjit = fresh
+    model = torch.nn.Linear(16, 8).to("lazyjit")
+    for dt in (torch.float32, torch.float64):
+        model = model.to(dt)
+        x = torch.randn(8, 16, dtype=dt).to("lazyjit")
+        torch.nn.functional.gelu(model(x)).cpu()
+    rs = lazyjit.explain_recompiles()
+    assert len(rs) == 2, rs
+    detail = rs[-1]["detail"]
+    assert "now dynamic" not in detail and "→ 8" not in detail and "rank" not in detail, detail
+    assert "x (input " in detail and "dtype float32 → float64" in detail, detail
+    assert lazyjit.metrics()["dynamic_dims"] == 0, lazyjit.metrics()
+
+
+def test_size_and_layout_changes_name_the_argument_path(fresh):
+    lazyjit = fresh
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4)).to("lazyjit")
+    batch = {"tokens": None}
+    for n, transpose in ((6, False), (7, False), (7, True)):
+        src = torch.randn(4, n).t() if transpose else torch.randn(n, 4)
+        batch["tokens"] = src.to("lazyjit")
+        lazyjit.mark_static(batch["tokens"], 0)
+        (model(batch["tokens"]) * 2).cpu()
+    rs = lazyjit.explain_recompiles()
+    assert "batch['tokens'] (input " in rs[1]["detail"] and "dim 0: 6 → 7" in rs[1]["detail"], rs
+    assert "batch['tokens'] (input " in rs[2]["detail"] and "layout" in rs[2]["detail"], rs
+    assert "contiguous" in rs[2]["detail"], rs
+
+
+def test_why_miss_advice_follows_the_change(tmp_path):
+    # Four compiles at one site, each a new dtype: casting is the advice, not
+    # padding (no dim took a second size).
+    import subprocess, sys
+    from conftest import PYTHON_DIR, ROOT
+    code = ("import torch, lazyjit\n"
+            "for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):\n"
+            "    x = torch.ones(8, 4, dtype=dt).to('lazyjit')\n"
+            "    (x * 2).cpu()\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_DIR, "LAZYJIT_CACHE": "off",
+           "LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_LOG": "recompiles"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    log = tmp_path / "recompiles.log"
+    log.write_text(p.stderr)
+    tool = os.environ.get("LAZYJIT_CACHE_TOOL", os.path.join(ROOT, "build", "lazyjit-cache"))
+    out = subprocess.run([tool, "why-miss", str(log)], capture_output=True, text=True, timeout=60).stdout
+    assert "pad or bucket" not in out, out
+    assert "dtype" in out and "x" in out, out

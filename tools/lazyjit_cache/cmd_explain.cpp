@@ -140,6 +140,14 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
     }
     target.push_back(row);
   }
+  // Keys whose target parts differ while every recorded field agrees: entries
+  // written before the manifest recorded debug_nans (the one switch the key's
+  // target part holds beyond the fingerprint) differ in it.
+  if (target.empty() && pa.value("target", "") != pb.value("target", ""))
+    target.push_back({{"field", "debug_nans"}, {"a", ta.value("debug_nans", "not recorded")},
+                      {"b", tb.value("debug_nans", "not recorded")},
+                      {"note", "the fingerprints agree: the entries differ in debug_nans (lazyjit.debug_nans(), "
+                               "LAZYJIT_DEBUG_NANS), which these manifests do not record; its kernels check what they store"}});
   json other = json::array();
   for (const char* f : {"kind", "libtorch_version", "format", "scalars"})
     if (ma.value(f, json()) != mb.value(f, json())) other.push_back({{"field", f}, {"a", ma.value(f, json())}, {"b", mb.value(f, json())}});
@@ -190,13 +198,18 @@ int cmd_explain(const Common& c, const std::string& key1, const std::string& key
   }
   std::string ps;
   for (auto& part : parts) ps += (ps.empty() ? "" : ", ") + part.get<std::string>();
+  // "target (debug_nans)": the part, and the switches behind it.
+  std::string fields;
+  for (auto& t : target) fields += (fields.empty() ? "" : ", ") + pj(t["field"]);
+  if (!fields.empty() && ps.find("target") != std::string::npos) ps.replace(ps.find("target"), 6, "target (" + fields + ")");
   std::printf("\nkey parts that differ: %s\n", ps.empty() ? "none (same parts, different file names?)" : ps.c_str());
   for (auto& t : target) {
     if (t.contains("only_a"))
       std::printf("  target %s: only in a %s, only in b %s\n", pj(t["field"]).c_str(), p(t["only_a"].dump()).c_str(),
                   p(t["only_b"].dump()).c_str());
     else
-      std::printf("  target %s: %s → %s\n", pj(t["field"]).c_str(), pj(t["a"]).c_str(), pj(t["b"]).c_str());
+      std::printf("  target %s: %s → %s%s\n", pj(t["field"]).c_str(), pj(t["a"]).c_str(), pj(t["b"]).c_str(),
+                  t.contains("note") ? (" (" + pj(t["note"]) + ")").c_str() : "");
   }
   for (auto& o : other)
     std::printf("  %s: %s → %s\n", pj(o["field"]).c_str(), p(o["a"].dump()).c_str(), p(o["b"].dump()).c_str());

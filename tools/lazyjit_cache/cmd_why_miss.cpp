@@ -1,8 +1,12 @@
 // why-miss: a LAZYJIT_LOG=recompiles log (stderr of a run), summarized per sync
 // call site: how many compiles, of which kinds, which input dims took which
-// sizes, and which ops changed, with what to do about it. Reads only the log.
+// sizes, which inputs changed dtype, layout or rank, and which ops changed,
+// with what to do about each (the advice follows the change: padding helps a
+// varying dim, not a new dtype). Reads only the log.
 //
+//   lazyjit: compiling at train.py:41: new shapes: x (input 0) dim 0: 7 → 8 (sizes seen: 7, 8)
 //   lazyjit: compiling at train.py:41: new shapes: input 0 dim 0: 7 → 8 (sizes seen: 7, 8)
+//   lazyjit: compiling at train.py:41: new graph: x (input 2): dtype float32 → float64; ...
 #include <fstream>
 #include <map>
 #include <regex>
@@ -23,7 +27,19 @@ struct SiteLog {
   std::map<std::string, int64_t> kinds;
   std::map<std::string, std::set<int64_t>> dims;  // "input 0 dim 0" -> sizes
   std::vector<std::string> other;                 // op and structure changes, first few
+  std::set<std::string> dtypes, layouts, ranks;    // "x (input 0): dtype float32 → float64", ...
 };
+
+// The parts of a detail ("a; b; c") that say `what` (": dtype ", ": layout ", ": rank ").
+void collect(const std::string& detail, const char* what, std::set<std::string>* into) {
+  size_t start = 0;
+  while (start < detail.size() && into->size() < 8) {
+    size_t end = std::min(detail.find("; ", start), detail.size());
+    std::string part = detail.substr(start, end - start);
+    if (part.find(what) != std::string::npos && part.rfind("op #", 0) != 0) into->insert(part);
+    start = end + 2;
+  }
+}
 
 }  // namespace
 
@@ -31,7 +47,8 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
   std::ifstream in(log_file);
   if (!in) throw ToolError("lazyjit-cache: cannot read the log " + log_file, 2);
   static const std::string kPrefix = "lazyjit: compiling at ";
-  static const std::regex kDim(R"((input \d+ dim \d+): (\d+) → (\d+))");
+  // "input 0 dim 1: 7 → 8", or with the input's name: "x (input 0) dim 1: 7 → 8".
+  static const std::regex kDim(R"(((?:[^\s;:]+ \(input \d+\)|input \d+) dim \d+): (\d+) → (\d+))");
   std::map<std::string, SiteLog> sites;
   std::string line;
   int64_t total = 0;
@@ -61,6 +78,9 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
         } catch (const std::out_of_range&) {  // not a size lazyjit printed
         }
       }
+    collect(detail, ": dtype ", &s.dtypes);
+    collect(detail, ": layout ", &s.layouts);
+    collect(detail, ": rank ", &s.ranks);
     size_t op = detail.find("op #");
     if (op != std::string::npos && s.other.size() < 3) s.other.push_back(detail.substr(op));
   }
@@ -70,6 +90,7 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
       json dims = json::object();
       for (const auto& [d, sizes] : s.dims) dims[d] = std::vector<int64_t>(sizes.begin(), sizes.end());
       rows.push_back({{"site", site}, {"compiles", s.compiles}, {"kinds", s.kinds}, {"varying_dims", dims},
+                      {"dtype_changes", s.dtypes}, {"layout_changes", s.layouts}, {"rank_changes", s.ranks},
                       {"op_changes", s.other}});
     }
     std::printf("%s\n", json({{"schema", "lazyjit-cache/why-miss/1"}, {"log", log_file}, {"compiles", total},
@@ -92,9 +113,19 @@ int cmd_why_miss(const Common& c, const std::string& log_file) {
       for (int64_t x : sizes) list += (list.empty() ? "" : ", ") + std::to_string(x);
       std::printf("  %s took %zu sizes: %s\n", printable(d).c_str(), sizes.size(), list.c_str());
     }
+    for (const auto* set : {&s.dtypes, &s.layouts, &s.ranks})
+      for (const std::string& d : *set) std::printf("  %s\n", printable(d).c_str());
     for (const std::string& o : s.other) std::printf("  %s\n", printable(o).c_str());
+    // Advice for what changed, each kind its own.
     if (!s.dims.empty() && s.compiles > 2)
       std::printf("  → a varying dim: pad or bucket it to a few sizes (each size is a program)\n");
+    if (!s.dtypes.empty())
+      std::printf("  → a dtype changed: each dtype is a program; cast once, before the loop (model.to(dtype), "
+                  "x.to(dtype)), so that every step sees the same dtype\n");
+    if (!s.layouts.empty())
+      std::printf("  → a layout changed (a transposed or strided view): call .contiguous() on it before the step, "
+                  "or pass it in the same layout every time\n");
+    if (!s.ranks.empty()) std::printf("  → a rank changed: each rank is a program; keep the number of dims fixed\n");
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "tracer/capture.h"
 #include "tracer/capture_set.h"
 #include "tracer/device_call.h"
+#include "tracer/input_names.h"
 #include "tracer/lazyjit.h"
 #include "tracer/shared_storage.h"
 #include "tracer/streams.h"
@@ -109,6 +110,26 @@ std::string python_call_site() {
   return site;
 }
 
+// The tensors the calling frames hold, named as the code names them
+// (lazyjit/_names.py), for recompile explanations (tracer/input_names.h).
+std::vector<std::pair<std::string, at::Tensor>> python_named_tensors() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (!Py_IsInitialized() || python_finalizing()) return out;
+  if (!PyGILState_Check() && !PyGILState_GetThisThreadState()) return out;
+  py::gil_scoped_acquire gil;
+  try {
+    py::object named = py::module_::import("lazyjit._names").attr("named_tensors")();
+    for (py::handle item : named) {
+      py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
+      if (pair.size() == 2 && THPVariable_Check(pair[1].ptr()))
+        out.emplace_back(pair[0].cast<std::string>(), THPVariable_Unpack(pair[1].ptr()));
+    }
+  } catch (const std::exception&) {  // names are a courtesy: the explanation goes on without them
+    PyErr_Clear();
+  }
+  return out;
+}
+
 py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   py::dict d;
   for (const auto& [k, v] : s.counters) d[py::str(k)] = v;
@@ -178,6 +199,7 @@ void raise_interrupt() {
 PYBIND11_MODULE(_C, m) {
   lazyjit::init();
   lazyjit::set_call_site_provider(python_call_site);
+  lazyjit::tracer::set_input_name_provider(python_named_tensors);
   lazyjit::set_interrupt_handlers(poll_interrupt, raise_interrupt);
   // ATen's errors become Python exceptions as torch's own bindings make them
   // (c10::IndexError -> IndexError, ...): a sync raises eager's error type.

@@ -1,0 +1,42 @@
+#include "tracer/input_names.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "tracer/lazy_storage.h"
+
+namespace lazyjit::tracer {
+
+namespace {
+std::mutex g_mu;
+NamedTensors g_provider;
+}  // namespace
+
+void set_input_name_provider(NamedTensors provider) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_provider = std::move(provider);
+}
+
+std::vector<std::string> input_names(const std::vector<const LazyStorage*>& storages) {
+  std::vector<std::string> names(storages.size());
+  NamedTensors provider;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    provider = g_provider;
+  }
+  if (!provider) return names;
+  std::unordered_map<const LazyStorage*, const std::string*> by_storage;
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  try {
+    named = provider();
+  } catch (const std::exception&) {  // names are a courtesy: an explanation goes on without them
+    return names;
+  }
+  for (const auto& [name, t] : named)
+    if (t.defined() && is_lazy(t)) by_storage.emplace(&storage_of(t), &name);  // the innermost name wins
+  for (size_t i = 0; i < storages.size(); ++i)
+    if (auto it = by_storage.find(storages[i]); storages[i] && it != by_storage.end()) names[i] = *it->second;
+  return names;
+}
+
+}  // namespace lazyjit::tracer
