@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from workloads import (COMPILE_BACKENDS, MiB, REPO, Workload, _short_error, compare, compare_train,
-                       import_lazyjit, make_workload, to_cpu)
+from workloads import (COMPILE_BACKENDS, DEVICE_SYSTEMS, LAZYJIT_BACKEND_SYSTEMS, LAZYJIT_SYSTEMS, MiB,
+                       REPO, Workload, _short_error, compare, compare_train, import_lazyjit,
+                       make_workload, to_cpu)
 
 # the command line the parent runs each worker process with (--worker)
 RUN_PY = Path(__file__).resolve().with_name("run.py")
@@ -212,12 +213,16 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
 
     Systems: eager; lazyjit (the device: a step is the call, which records, then
     lazyjit.sync()); inductor / lazyjit_compile (torch.compile(fn, backend=...) on CPU
-    tensors; a training step compiles the module and optimizer.step separately).
+    tensors; a training step compiles the module and optimizer.step separately);
+    lazyjit_device_compile (torch.compile(fn, backend="lazyjit") on the device: the
+    workload built for "lazyjit" as the lazyjit system's, then compiled as
+    lazyjit_compile's; each call followed by lazyjit.sync(); timed after
+    lazyjit.wait_for_compiles() following the warm-up).
     A workload with ``calls`` > 1 runs that many calls per warm-up step and timed sample;
     times are reported per call."""
-    on_device = system == "lazyjit"
+    on_device = system in DEVICE_SYSTEMS
     backend = COMPILE_BACKENDS.get(system)
-    lazyjit = import_lazyjit() if system in ("lazyjit", "lazyjit_compile") else None
+    lazyjit = import_lazyjit() if system in LAZYJIT_SYSTEMS else None
     dev = lazyjit if on_device else None  # the device system: sync after each call
     device = "lazyjit" if on_device else "cpu"
     calls = wl.calls
@@ -225,13 +230,13 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
     if backend:
         import torch._dynamo as dynamo
         dynamo.reset()  # cold first call; no cache entries of another backend
-        if system == "lazyjit_compile":
+        if system in LAZYJIT_BACKEND_SYSTEMS:
             _fresh_lazyjit_caches(lazyjit)
         dyn0 = _dynamo_counters()
-    cs0 = _compile_stats(lazyjit) if system == "lazyjit_compile" else None
+    cs0 = _compile_stats(lazyjit) if system in LAZYJIT_BACKEND_SYSTEMS else None
     t_build = time.perf_counter()
     if backend and wl.compiles_itself:
-        built = wl.build("cpu", compile_backend=backend)
+        built = wl.build(device, compile_backend=backend)
         fn, args = built
     else:
         built = wl.build(device)
@@ -283,6 +288,9 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
         if wl.train:
             warm_out = to_cpu(out)
         del out
+    if backend and on_device:
+        # captures the warm-up made may still be compiling: the timed steps run compiled
+        dev.wait_for_compiles()
     res["warmup_ms"] = warm_ms
     if wl.train:  # the checkpoint every system reaches after the same steps
         checkpoint = (warm_out, to_cpu(wl.state_to_compare(built)))
@@ -330,10 +338,15 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
               "steady": _compile_stats_delta(cs2, cs3),
               "total": _compile_stats_delta(cs0, cs3)}
         lc["steady_calls_per_call"] = lc["steady"]["calls"] / n_calls
-        # A graph lazyjit could not capture runs through ATen (dynamo.py): that is a
-        # failure of this system even though the output is right.
+        lc["steady_device_calls_per_call"] = lc["steady"].get("device_calls", 0) / n_calls
+        # A graph lazyjit could not capture runs through ATen (dynamo.py; on the
+        # device: recorded op by op): that is a failure of this system even though the
+        # output is right.
         lc["eager_fallback"] = lc["total"]["eager_graphs"] > 0
-        lc["no_lazyjit_calls"] = lc["steady"]["calls"] == 0
+        # on the device, the calls must be device calls (captured programs on the
+        # lazyjit tensors' data), not CPU-tensor calls
+        lc["no_lazyjit_calls"] = lc["steady"]["device_calls" if on_device else "calls"] == 0
+        # the counters of torch.compile(backend="lazyjit"), on CPU tensors or the device
         res["lazyjit_compile"] = lc
     if dev is not None:
         n = len(times)
@@ -372,7 +385,7 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
     if threads:
         torch.set_num_threads(threads)
     import_error = None
-    if "lazyjit" in systems or "lazyjit_compile" in systems:
+    if any(s in LAZYJIT_SYSTEMS for s in systems):
         # Import before anything else runs: the autograd engine sizes its per-device
         # queues at the first backward(), so a device registered after an eager
         # backward cannot run backward (INTERNAL ASSERT in engine.cpp).
@@ -397,7 +410,7 @@ def worker(key: str, scale: str, warmup: int, runs: int, systems: list[str], out
         print(f"[bench] {key}: {system} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
-            if system in ("lazyjit", "lazyjit_compile") and import_error:
+            if system in LAZYJIT_SYSTEMS and import_error:
                 raise ImportError(import_error)
             res, first, last = run_system(wl, system, warmup, runs, min_time_s, max_runs)
         except Exception as e:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from workloads import REPO, SYSTEMS, TARGETS
+from workloads import DEVICE_COMPILE_TARGETS, REPO, SMALL_OPS_COUNT, SYSTEMS, TARGETS
 
 
 def machine_info() -> dict:
@@ -126,9 +126,32 @@ def summarize(results: dict) -> None:
                                for c, x in (("vs_eager", ve), ("vs_inductor", vi)) if c in tg}
         sm["targets"] = tg
         sm["target_checks"] = checks
+        # torch.compile(backend="lazyjit") on the device (issue 57), its own checks
+        # (DEVICE_COMPILE_TARGETS), not part of targets_met
+        dcs = s.get("lazyjit_device_compile", {})
+        if dcs:
+            dc = dcs.get("median_ms") if not system_failed(dcs) else None
+            lcm = lcs.get("median_ms") if (lcs and not system_failed(lcs)) else None
+            sm["device_compile_failed"] = system_failed(dcs)
+            sm["device_compile_speedup_vs_eager"] = eg / dc if (eg and dc) else None
+            sm["device_compile_speedup_vs_lazyjit"] = lz / dc if (lz and dc) else None
+            sm["device_compile_speedup_vs_lazyjit_compile"] = lcm / dc if (lcm and dc) else None
+            dtg = DEVICE_COMPILE_TARGETS.get(key, {})
+            dx = {"vs_eager": sm["device_compile_speedup_vs_eager"],
+                  "vs_lazyjit_compile": sm["device_compile_speedup_vs_lazyjit_compile"]}
+            sm["device_compile_targets"] = dtg
+            sm["device_compile_target_checks"] = {c: dx[c] is not None and dx[c] >= t
+                                                  for c, t in dtg.items()}
         sm["target_checks_by_system"] = by_system
         sm["targets_met"] = all(checks.values()) if checks else None
         r["summary"] = sm
+
+
+def _threads(config, machine) -> str:
+    """The workers' torch threads: --threads when given (set after machine_info read
+    torch's default), else torch's default."""
+    t = config.get("threads")
+    return f"{t} (--threads {t})" if t else f"{machine['torch_threads']}"
 
 
 def _f(x, fmt="{:.2f}", none="–"):
@@ -166,7 +189,8 @@ def render_markdown(results: dict) -> str:
              f", {results['config']['warmup']} warm-up + {results['config']['runs']} timed runs"
              " per system")
     L.append(f"- CPU: {m['cpu_model']} ({m['cpus_available']} CPUs available, ISA "
-             f"{', '.join(m['cpu_isa'])}); torch threads {m['torch_threads']}; "
+             f"{', '.join(m['cpu_isa'])}); torch threads "
+             f"{_threads(results['config'], m)}; "
              f"memory {_f(m['memory_gib'], '{:.0f}')} GiB")
     L.append(f"- torch {m['torch']}, transformers {m['transformers']}, Python {m['python']}")
     la0, la1 = m.get("loadavg_start"), m.get("loadavg_end")
@@ -199,7 +223,9 @@ def render_markdown(results: dict) -> str:
              "min = fastest timed step (eager / lazyjit / "
              "inductor / lazyjit_compile), less sensitive to a busy machine. A failed "
              "lazyjit_compile (error, wrong result, or graphs run through ATen: "
-             "`lazyjit.dynamo.stats()[\"eager_reasons\"]`) shows `failed` and no ratios.")
+             "`lazyjit.dynamo.stats()[\"eager_reasons\"]`) shows `failed` and no ratios. "
+             "lazyjit_device_compile (`torch.compile(fn, backend=\"lazyjit\")` on the "
+             "device), when it ran, has tables of its own below.")
     L.append("")
     L.append("| workload | eager ms | lazyjit ms | inductor ms | lazyjit_compile ms | "
              "eager/lazyjit | inductor/lazyjit | eager/lazyjit_compile | "
@@ -287,6 +313,8 @@ def render_markdown(results: dict) -> str:
                      f"{tot.get('disk_hits', '–')} | "
                      f"{_ms(tot.get('compile_ms'))} | {gb} |")
         L.append("")
+
+    L.extend(device_compile_section(results))
 
     L.append("## Bandwidth (memory-bound workloads)")
     L.append("")
@@ -377,6 +405,82 @@ def render_markdown(results: dict) -> str:
 
     L.extend(errors_section(results))
     return "\n".join(L)
+
+
+def device_compile_section(results) -> list:
+    """The lazyjit_device_compile tables (none when that system did not run): times
+    against eager, the device and torch.compile(backend="lazyjit") on CPU tensors,
+    issue 57's targets, and the counters."""
+    rows = [(k, r) for k, r in results["workloads"].items()
+            if "lazyjit_device_compile" in r.get("systems", {})]
+    if not rows:
+        return []
+    L = ['## torch.compile(backend="lazyjit") on the lazyjit device (lazyjit_device_compile)', ""]
+    L.append("lazyjit_device_compile = the workload built for the lazyjit device as the lazyjit "
+             "system's (`.to(\"lazyjit\")`), then `torch.compile(fn, backend=\"lazyjit\")` "
+             "(g_decode: `model.forward` compiled, `generate` called on device ids); each call "
+             "followed by `lazyjit.sync()`, timed after `lazyjit.wait_for_compiles()` following "
+             "the warm-up. ms = medians per call, as above (g_decode: per `generate` call); "
+             "`X/ldc` = X's median over lazyjit_device_compile's (> 1: the device compile is "
+             "faster). Issue 57's targets: g_decode at least as fast as lazyjit_compile "
+             "(the backend on CPU tensors); \"40 small ops\" at least 5× eager, checked on "
+             f"f_small_ops, which has {SMALL_OPS_COUNT} ops (there is no 40-op workload).")
+    L.append("")
+    L.append("| workload | eager ms | lazyjit ms | lazyjit_compile ms | lazyjit_device_compile ms | "
+             "eager/ldc | lazyjit/ldc | lazyjit_compile/ldc | ldc 1st call ms | ldc correct | "
+             "min ms e / l / lc / ldc | issue 57 target |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|---:|---|")
+    names = {"vs_eager": "eager", "vs_lazyjit_compile": "lazyjit_compile"}
+    for key, r in rows:
+        s = r["systems"]
+        e, l, lc, d = (s.get(x, {}) for x in ("eager", "lazyjit", "lazyjit_compile",
+                                              "lazyjit_device_compile"))
+        sm = r.get("summary", {})
+        if d.get("error"):
+            d_ms = "**error**"
+        elif system_failed(d):
+            d_ms = f"**failed** ({_ms(d.get('median_ms'))})"
+        else:
+            d_ms = _ms(d.get("median_ms"))
+        chk = sm.get("device_compile_target_checks", {})
+        tg = sm.get("device_compile_targets", {})
+        target = "; ".join(f"≥{t:g}× {names[c]} {'✓' if chk.get(c) else '✗'}" for c, t in tg.items())
+        L.append(f"| {key} | {_ms(e.get('median_ms'))} | {_ms(l.get('median_ms'))} | "
+                 f"{_ms(lc.get('median_ms'))} | {d_ms} | "
+                 f"{_f(sm.get('device_compile_speedup_vs_eager'), '{:.2f}×')} | "
+                 f"{_f(sm.get('device_compile_speedup_vs_lazyjit'), '{:.2f}×')} | "
+                 f"{_f(sm.get('device_compile_speedup_vs_lazyjit_compile'), '{:.2f}×')} | "
+                 f"{_ms(d.get('first_call_ms'))} | {_corr(d)} | "
+                 f"{' / '.join(_ms(x.get('min_ms')) for x in (e, l, lc, d))} | {target or '–'} |")
+    L.append("")
+    L.append("Counters of lazyjit_device_compile, from `lazyjit.dynamo.stats()` and "
+             "`lazyjit.metrics()`: graphs, captures (steady = during the timed steps, should "
+             "be 0), eager graphs (graphs that could not be captured and ran recorded op by "
+             "op: a failure), compiles and compile ms over the whole phase; per call in the "
+             "timed steps: device calls (captured programs run on lazyjit tensors' data), "
+             "ops traced (ops recorded op by op: what the workload does outside the compiled "
+             "graphs, e.g. generate's own loop), syncs and programs executed "
+             "(`graphs_executed`, device calls included); graph breaks = Dynamo's.")
+    L.append("")
+    L.append("| workload | graphs | captures (steady) | eager graphs | device calls/call | "
+             "ops traced/call | syncs/call | programs/call | compiles | llvm compiles | "
+             "compile ms | graph breaks |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, r in rows:
+        d = r["systems"]["lazyjit_device_compile"]
+        st, ps = d.get("lazyjit_compile"), d.get("lazyjit_per_step")
+        if not st or not ps:
+            L.append(f"| {key} | " + " | ".join(["–"] * 11) + " |")
+            continue
+        tot, sd = st["total"], st["steady"]
+        L.append(f"| {key} | {tot['graphs']} | {tot['captures']} ({sd['captures']}) | "
+                 f"{tot['eager_graphs']} | {st['steady_device_calls_per_call']:.3g} | "
+                 f"{ps['ops_traced']:.4g} | {ps['syncs']:.3g} | {ps['graphs_executed']:.3g} | "
+                 f"{tot.get('compiles', '–')} | {tot.get('llvm_compiles', '–')} | "
+                 f"{_ms(tot.get('compile_ms'))} | "
+                 f"{d.get('dynamo', {}).get('graph_breaks', '–')} |")
+    L.append("")
+    return L
 
 
 def errors_section(results, ok="correct", why="correct_error", mismatch="output mismatch"):

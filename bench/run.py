@@ -1,11 +1,12 @@
 """lazyjit benchmark: eager PyTorch vs lazyjit (the device) vs torch.compile(backend="inductor")
-vs torch.compile(backend="lazyjit").
+vs torch.compile(backend="lazyjit") on CPU tensors and on the lazyjit device.
 
     bash bench/run.sh            # full run, writes bench/results/latest.{json,md}
     bash bench/run.sh --quick    # smoke test: small sizes, few runs
 
 Each system runs each workload in a subprocess of its own (``--worker NAME``), one
-after another (eager, lazyjit, inductor, lazyjit_compile; ``--rounds N`` alternates
+after another (eager, lazyjit, inductor, lazyjit_compile, lazyjit_device_compile
+(``--systems`` picks them); ``--rounds N`` alternates
 them N times and pools the timed samples), on identical, seeded inputs and weights:
 ATen's OpenMP threads, Inductor's and lazyjit's TBB workers never share a process.
 Eager's outputs are saved for the others' workers, which check theirs against them
@@ -65,7 +66,9 @@ def main(argv=None):
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help="comma-separated subset of " + ",".join(SYSTEMS) + " (eager is the "
                          "reference for correctness; lazyjit_compile = "
-                         "torch.compile(backend=\"lazyjit\") on CPU tensors)")
+                         "torch.compile(backend=\"lazyjit\") on CPU tensors; "
+                         "lazyjit_device_compile = torch.compile(backend=\"lazyjit\") on "
+                         "the lazyjit device, each call followed by lazyjit.sync())")
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--min-time", type=float, default=None,

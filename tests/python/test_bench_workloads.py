@@ -73,6 +73,26 @@ def test_workload_compile_matches_eager(key):
     assert st["steady"]["captures"] == 0, st
 
 
+@pytest.mark.parametrize("key", list(bench.WORKLOADS))
+def test_workload_device_compile_matches_eager(key):
+    """torch.compile(backend="lazyjit") on the lazyjit device (the bench's
+    lazyjit_device_compile, issue 57) through run_system: outputs and (training)
+    parameters equal eager's, every graph captured (none recorded op by op), the timed
+    step runs captured programs on the device's data and captures nothing new."""
+    wl = bench.make_workload(key, "tiny")
+    _, want_first, (want_last, want_state) = bench.run_system(wl, "eager", 1, 1)
+    res, got_first, (got_last, got_state) = bench.run_system(wl, "lazyjit_device_compile", 1, 1)
+    torch.testing.assert_close(got_first, want_first, **wl.tolerance)
+    torch.testing.assert_close(got_last, want_last, **wl.tolerance)
+    if want_state is not None:
+        torch.testing.assert_close(got_state, want_state, **bench.TRAIN_STATE_TOL)
+    st = res["lazyjit_compile"]
+    assert st["total"]["eager_reasons"] == [] and not st["eager_fallback"], st["total"]
+    assert st["steady"]["device_calls"] >= 1 and not st["no_lazyjit_calls"], st
+    assert st["steady"]["captures"] == 0, st
+    assert res["lazyjit_per_step"]["compiles"] == 0
+
+
 def test_small_ops_is_30_ops():
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -170,6 +190,52 @@ def test_summary_and_table_have_lazyjit_compile():
     assert g["target_checks_by_system"]["lazyjit_compile"] == {"vs_eager": True}
     assert "≥1.2× eager ✗ [compile ✓]" in md
     assert "≥1.3× eager ✓; ≥1× ind. ✓ |" in md
+
+
+def test_summary_and_table_have_lazyjit_device_compile():
+    """lazyjit_device_compile on a made-up result: its ratios, issue 57's targets (g
+    against lazyjit_compile, f against eager) and its counters in a table of its own;
+    no such table when the system did not run."""
+    def sysres(ms, **kw):
+        return {"median_ms": ms, "min_ms": ms, "first_call_ms": 10 * ms, "correct": True, **kw}
+
+    def ldc(ms, device_calls, ops):
+        st = {"graphs": 3, "captures": 5, "eager_graphs": 0, "compiles": 5, "llvm_compiles": 24,
+              "compile_ms": 900.0}
+        return sysres(ms, dynamo={"graph_breaks": 0}, lazyjit_compile={
+            "total": st, "steady": {**st, "captures": 0},
+            "steady_device_calls_per_call": device_calls},
+            lazyjit_per_step={"ops_traced": ops, "syncs": 9.0, "graphs_executed": 41.0})
+
+    machine = {"date": "d", "git_commit": "c", "git_dirty": False, "cpu_model": "m",
+               "cpus_available": 2, "cpu_isa": [], "torch_threads": 2, "memory_gib": 1.0,
+               "torch": "t", "transformers": "t", "python": "p"}
+    results = {
+        "machine": machine, "config": {"scale": "quick", "warmup": 1, "runs": 1},
+        "workloads": {
+            "f_small_ops": {"systems": {"eager": sysres(0.05), "lazyjit": sysres(0.05),
+                                        "lazyjit_compile": sysres(0.01),
+                                        "lazyjit_device_compile": ldc(0.02, 1, 0)}},
+            "g_decode": {"systems": {"eager": sysres(60.0), "lazyjit": sysres(60.0),
+                                     "lazyjit_compile": sysres(24.0),
+                                     "lazyjit_device_compile": ldc(20.0, 32, 1776)}},
+        },
+    }
+    bench.summarize(results)
+    f, g = (results["workloads"][k]["summary"] for k in ("f_small_ops", "g_decode"))
+    assert f["device_compile_speedup_vs_eager"] == pytest.approx(2.5)
+    assert f["device_compile_target_checks"] == {"vs_eager": False}  # 2.5× < 5×
+    assert g["device_compile_speedup_vs_lazyjit_compile"] == pytest.approx(1.2)
+    assert g["device_compile_target_checks"] == {"vs_lazyjit_compile": True}
+    md = bench.render_markdown(results)
+    assert "| lazyjit_device_compile ms |" in md and "| lazyjit_compile/ldc |" in md
+    assert "| 2.50× | 2.50× | 0.50× |" in md and "≥5× eager ✗ |" in md
+    assert "| 3.00× | 3.00× | 1.20× |" in md and "≥1× lazyjit_compile ✓ |" in md
+    assert "| g_decode | 3 | 5 (0) | 0 | 32 | 1776 | 9 | 41 | 5 | 24 | 900.0 | 0 |" in md
+    del results["workloads"]["g_decode"]["systems"]["lazyjit_device_compile"]
+    del results["workloads"]["f_small_ops"]["systems"]["lazyjit_device_compile"]
+    bench.summarize(results)
+    assert "lazyjit_device_compile ms" not in bench.render_markdown(results)
 
 
 def test_compare_helper_reports_mismatch_without_raising():
