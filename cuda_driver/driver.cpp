@@ -32,12 +32,14 @@ using CUjit_option = int;
 using CUjitInputType = int;
 
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr CUjit_option CU_JIT_ERROR_LOG_BUFFER = 5;
 constexpr CUjit_option CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
 constexpr CUjitInputType CU_JIT_INPUT_PTX = 1;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;  // CUstreamCaptureMode
 // Dynamic shared memory a launch gets without opting in (cuFuncSetAttribute).
 constexpr uint32_t kDefaultSharedBytes = 48 * 1024;
 
@@ -53,13 +55,14 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, CUjit_option*, void**);
   CUresult (*cuModuleUnload)(CUmodule);
-  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuStreamIsCapturing)(CUstream, int*);  // CUstreamCaptureStatus: 1 active
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int*);  // CUDA 10.1 on
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuLinkCreate)(unsigned, CUjit_option*, void**, CUlinkState*);
   CUresult (*cuLinkAddData)(CUlinkState, CUjitInputType, void*, size_t, const char*, unsigned, CUjit_option*,
@@ -131,12 +134,13 @@ const Driver& driver() {
     sym(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     sym(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
     sym(a.cuModuleUnload, "cuModuleUnload");
-    sym(a.cuCtxSynchronize, "cuCtxSynchronize");
+    sym(a.cuStreamSynchronize, "cuStreamSynchronize");
     sym(a.cuModuleGetFunction, "cuModuleGetFunction");
     sym(a.cuFuncSetAttribute, "cuFuncSetAttribute", /*required=*/false);
     sym(a.cuLaunchKernel, "cuLaunchKernel");
     sym(a.cuGetErrorName, "cuGetErrorName");
     sym(a.cuStreamIsCapturing, "cuStreamIsCapturing", /*required=*/false);
+    sym(a.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", /*required=*/false);
     sym(a.cuGetErrorString, "cuGetErrorString", /*required=*/false);
     sym(a.cuLinkCreate, "cuLinkCreate_v2");
     sym(a.cuLinkAddData, "cuLinkAddData_v2");
@@ -200,6 +204,32 @@ bool is_binary(const std::string& image) {
   return image.size() >= 4 && std::equal(kFatbin, kFatbin + 4, reinterpret_cast<const unsigned char*>(image.data()));
 }
 
+// This thread in relaxed stream-capture mode for the scope, its own mode
+// after. Loading and unloading a module are calls the driver refuses while a
+// capture runs in global mode (on any thread) or in thread-local mode (on
+// this one), and the refusal breaks that capture: a program's first run
+// inside a capture of PyTorch's (torch.cuda.graph is global by default), or
+// one loaded or dropped on another thread meanwhile. In relaxed mode this
+// thread may make them. (PyTorch's caching allocator does the same around
+// cudaMalloc.)
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const Api& a) : a_(a) {
+    if (a_.cuThreadExchangeStreamCaptureMode && a_.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS)
+      swapped_ = true;
+  }
+  ~RelaxedCaptureMode() {
+    if (swapped_) a_.cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const Api& a_;
+  int mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;  // then the one it replaced
+  bool swapped_ = false;
+};
+
 // Loads `image` into the context current on this thread. The driver's error
 // log goes into the error: CUDA_ERROR_INVALID_IMAGE alone does not say why.
 CUmodule load_here(const Api& a, const std::string& image) {
@@ -207,6 +237,7 @@ CUmodule load_here(const Api& a, const std::string& image) {
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size() - 1))};
   CUmodule m = nullptr;
+  RelaxedCaptureMode relaxed(a);
   if (CUresult r = a.cuModuleLoadDataEx(&m, image.data(), 2, opts, values); r != CUDA_SUCCESS) {
     std::string text = log_text(log);
     throw std::runtime_error("lazyjit: cuModuleLoadDataEx: " + error_text(a, r) + (text.empty() ? "" : ": " + text));
@@ -236,40 +267,69 @@ class ContextScope {
   bool swapped_ = false;
 };
 
-// Graph captures under way (capture_began, and streams that launches found
-// capturing: a capture of PyTorch's that holds lazyjit kernels), and the
-// modules dropped during one: their unload waits for the captures to end.
-// Unloading waits for the module's kernels with cuCtxSynchronize, which breaks
-// a capture under way on any thread. `g_unload_mu` is held while unloading, so
-// no capture of ours starts then.
+// Graph captures under way, and the modules dropped during one: their
+// unload waits for the captures to end. An unload first waits for the
+// module's kernels (the driver does not promise to), and a wait on a
+// capturing stream breaks its capture, as the unload itself does in global or
+// thread-local mode. Captures seen: lazyjit's own (capture_began), and any
+// running on a stream lazyjit launched on or loaded for (asked of the driver
+// at each unload: a capture of PyTorch's around lazyjit's kernels, or one that
+// began on such a stream later). `g_unload_mu` is held while unloading, so no
+// capture of ours starts then.
 std::mutex g_unload_mu;
 int g_captures = 0;
-std::vector<CUstream> g_capturing_streams;
+// Every stream lazyjit launched on or loaded for, with its context: what an
+// unload waits for, and where it looks for captures. A handful (PyTorch's
+// current streams); one the driver no longer knows is forgotten.
+std::vector<std::pair<CUcontext, CUstream>> g_streams;
 std::vector<std::pair<CUcontext, CUmodule>> g_pending;
 
-// Under g_unload_mu: whether a capture is under way (streams that ended
-// theirs are forgotten).
+// Under g_unload_mu.
+void note_stream(CUcontext ctx, CUstream s) {
+  auto key = std::make_pair(ctx, s);
+  if (std::find(g_streams.begin(), g_streams.end(), key) == g_streams.end()) g_streams.push_back(key);
+}
+
+// Under g_unload_mu: whether a capture is under way that an unload could break.
 bool capture_under_way(const Api& a) {
-  auto ended = [&](CUstream s) {
+  if (g_captures > 0) return true;
+  if (!a.cuStreamIsCapturing) return false;
+  bool capturing = false;
+  auto gone = [&](const std::pair<CUcontext, CUstream>& cs) {
     int status = 0;
-    return a.cuStreamIsCapturing(s, &status) != CUDA_SUCCESS || status != 1;
+    if (!cs.second) {
+      // The legacy stream never captures, but waiting on it waits on a
+      // blocking stream that does (the driver says so, and breaks nothing).
+      try {
+        ContextScope in(a, cs.first);
+        capturing |= a.cuStreamIsCapturing(nullptr, &status) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      } catch (...) {
+      }
+      return false;
+    }
+    if (a.cuStreamIsCapturing(cs.second, &status) != CUDA_SUCCESS) return true;
+    capturing |= status != 0;  // active, or invalidated and not yet ended
+    return false;
   };
-  g_capturing_streams.erase(std::remove_if(g_capturing_streams.begin(), g_capturing_streams.end(), ended),
-                            g_capturing_streams.end());
-  return g_captures > 0 || !g_capturing_streams.empty();
+  g_streams.erase(std::remove_if(g_streams.begin(), g_streams.end(), gone), g_streams.end());
+  return capturing;
 }
 
 // Under g_unload_mu, with no capture under way: waits for each module's
-// context (its kernels may still be queued on a stream: the driver does not
-// promise to wait for them; dropping a program is rare, so a full wait is
-// fine) and unloads the modules.
+// context's streams lazyjit used (its kernels may still be queued there;
+// a stream, not the whole context: a capture on a stream lazyjit never used
+// is not touched; dropping a program is rare, so a full wait is fine), and
+// unloads the modules, in relaxed mode (a capture lazyjit cannot see, on
+// another thread, is not broken by the call).
 void unload_now(const Api& a, std::vector<std::pair<CUcontext, CUmodule>>& mods) {
   std::vector<CUcontext> synced;
   for (auto& [ctx, m] : mods) {
     try {
       ContextScope in(a, ctx);
+      RelaxedCaptureMode relaxed(a);
       if (std::find(synced.begin(), synced.end(), ctx) == synced.end()) {
-        a.cuCtxSynchronize();
+        for (const auto& [c, s] : g_streams)
+          if (c == ctx) a.cuStreamSynchronize(s);
         synced.push_back(ctx);
       }
       a.cuModuleUnload(m);
@@ -279,9 +339,13 @@ void unload_now(const Api& a, std::vector<std::pair<CUcontext, CUmodule>>& mods)
   mods.clear();
 }
 
-// Unloads `mods` now, or after the captures under way end.
-void unload(const Api& a, std::vector<std::pair<CUcontext, CUmodule>> mods) {
+// Unloads `mods` now, or after the captures under way end. `stream` (with
+// the current context `ctx`): one lazyjit is about to launch on, as a load
+// for a first run inside a capture is.
+void unload(const Api& a, std::vector<std::pair<CUcontext, CUmodule>> mods, CUcontext ctx = nullptr,
+            CUstream stream = nullptr) {
   std::lock_guard<std::mutex> lock(g_unload_mu);
+  if (stream) note_stream(ctx, stream);
   g_pending.insert(g_pending.end(), mods.begin(), mods.end());
   if (!g_pending.empty() && !capture_under_way(a)) unload_now(a, g_pending);
 }
@@ -398,7 +462,7 @@ std::string current_arch() {
   return "sm_" + std::to_string(major * 10 + minor);
 }
 
-std::shared_ptr<Module> load_module(const std::string& image) {
+std::shared_ptr<Module> load_module(const std::string& image, void* stream) {
   if (image.empty()) throw std::invalid_argument("lazyjit: load_module: an empty image");
   const Api& a = with_context();
   // PTX goes through the driver's assembler first, whose error log says what
@@ -408,7 +472,9 @@ std::shared_ptr<Module> load_module(const std::string& image) {
   CUcontext ctx = nullptr;
   check(a, a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   CUmodule m = load_here(a, bytes);
-  unload(a, {});  // modules whose unload waited for a capture that has ended
+  // Modules whose unload waited for a capture that has ended (not while the
+  // stream this load is for captures).
+  unload(a, {}, ctx, static_cast<CUstream>(stream));
   return std::make_shared<LoadedModule>(bytes, ctx, m);
 }
 
@@ -418,6 +484,7 @@ std::string assemble(const std::string& ptx) {
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size() - 1))};
   CUlinkState state = nullptr;
+  RelaxedCaptureMode relaxed(a);  // the driver's assembler: as a load
   check(a, a.cuLinkCreate(2, opts, values, &state), "cuLinkCreate");
   struct Destroy {
     const Api& a;
@@ -452,15 +519,15 @@ void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes
           "cuFuncSetAttribute");
   check(a, a.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared_bytes, static_cast<CUstream>(stream), params, nullptr),
         "cuLaunchKernel");
-  // Launched into a capture (the legacy stream never captures): no module is
-  // unloaded until it ends.
-  int status = 0;
-  if (stream && a.cuStreamIsCapturing &&
-      a.cuStreamIsCapturing(static_cast<CUstream>(stream), &status) == CUDA_SUCCESS && status == 1) {
+  // The stream, remembered (once per thread while it launches on the same
+  // one): an unload waits for it, and not while it captures.
+  thread_local std::pair<CUcontext, CUstream> last{nullptr, nullptr};
+  thread_local bool noted = false;
+  if (!noted || last != std::make_pair(ctx, static_cast<CUstream>(stream))) {
+    last = {ctx, static_cast<CUstream>(stream)};
+    noted = true;
     std::lock_guard<std::mutex> lock(g_unload_mu);
-    auto s = static_cast<CUstream>(stream);
-    if (std::find(g_capturing_streams.begin(), g_capturing_streams.end(), s) == g_capturing_streams.end())
-      g_capturing_streams.push_back(s);
+    note_stream(ctx, static_cast<CUstream>(stream));
   }
 }
 

@@ -33,8 +33,12 @@ class Module {
 // Loads a cubin, or PTX text (then the driver JIT-compiles it), into the
 // current context (device 0's primary context when none is current). A launch
 // in another context (another GPU) loads it there first. A failed load's
-// error holds the driver's error log.
-std::shared_ptr<Module> load_module(const std::string& image);
+// error holds the driver's error log. `stream`: the CUstream its kernels are
+// about to launch on, if known (a first run inside a capture: modules waiting
+// to be unloaded stay loaded while it captures). The load runs in relaxed
+// stream-capture mode: a capture under way, on this thread or another, is
+// neither refused nor broken by it.
+std::shared_ptr<Module> load_module(const std::string& image, void* stream = nullptr);
 
 // PTX to a cubin for the current device, by the driver's own assembler
 // (cuLinkCreate/cuLinkAddData/cuLinkComplete): used when no ptxas is found.
@@ -46,11 +50,13 @@ std::string assemble(const std::string& ptx);
 void launch(void* function, uint32_t grid, uint32_t block, uint32_t shared_bytes, void* stream, void** params);
 
 // A CUDA graph capture begins and ends in this process (executor/cuda_graph.cpp).
-// While one is under way, modules dropped are not unloaded (unloading waits
-// with cuCtxSynchronize, which would break the capture): the last capture to
-// end unloads them. A capture launch() finds its stream in (PyTorch's, around
-// lazyjit's kernels) defers unloads the same way, until a later load or
-// unload finds that stream capturing no more.
+// While one is under way, modules dropped are not unloaded (an unload waits
+// for the streams lazyjit launched on, and a wait on a capturing stream, or in
+// global or thread-local mode the unload itself, would break the capture):
+// the last capture to end unloads them. A capture on any stream lazyjit
+// launched on or loaded for (PyTorch's, around lazyjit's kernels, or begun
+// later on such a stream) defers unloads the same way, until a later load or
+// unload finds none capturing. Unloads run in relaxed stream-capture mode.
 void capture_began();
 void capture_ended();
 

@@ -93,7 +93,7 @@ std::unique_ptr<CapturedRun> capture_cuda_graph(const std::function<void()>& bod
     // other threads' CUDA calls (a background compile loading a module, a
     // DataLoader pinning memory) neither fail nor break this capture.
     // Modules dropped meanwhile (another thread's program evicted) are
-    // unloaded after it: unloading waits with cuCtxSynchronize.
+    // unloaded after it: an unload, and the wait before it, would break it.
     struct DeferUnloads {
       DeferUnloads() { cuda_driver::capture_began(); }
       ~DeferUnloads() { cuda_driver::capture_ended(); }

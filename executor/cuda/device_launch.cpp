@@ -143,8 +143,9 @@ bool launch_device_kernel(const lowering::FusedKernel& k, const DeviceKernel& dk
   params.push_back(&total);
   params.push_back(d.data());  // a byval array: its bytes
   // The kernel's function in this device's context (the guard made it
-  // current): its module is loaded at the kernel's first launch here.
-  void* function = modules.function(device->index());
+  // current): its module is loaded at the kernel's first launch here (inside
+  // a capture of the stream too: cuda_driver::load_module).
+  void* function = modules.function(device->index(), stream.native_handle());
   debug::Metrics::get().add(debug::Counter::DeviceKernelLaunches);
   cuda_driver::launch(function, grid, static_cast<uint32_t>(dk.block), static_cast<uint32_t>(dk.shared_bytes),
                       stream.native_handle(), params.data());

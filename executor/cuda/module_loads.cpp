@@ -7,7 +7,7 @@ namespace lazyjit::executor {
 
 ModuleLoads::ModuleLoads(const lowering::DeviceKernel& dk) : image_(dk.image), symbol_(dk.symbol) {}
 
-void* ModuleLoads::function(int device) {
+void* ModuleLoads::function(int device, void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Loaded& l : loaded_)
     if (l.device == device) return l.function;
@@ -15,7 +15,7 @@ void* ModuleLoads::function(int device) {
     throw std::runtime_error("lazyjit: CUDA kernel " + symbol_ + " has no image to load on device " +
                              std::to_string(device));
   try {
-    std::shared_ptr<cuda_driver::Module> m = cuda_driver::load_module(std::string(image_));
+    std::shared_ptr<cuda_driver::Module> m = cuda_driver::load_module(std::string(image_), stream);
     void* f = m->function(symbol_);
     loaded_.push_back(Loaded{device, std::move(m), f});
     return f;

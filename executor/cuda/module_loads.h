@@ -29,9 +29,12 @@ class ModuleLoads {
   // The kernel's CUfunction in the context current on this thread, device
   // `device`'s (the caller made it current: launch_device_kernel's device
   // guard): its module is loaded there at the first call for `device`, found
-  // after. Throws std::runtime_error naming the kernel and device when the
-  // kernel has no image, or the driver refuses it (its error log).
-  void* function(int device);
+  // after. `stream`: the CUstream it is about to launch on (a first run inside
+  // a capture loads in relaxed mode and unloads nothing while that stream
+  // captures: cuda_driver::load_module). Throws std::runtime_error naming the
+  // kernel and device when the kernel has no image, or the driver refuses it
+  // (its error log).
+  void* function(int device, void* stream = nullptr);
 
   // The devices it is loaded on, in the order they were (for tests, metrics).
   std::vector<int> devices() const;

@@ -100,8 +100,9 @@ TEST_F(CudaDriverLibrary, ALibraryThatIsNotTheDriverIsNamedWithWhatItLacks) {
 }
 
 // With a stand-in driver (tests/executor/fake_libcuda.c: two devices, a
-// module's functions launch only in the context it was loaded into, a
-// cuCtxSynchronize during a capture breaks it), each in a process of its own.
+// module's functions launch only in the context it was loaded into, a real
+// driver's rules on captures: what breaks one, in which capture mode), each in
+// a process of its own.
 #ifdef LAZYJIT_FAKE_LIBCUDA
 namespace {
 
@@ -161,8 +162,8 @@ TEST_F(CudaDriverStandIn, AKernelLaunchedOnAnotherDeviceRunsThere) {
 }
 
 // A program dropped on another thread while a graph capture is under way: its
-// module is not unloaded then (unloading waits with cuCtxSynchronize, which
-// breaks the capture), but when the capture ends.
+// module is not unloaded then (the unload, and the wait for its kernels
+// before it, would break the capture), but when the capture ends.
 TEST_F(CudaDriverStandIn, AModuleDroppedDuringACaptureIsUnloadedAfterIt) {
   EXPECT_EXIT(
       {
@@ -211,5 +212,73 @@ TEST_F(CudaDriverStandIn, AModuleDroppedDuringACaptureOfItsKernelsIsUnloadedAfte
         std::exit(broken() == 0 && during == 0 && unloads() == 1 ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "broken 0 unloads during 0 after 1");
+}
+// Loading a module is a call the driver refuses during a stream capture in
+// global mode (any thread's) or thread-local mode (this thread's), and the
+// refusal breaks the capture: a program's first run inside torch.cuda.graph
+// (global by default), or a program first run on another thread meanwhile.
+// The load switches its thread to relaxed mode for the call, and back.
+TEST_F(CudaDriverStandIn, AModuleLoadedDuringACaptureIsLoadedInRelaxedMode) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        auto begin = fake<void (*)(void*, int)>("fake_cuda_begin_capture");
+        auto end = fake<void (*)()>("fake_cuda_end_capture");
+        auto refused = fake<int (*)()>("fake_cuda_refused_in_capture");
+        auto broken = fake<int (*)()>("fake_cuda_capture_broken");
+        auto mode = fake<int (*)()>("fake_cuda_thread_mode");
+        auto make_current = fake<void (*)(int)>("fake_cuda_make_current");
+        int stream = 0;  // any non-null CUstream
+        make_current(0);
+        begin(&stream, 0);  // global, this thread
+        std::string here = thrown([] { cuda_driver::load_module(kImage)->function("fused_0"); });
+        const int mode_after = mode();
+        std::string other;
+        std::thread([&] {
+          make_current(1);
+          other = thrown([] { cuda_driver::load_module(kImage)->function("fused_0"); });
+        }).join();
+        end();
+        begin(&stream, 1);  // thread-local, this thread
+        std::string local = thrown([] { cuda_driver::load_module(kImage)->function("fused_0"); });
+        end();
+        std::fprintf(stderr, "refused %d broken %d mode after %d; errors [%s] [%s] [%s]\n", refused(), broken(),
+                     mode_after, here.c_str(), other.c_str(), local.c_str());
+        std::exit(refused() == 0 && broken() == 0 && mode_after == 0 && here.empty() && other.empty() && local.empty()
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0), "refused 0 broken 0 mode after 0; errors \\[\\] \\[\\] \\[\\]");
+}
+
+// A capture that begins on a stream lazyjit's kernels ran on before (a
+// torch.cuda.graph on a stream a program ran on uncaptured): a module dropped
+// meanwhile on another thread is not unloaded during the capture (an unload,
+// and the wait before it, would break it), but by the next load after it.
+TEST_F(CudaDriverStandIn, AModuleDroppedWhileAStreamItRanOnCapturesIsUnloadedAfterIt) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        auto begin = fake<void (*)(void*, int)>("fake_cuda_begin_capture");
+        auto end = fake<void (*)()>("fake_cuda_end_capture");
+        auto broken = fake<int (*)()>("fake_cuda_capture_broken");
+        auto unloads = fake<int (*)()>("fake_cuda_unloads");
+        auto in_capture = fake<int (*)()>("fake_cuda_unloads_in_capture");
+        auto make_current = fake<void (*)(int)>("fake_cuda_make_current");
+        make_current(0);
+        auto m = cuda_driver::load_module(kImage);
+        void* f = m->function("fused_0");
+        int stream = 0;
+        cuda_driver::launch(f, 1, 32, 0, &stream, nullptr);  // not capturing then
+        begin(&stream, 0);
+        std::thread([&] { m.reset(); }).join();
+        const int during = unloads();
+        end();
+        auto other = cuda_driver::load_module(kImage);
+        std::fprintf(stderr, "broken %d unloads in capture %d during %d after %d\n", broken(), in_capture(), during,
+                     unloads());
+        std::exit(broken() == 0 && in_capture() == 0 && during == 0 && unloads() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "broken 0 unloads in capture 0 during 0 after 1");
 }
 #endif

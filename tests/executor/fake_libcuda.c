@@ -9,10 +9,21 @@
 //  - an image starting "\x7f" "ELFbad" fails to load with
 //    CUDA_ERROR_INVALID_IMAGE and writes "ptxas fatal: bad thing" into the
 //    error-log buffer (CU_JIT_ERROR_LOG_BUFFER, 5; its size, 6);
-//  - while fake_cuda_set_capturing(1), cuCtxSynchronize breaks the capture
-//    (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), as a real one does, and
-//    cuStreamIsCapturing says every stream but the legacy one captures.
+//  - captures with a real driver's mode rules: fake_cuda_begin_capture(stream,
+//    mode) starts one on `stream` from the calling thread, in global (0),
+//    thread-local (1) or relaxed (2) mode; fake_cuda_set_capturing(1) starts a
+//    global one on every stream but the legacy one. cuStreamIsCapturing says
+//    which streams capture. Each thread has a capture mode of its own
+//    (cuThreadExchangeStreamCaptureMode; global at first). A "potentially
+//    unsafe" call (cuModuleLoadDataEx, cuModuleUnload) is refused with
+//    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and breaks the capture, when the
+//    calling thread's mode is not relaxed and the capture is global, or is
+//    this thread's own and not relaxed. cuCtxSynchronize during any capture,
+//    and cuStreamSynchronize on a capturing stream, break it in every mode;
+//  - it counts the calls a real driver refuses during a capture, and every
+//    cuModuleUnload made while one runs (legal or not).
 // fake_cuda_* functions let the test drive and inspect it.
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +54,30 @@ struct Func {
 
 static struct Ctx contexts[2] = {{0}, {1}};
 static __thread struct Ctx* current;
-static int capturing, capture_broken, unloads, launches, loads;
+static int capture_broken, unloads, launches, loads;
+
+// The capture under way (one at a time): its stream (NULL: every stream but
+// the legacy one), mode and thread.
+enum { kModeGlobal = 0, kModeThreadLocal = 1, kModeRelaxed = 2 };
+static int capturing, capture_mode;
+static void* capture_stream;
+static pthread_t capture_thread;
+static __thread int thread_mode = kModeGlobal;
+static int refused_in_capture, unloads_in_capture;
+
+static int stream_captures(void* stream) {
+  return capturing && stream && (!capture_stream || capture_stream == stream);
+}
+// A potentially unsafe call on this thread now: refused, and the capture broken.
+static int unsafe_refused(void) {
+  if (!capturing || thread_mode == kModeRelaxed || capture_mode == kModeRelaxed) return 0;
+  if (capture_mode == kModeGlobal || pthread_equal(capture_thread, pthread_self())) {
+    ++refused_in_capture;
+    capture_broken = 1;
+    return 1;
+  }
+  return 0;
+}
 
 CUresult cuInit(unsigned flags) { return flags == 0 ? kSuccess : kInvalidValue; }
 CUresult cuDriverGetVersion(int* v) {
@@ -84,6 +118,7 @@ CUresult cuDevicePrimaryCtxRetain(void** c, int d) {
 }
 CUresult cuModuleLoadDataEx(void** m, const void* image, unsigned n, int* opts, void** values) {
   if (!current) return kInvalidContext;
+  if (unsafe_refused()) return kCaptureUnsupported;
   if (memcmp(image, "\x7f" "ELFbad", 7) == 0) {
     char* log = NULL;
     size_t size = 0;
@@ -109,6 +144,8 @@ CUresult cuModuleLoadData(void** m, const void* image) { return cuModuleLoadData
 CUresult cuModuleUnload(void* m) {
   struct Mod* mod = (struct Mod*)m;
   if (!current || mod->ctx != current) return kInvalidHandle;
+  if (capturing) ++unloads_in_capture;
+  if (unsafe_refused()) return kCaptureUnsupported;
   mod->unloaded = 1;
   ++unloads;
   return kSuccess;
@@ -121,8 +158,23 @@ CUresult cuCtxSynchronize(void) {
   }
   return kSuccess;
 }
+CUresult cuStreamSynchronize(void* stream) {
+  if (!current) return kInvalidContext;
+  if (stream_captures(stream)) {
+    capture_broken = 1;
+    return kCaptureUnsupported;
+  }
+  return kSuccess;
+}
 CUresult cuStreamIsCapturing(void* stream, int* status) {
-  *status = capturing && stream ? 1 : 0;
+  *status = stream_captures(stream);
+  return kSuccess;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  if (*mode < kModeGlobal || *mode > kModeRelaxed) return kInvalidValue;
+  int old = thread_mode;
+  thread_mode = *mode;
+  *mode = old;
   return kSuccess;
 }
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
@@ -175,7 +227,22 @@ CUresult cuLinkDestroy(void* s) {
 }
 
 // The test's handles on the fake.
-void fake_cuda_set_capturing(int on) { capturing = on; }
+void fake_cuda_begin_capture(void* stream, int mode) {
+  capturing = 1;
+  capture_stream = stream;
+  capture_mode = mode;
+  capture_thread = pthread_self();
+}
+void fake_cuda_end_capture(void) { capturing = 0; }
+void fake_cuda_set_capturing(int on) {
+  if (on)
+    fake_cuda_begin_capture(NULL, kModeGlobal);
+  else
+    fake_cuda_end_capture();
+}
+int fake_cuda_thread_mode(void) { return thread_mode; }
+int fake_cuda_refused_in_capture(void) { return refused_in_capture; }
+int fake_cuda_unloads_in_capture(void) { return unloads_in_capture; }
 int fake_cuda_capture_broken(void) { return capture_broken; }
 int fake_cuda_unloads(void) { return unloads; }
 int fake_cuda_launches(void) { return launches; }

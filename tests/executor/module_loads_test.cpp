@@ -172,3 +172,60 @@ TEST_F(ModuleLoadsStandIn, TheModulesUnloadWhenTheProgramGoes) {
       },
       ::testing::ExitedWithCode(0), "unloads: running 0 gone 2 during capture 2 after it 4; broken 0");
 }
+
+// A program's first run inside a capture of PyTorch's (torch.cuda.graph, here
+// thread-local on this thread) loads its kernel in relaxed mode, and a module
+// waiting to be unloaded (dropped during an earlier capture) stays loaded
+// while this one runs: the unload, and the wait before it, would break it.
+TEST_F(ModuleLoadsStandIn, AFirstRunInsideACaptureLoadsAndUnloadsNothingThatBreaksIt) {
+  EXPECT_EXIT(
+      {
+        use_fake_driver();
+        Counts c;
+        auto begin = fake<void (*)(void*, int)>("fake_cuda_begin_capture");
+        auto end = fake<void (*)()>("fake_cuda_end_capture");
+        auto broken = fake<int (*)()>("fake_cuda_capture_broken");
+        auto refused = fake<int (*)()>("fake_cuda_refused_in_capture");
+        auto in_capture = fake<int (*)()>("fake_cuda_unloads_in_capture");
+        std::unique_ptr<lowering::Target> t = lowering::make_cuda_target(lowering::CudaOptions{});
+        const executor::ExecutionTarget cuda = cuda_execution();
+        int s1 = 0;  // two CUstreams
+        int s2 = 0;
+        // p ran on s1, and is dropped while s1 captures: its module waits.
+        auto p = one_kernel_program(*t);
+        auto e = std::make_unique<executor::Executable>(p, cuda);
+        c.make_current(0);
+        cuda_driver::launch(executor::module_loads(*p->code->device_kernel(0))->function(0, &s1), 1, 32, 0, &s1,
+                            nullptr);
+        t->clear_kernels();
+        begin(&s1, 1);
+        e.reset();
+        p.reset();
+        end();
+        const int waiting = c.unloads();
+        // q's first run, inside a capture on s2.
+        auto q = one_kernel_program(*t);
+        auto eq = std::make_unique<executor::Executable>(q, cuda);
+        begin(&s2, 1);
+        std::string error;
+        try {
+          void* f = executor::module_loads(*q->code->device_kernel(0))->function(0, &s2);
+          cuda_driver::launch(f, 1, 32, 0, &s2, nullptr);
+        } catch (const std::exception& x) {
+          error = x.what();
+        }
+        const int during = c.unloads();
+        end();
+        t->clear_kernels();
+        eq.reset();
+        q.reset();  // no capture now: both modules go
+        std::fprintf(stderr, "loads %d refused %d broken %d unloads in capture %d: waiting %d during %d after %d [%s]\n",
+                     c.loads(), refused(), broken(), in_capture(), waiting, during, c.unloads(), error.c_str());
+        std::exit(c.loads() == 2 && refused() == 0 && broken() == 0 && in_capture() == 0 && waiting == 0 &&
+                          during == 0 && c.unloads() == 2 && error.empty()
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "loads 2 refused 0 broken 0 unloads in capture 0: waiting 0 during 0 after 2 \\[\\]");
+}
