@@ -5,9 +5,11 @@ reads (.cpu(), .item(), printing, .to("cuda")) copy from it, device to device
 where the destination is a GPU. CUDA eager is the oracle."""
 import copy
 import inspect
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -23,18 +25,47 @@ def _line_after():
     return inspect.currentframe().f_back.f_lineno + 1
 
 
-def _copies(fn):
-    """fn's result and the memcpy activities the GPU ran while it ran (their
-    names, as CUDA's profiler gives them: "Memcpy HtoD (Pageable -> Device)",
-    "Memcpy DtoD (Device -> Device)", ...)."""
+def _profiled(fn):
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         out = fn()
         torch.cuda.synchronize()
+    return out, prof
+
+
+def _copies(fn):
+    """fn's result and the memcpy activities the GPU ran while it ran (their
+    names, as CUDA's profiler gives them: "Memcpy HtoD (Pageable -> Device)",
+    "Memcpy DtoD (Device -> Device)", ...)."""
+    out, prof = _profiled(fn)
     names = [e.name for e in prof.events() if e.name.startswith("Memcpy ")]  # the GPU's, not cudaMemcpy calls
     return out, names
+
+
+def _copied_bytes(fn):
+    """fn's result, the memcpy activities' names, and the bytes they moved per
+    kind ({"HtoD": n, ...}; None when the profiler's trace gives no byte
+    counts). How many activities one copy is, is the driver's business (a
+    pageable copy may be staged in chunks); the bytes are what a copy
+    moved, on any driver."""
+    out, prof = _profiled(fn)
+    names = [e.name for e in prof.events() if e.name.startswith("Memcpy ")]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    copies = [e for e in events if str(e.get("name", "")).startswith("Memcpy ") and e.get("ph") == "X"]
+    if not copies or any(not isinstance(e.get("args", {}).get("bytes"), int) for e in copies):
+        return out, names, None
+    moved = {}
+    for e in copies:
+        for k in ("HtoD", "DtoH", "DtoD"):
+            if f"Memcpy {k}" in e["name"]:
+                moved[k] = moved.get(k, 0) + e["args"]["bytes"]
+    return out, names, moved
 
 
 def _kinds(names):
@@ -76,8 +107,9 @@ def test_cpu_to_lazyjit_and_back_round_trips_every_dtype(lazyjit):
 def test_cpu_to_lazyjit_is_one_host_to_device_copy(lazyjit):
     _profiler_sees_copies()
     x = torch.randn(1 << 20)
-    xl, names = _copies(lambda: x.to(L))
-    assert _kinds(names) == {"HtoD"} and len(names) == 1, names    # one copy, into the data
+    xl, names, moved = _copied_bytes(lambda: x.to(L))
+    assert _kinds(names) == {"HtoD"}, names          # into the data on the GPU, no copy there after
+    assert moved is None or moved == {"HtoD": x.nbytes}, (moved, names)  # the data crossed once
     assert torch.equal(xl.cpu(), x)
 
 
@@ -117,8 +149,9 @@ def test_lazyjit_to_cpu_is_one_device_to_host_copy(lazyjit):
     c = torch.randn(1 << 20, device=DEV)
     y = c.to(L) * 2
     lazyjit.sync()
-    got, names = _copies(lambda: y.cpu())
-    assert _kinds(names) == {"DtoH"} and len(names) == 1, names
+    got, names, moved = _copied_bytes(lambda: y.cpu())
+    assert _kinds(names) == {"DtoH"}, names
+    assert moved is None or moved == {"DtoH": y.nbytes}, (moved, names)  # the data crossed once
     assert torch.equal(got, (c * 2).cpu())
 
 
@@ -126,8 +159,12 @@ def test_pinned_host_memory_is_page_locked_and_copies_to_lazyjit(lazyjit):
     x = torch.randn(1 << 20).pin_memory()
     assert x.is_pinned()
     _profiler_sees_copies()
-    xl, names = _copies(lambda: x.to(L, non_blocking=True))
-    assert _kinds(names) == {"HtoD"} and any("Pinned" in n for n in names), names
+    xl, names, moved = _copied_bytes(lambda: x.to(L, non_blocking=True))
+    # Straight from the page-locked memory: no pageable staging copy. (What
+    # the profiler calls the source depends on how the host allocator pinned
+    # it, "Pinned" for cudaHostAlloc; never "Pageable".)
+    assert _kinds(names) == {"HtoD"} and not any("Pageable" in n for n in names), names
+    assert moved is None or moved == {"HtoD": x.nbytes}, (moved, names)
     assert torch.equal(xl.cpu(), x)
 
 
