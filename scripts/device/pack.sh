@@ -108,7 +108,7 @@ cat .device/MANIFEST.txt
 tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
 dev=$(du -sb .device | cut -f1)
 total=$((tree + dev))
-echo "pack: carry = working tree $(mib "$tree") + .device $(mib "$dev") = $(mib "$total") (limit ${LIMIT_MIB} MiB; the tool's is 64) in $(( $(date +%s) - t0 )) s"
+echo "pack: carry = working tree $(mib "$tree") + .device $(mib "$dev") = $(mib "$total") (limit ${LIMIT_MIB} MiB) in $(( $(date +%s) - t0 )) s"
 if [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
   echo "pack: too big to carry"; exit 1
 fi
