@@ -1,5 +1,6 @@
 #include "debug/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -45,6 +46,57 @@ const char* counter_name(Counter c) {
     case Counter::kCount: break;
   }
   return "?";
+}
+
+const char* sync_how_name(SyncHow h) {
+  switch (h) {
+    case SyncHow::CacheHit: return "cache_hit";
+    case SyncHow::Compiled: return "compiled";
+    case SyncHow::CompiledInBackground: return "compiled_in_background";
+    case SyncHow::OpByOpWhileCompiling: return "op_by_op_while_compiling";
+    case SyncHow::OpByOpPastLimit: return "op_by_op_past_recompile_limit";
+    case SyncHow::LoadedFromDisk: return "loaded_from_disk";
+    case SyncHow::LoadedFromRemote: return "loaded_from_remote";
+    case SyncHow::BoundToNewSizes: return "bound_to_new_sizes";
+    case SyncHow::kCount: break;
+  }
+  return "?";
+}
+
+namespace {
+thread_local int t_last_sync_how = -1;
+
+// The summary's words for each way a sync ran.
+const char* sync_how_words(SyncHow h) {
+  switch (h) {
+    case SyncHow::CacheHit: return "program in memory";
+    case SyncHow::Compiled: return "compiled, waited for";
+    case SyncHow::CompiledInBackground: return "program compiled in the background";
+    case SyncHow::OpByOpWhileCompiling: return "op by op while compiling";
+    case SyncHow::OpByOpPastLimit: return "op by op past the recompile limit";
+    case SyncHow::LoadedFromDisk: return "loaded from disk";
+    case SyncHow::LoadedFromRemote: return "loaded from the remote cache";
+    case SyncHow::BoundToNewSizes: return "bound to new sizes";
+    case SyncHow::kCount: break;
+  }
+  return "?";
+}
+
+std::string ms_text(double ms) {
+  char buf[40];
+  if (ms >= 1000) std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
+  else std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+  return buf;
+}
+}  // namespace
+
+void Metrics::sync_ran(SyncHow how) {
+  by_how_[static_cast<int>(how)].fetch_add(1, std::memory_order_relaxed);
+  t_last_sync_how = static_cast<int>(how);
+}
+
+const char* Metrics::last_sync_how() {
+  return t_last_sync_how < 0 ? "" : sync_how_name(static_cast<SyncHow>(t_last_sync_how));
 }
 
 Metrics::Metrics() = default;
@@ -114,20 +166,70 @@ MetricsSnapshot Metrics::snapshot() const {
   MetricsSnapshot s = maps_;
   for (int i = 0; i < static_cast<int>(Counter::kCount); ++i)
     s.counters[counter_name(static_cast<Counter>(i))] = counters_[i].load(std::memory_order_relaxed);
+  for (int i = 0; i < static_cast<int>(SyncHow::kCount); ++i)
+    s.syncs_by_how[sync_how_name(static_cast<SyncHow>(i))] = by_how_[i].load(std::memory_order_relaxed);
   return s;
 }
 
 void Metrics::reset() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+  for (auto& c : by_how_) c.store(0, std::memory_order_relaxed);
   maps_ = MetricsSnapshot{};
 }
 
-std::string Metrics::report() const {
+std::string Metrics::report(bool all) const {
   MetricsSnapshot s = snapshot();
   std::ostringstream os;
   os << "lazyjit metrics\n";
-  for (const auto& [k, v] : s.counters) os << "  " << k << ": " << v << "\n";
+  // The summary: how syncs ran, compiles and their time, fallbacks by op,
+  // programs found by cache tier (at most 8 lines with the title).
+  {
+    std::string parts;
+    for (int i = 0; i < static_cast<int>(SyncHow::kCount); ++i) {
+      auto h = static_cast<SyncHow>(i);
+      if (int64_t n = s.syncs_by_how[sync_how_name(h)])
+        parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " + sync_how_words(h);
+    }
+    os << "syncs: " << s.counters["syncs"] << (parts.empty() ? "" : " (" + parts + ")") << "\n";
+    auto codegen = s.timings.find("codegen");
+    os << "compiles: " << s.counters["compiles"];
+    if (codegen != s.timings.end() && s.counters["compiles"])
+      os << " in " << ms_text(codegen->second.total_ms) << " of codegen (longest " << ms_text(codegen->second.max_ms)
+         << ")";
+    if (int64_t pending = s.counters["background_compiles"] - s.counters["background_finished"]; pending > 0)
+      os << "; " << pending << " still compiling in the background";
+    os << "\n";
+    int64_t fallbacks = 0;
+    std::vector<std::pair<int64_t, std::string>> ops;
+    for (const auto& [op, n] : s.fallbacks) {
+      fallbacks += n;
+      ops.emplace_back(-n, op);
+    }
+    std::sort(ops.begin(), ops.end());
+    os << "fallbacks (ops run on the CPU): " << fallbacks;
+    for (size_t i = 0; i < ops.size() && i < 4; ++i) os << (i ? ", " : " (") << ops[i].second << " " << -ops[i].first;
+    if (ops.size() > 4) os << ", " << ops.size() - 4 << " more ops";
+    if (!ops.empty()) os << ")";
+    os << "\n";
+    os << "programs found: " << s.counters["cache_hits"] << " in memory, " << s.counters["disk_hits"]
+       << " on disk";
+    if (remote_cache_ || all || s.counters["remote_hits"]) os << ", " << s.counters["remote_hits"] << " remote";
+    os << ", " << s.counters["background_taken"] << " from background compiles, " << s.counters["shape_binds"]
+       << " bound to new sizes; " << s.counters["cache_misses"] << " cache misses\n";
+  }
+  // Counters of features this process does not use, while zero: the GPU's
+  // under the cpu target, the remote tier's without LAZYJIT_REMOTE_CACHE.
+  auto hidden = [&](const std::string& k, int64_t v) {
+    if (all || v != 0) return false;
+    if (!gpu_target_ && (k.rfind("cuda_graph", 0) == 0 || k == "device_kernel_launches")) return true;
+    if (!remote_cache_ && k.rfind("remote_", 0) == 0) return true;
+    return false;
+  };
+  os << "counters" << (all ? "" : " (those of features off left out: metrics_report(all=True) has every one)")
+     << ":\n";
+  for (const auto& [k, v] : s.counters)
+    if (!hidden(k, v)) os << "  " << k << ": " << v << "\n";
   if (int64_t pending = s.counters["background_compiles"] - s.counters["background_finished"]; pending > 0)
     os << pending << " compile" << (pending == 1 ? " is" : "s are")
        << " still queued or running in the background: compiles and disk_writes may not count "

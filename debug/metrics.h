@@ -20,13 +20,15 @@ enum class Counter : int {
   GenericCompiles, // of llvm_compiles: shape-generic kernels (sizes read at run time)
   DynamicDims,     // input dims that took a second size at a sync call site (runtime/recompile_explainer.h)
   ShapeBinds,      // programs made for new sizes from a compiled one of the same structure (runtime/shape_binder.h)
-  OpByOpSyncs,      // graphs run op by op past the recompile limit (LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op)
+  OpByOpSyncs,      // graphs run op by op past the recompile limit only (LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op);
+                    // every way a sync ran: syncs_by_how (SyncHow)
   BackgroundSyncs, // graphs run op by op while their program compiled in the background (LAZYJIT_BACKGROUND_COMPILE)
   BackgroundCompiles,  // programs queued to compile in the background
   BackgroundFinished,  // of those, finished (compiled or loaded; a failed one is compiled again at its next sync)
   BackgroundTaken,     // syncs that took a program a background compile finished (not cache misses)
   CacheHits,
-  CacheMisses,     // syncs whose program was not in memory and was then compiled, loaded, bound or started compiling
+  CacheMisses,     // syncs whose program was in no cache (memory, disk, remote): then compiled, started
+                   // compiling, bound to new sizes or run op by op; a load from disk or remote is not one
   Syncs,           // points where pending work was run
   HashCollisions,  // cache hits refused by the confirming hash
   StepOps,         // ops run one at a time in step mode
@@ -55,6 +57,22 @@ enum class Counter : int {
   kCount
 };
 
+// How a sync ran: each sync is counted once, under one of these
+// (metrics()["syncs_by_how"], runtime/pipeline.cpp). Ops that ran on the CPU
+// (fallbacks) are not syncs: they are counted by op in `fallbacks`.
+enum class SyncHow : int {
+  CacheHit,               // "cache_hit": its program was in memory
+  Compiled,               // "compiled": compiled at this sync, which waited for it
+  CompiledInBackground,   // "compiled_in_background": took the program a background compile finished
+  OpByOpWhileCompiling,   // "op_by_op_while_compiling": ran op by op through ATen while its program compiles
+  OpByOpPastLimit,        // "op_by_op_past_recompile_limit": op by op, uncompiled (LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op)
+  LoadedFromDisk,         // "loaded_from_disk": its program read from the on-disk cache
+  LoadedFromRemote,       // "loaded_from_remote": its program read from the remote cache
+  BoundToNewSizes,        // "bound_to_new_sizes": a program of its structure bound to its sizes, no compile
+  kCount
+};
+const char* sync_how_name(SyncHow h);
+
 struct Timing {
   int64_t count = 0;
   double total_ms = 0, max_ms = 0;
@@ -70,6 +88,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> fallbacks;     // op name -> runs by its eager CPU kernel
   std::map<std::string, int64_t> fallback_sites;  // "op: reason @ call site" -> count
   std::map<std::string, int64_t> syncs;         // "reason @ call site" -> count
+  std::map<std::string, int64_t> syncs_by_how;  // sync_how_name -> syncs that ran so (every SyncHow, zeros too)
   std::map<std::string, int64_t> cache_misses;  // why a program was compiled -> count
   std::map<std::string, int64_t> disk_errors;   // "kind: what" -> count (corrupt, foreign, ...)
   std::map<std::string, int64_t> remote_errors; // kind -> count (connect, timeout, bad_signature, ...)
@@ -86,6 +105,10 @@ class Metrics {
   // An op run by its eager CPU kernel: counted by name, and by reason and site.
   void fallback(const std::string& op, const std::string& reason, const std::string& site);
   void sync(const std::string& reason, const std::string& site);
+  // How a sync ran: counted, and remembered as this thread's last (last_sync_how).
+  void sync_ran(SyncHow how);
+  // How this thread's last sync ran; empty before its first.
+  static const char* last_sync_how();
   void cache_miss(const std::string& why);
   void disk_error(const std::string& kind);
   void remote_error(const std::string& kind);
@@ -97,10 +120,20 @@ class Metrics {
   void time(const std::string& what, double ms);
   MetricsSnapshot snapshot() const;
   void reset();
-  std::string report() const;
+  // The report opens with a summary (at most 8 lines); counters of features
+  // that are off (the GPU's under the cpu target, the remote tier's when none
+  // is configured) are left out while zero, unless `all`.
+  std::string report(bool all = false) const;
+  // Which optional features this process has (runtime/config.cpp sets them).
+  void set_features(bool gpu_target, bool remote_cache) {
+    gpu_target_ = gpu_target;
+    remote_cache_ = remote_cache;
+  }
 
  private:
   std::atomic<int64_t> counters_[static_cast<int>(Counter::kCount)] = {};
+  std::atomic<int64_t> by_how_[static_cast<int>(SyncHow::kCount)] = {};
+  std::atomic<bool> gpu_target_{false}, remote_cache_{false};
   mutable std::mutex mu_;
   MetricsSnapshot maps_;
   Metrics();

@@ -1,6 +1,8 @@
 #include "runtime/config.h"
 
 #include "cache/redis_store.h"
+#include "debug/metrics.h"
+#include "debug/notice.h"
 #include "graph_ir/op_kind.h"
 
 #include <algorithm>
@@ -111,7 +113,9 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
     if (what == "recompiles") c.log_recompiles = true;
     else if (what == "syncs") c.log_syncs = true;
-    else bad("LAZYJIT_LOG", what, "a log name (recompiles, syncs)", "no such log");
+    else if (what == "fallbacks") c.notices = std::max(c.notices, 2);
+    else if (what == "none" || what == "off") c.notices = 0;
+    else bad("LAZYJIT_LOG", what, "a log name (recompiles, syncs, fallbacks, none)", "no such log");
   }
   for (const std::string& p : split_commas(env("LAZYJIT_DISABLE_PASSES"))) {
     bool known = false;
@@ -248,6 +252,10 @@ const Config& process_config() {
   static const Config config = [] {
     Config c = Config::from_env();
     for (const std::string& w : c.warnings) std::fprintf(stderr, "lazyjit: warning: %s\n", w.c_str());
+    debug::set_notice_level(c.notices == 0   ? debug::NoticeLevel::Off
+                            : c.notices == 1 ? debug::NoticeLevel::Once
+                                             : debug::NoticeLevel::Every);
+    debug::Metrics::get().set_features(c.target != "cpu", !c.remote_cache.empty());
     return c;
   }();
   return config;

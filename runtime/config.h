@@ -50,6 +50,7 @@ struct Config {
   // ./lazyjit_debug); 3 + LLVM IR and assembly dumps; 4 + NaN checks and a per-op timing table.
   int debug_level = 0;
   bool log_syncs = false;                    // LAZYJIT_LOG=syncs (and level >= 1): one line per sync
+  int notices = 1;  // LAZYJIT_LOG: 0 `none` (no notices), 1 each once (default), 2 `fallbacks` (every fallback said)
   bool dump_llvm = true;                     // with dump_dir: LLVM IR and assembly too (level 2: not)
   bool op_timing = false;                    // level 4: per-op timing table at exit
   int64_t max_graph_ops = 10000;             // LAZYJIT_MAX_GRAPH_OPS: a graph this big is cut and run

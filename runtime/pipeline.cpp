@@ -34,9 +34,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <filesystem>
 #include <optional>
 
 #include "debug/metrics.h"
+#include "debug/notice.h"
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/gemm.h"
@@ -57,6 +59,7 @@ SyncResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const 
   if (observer || check_graphs_) {
     static_cast<RunResult&>(r) =
         run_observed(graph, bindings, site, shapes, node_sites, observer, check_graphs_, /*repro=*/true, &r.note);
+    count_sync(r.note.how);
     return r;
   }
   // Under torch.use_deterministic_algorithms(True) a new graph waits for its
@@ -64,6 +67,7 @@ SyncResult Runtime::run(const ir::Graph& graph, const Bindings& bindings, const 
   const bool background = background_ && !at::globalContext().deterministicAlgorithms();
   SyncRequest s = request(graph, site, shapes, node_sites, background);
   std::shared_ptr<const executor::Executable> program = program_for(s, &r.note);
+  count_sync(r.note.how);
   if (!program) {
     static_cast<RunResult&>(r) = run_op_by_op(graph, bindings, r.note.how);
     return r;
@@ -81,6 +85,24 @@ std::shared_ptr<const executor::Executable> Runtime::prepare(const ir::Graph& gr
   SyncNote note;
   if (auto program = program_for(request(graph, site, shapes, {}, /*background=*/false), &note)) return program;
   return std::make_shared<const executor::Executable>(op_by_op_program(graph, /*keep_values=*/false));
+}
+
+// Each sync counted once, by how it ran (metrics()["syncs_by_how"]); the
+// thread remembers its last (lazyjit.last_sync()).
+void Runtime::count_sync(SyncNote::How how) {
+  using debug::SyncHow;
+  SyncHow h = SyncHow::CacheHit;
+  switch (how) {
+    case SyncNote::How::Hit: h = SyncHow::CacheHit; break;
+    case SyncNote::How::Compiled: h = SyncHow::Compiled; break;
+    case SyncNote::How::Loaded: h = SyncHow::LoadedFromDisk; break;
+    case SyncNote::How::Remote: h = SyncHow::LoadedFromRemote; break;
+    case SyncNote::How::OpByOp: h = SyncHow::OpByOpPastLimit; break;
+    case SyncNote::How::Bound: h = SyncHow::BoundToNewSizes; break;
+    case SyncNote::How::Background: h = SyncHow::OpByOpWhileCompiling; break;
+    case SyncNote::How::Ready: h = SyncHow::CompiledInBackground; break;
+  }
+  debug::Metrics::get().sync_ran(h);
 }
 
 Runtime::SyncRequest Runtime::request(const ir::Graph& graph, const std::string& site,
@@ -119,7 +141,10 @@ std::shared_ptr<const executor::Executable> Runtime::program_for(const SyncReque
   return lookup.entry;  // null: op by op
 }
 
+// A cache miss is counted where no tier had the program: a load from disk or
+// from the remote tier (6, 7) is not one.
 Runtime::Resolved Runtime::resolve(const SyncRequest& s, const std::string& why_missed) {
+  if (!config_.dump_dir.empty()) say_where_dumps_go();
   BackgroundLook background;
   if (auto r = background_result(s, &background)) return *r;                           // 1
   if (auto r = bound_to_sizes(s)) {                                                    // 2
@@ -127,12 +152,30 @@ Runtime::Resolved Runtime::resolve(const SyncRequest& s, const std::string& why_
     return *r;
   }
   if (background.pending && s.may_compile) return op_by_op(SyncNote::How::Background); // 3
-  count_miss(why_missed);
-  if (auto r = sibling_on_disk(s)) return *r;                                          // 4
-  if (auto r = by_policy(s)) return *r;                                                // 5
+  if (auto r = sibling_on_disk(s)) {                                                   // 4
+    count_miss(why_missed);
+    return *r;
+  }
+  if (auto r = by_policy(s)) {                                                         // 5
+    count_miss(why_missed);
+    return *r;
+  }
   // One that failed in the background compiles here, to fail where the user sees it.
-  if (s.background && !background.failed) return start_in_background(s);               // 6
-  return stored_or_compiled(s);                                                        // 7
+  Resolved r = s.background && !background.failed ? start_in_background(s)             // 6
+                                                  : stored_or_compiled(s);             // 7
+  if (r.note.how != SyncNote::How::Loaded && r.note.how != SyncNote::How::Remote) count_miss(why_missed);
+  return r;
+}
+
+// LAZYJIT_DEBUG=2-4 and LAZYJIT_DUMP: where the dumps go, said once.
+void Runtime::say_where_dumps_go() const {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(config_.dump_dir, ec);
+  // One that cannot be made is said by the dump writer instead (debug/dump.cpp).
+  if (std::error_code made; !std::filesystem::create_directories(dir, made) && made) return;
+  debug::notice("dumps", "debug dumps of each compiled program (graph, passes, plan" +
+                             std::string(config_.dump_llvm ? ", LLVM IR, assembly" : "") + ") go to " +
+                             (ec ? config_.dump_dir : dir.string()) + " (LAZYJIT_DEBUG>=2 / LAZYJIT_DUMP)");
 }
 
 void Runtime::count_miss(const std::string& why_missed) {

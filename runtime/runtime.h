@@ -195,6 +195,8 @@ class Runtime {
   Resolved stored_or_compiled(const SyncRequest& s);
   static Resolved op_by_op(SyncNote::How how, std::string why = {});
   static void count_miss(const std::string& why_missed);
+  static void count_sync(SyncNote::How how);
+  void say_where_dumps_go() const;
 
   static void trim_heap();  // heap_trim.cpp
   static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);

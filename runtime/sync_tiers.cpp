@@ -4,9 +4,12 @@
 // next tier's turn. The policy tier is in recompile_policy.cpp.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "debug/metrics.h"
+#include "debug/notice.h"
 #include "debug/trace.h"
 #include "lowering/compile_threads.h"
 #include "runtime/disk_tier.h"
@@ -17,6 +20,29 @@ namespace lazyjit::runtime {
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A compile that took over a second is said once per call site
+// (LAZYJIT_TEST_SLOW_COMPILE_MS moves the bar, for tests).
+double slow_compile_ms() {
+  static const double ms = [] {
+    const char* e = std::getenv("LAZYJIT_TEST_SLOW_COMPILE_MS");
+    return e && *e ? std::atof(e) : 1000.0;
+  }();
+  return ms;
+}
+
+void say_slow_compile(const std::string& site, size_t nodes, double ms, bool background, bool on_disk) {
+  if (ms < slow_compile_ms()) return;
+  char took[40];
+  std::snprintf(took, sizeof took, ms >= 1000 ? "%.2f s" : "%.0f ms", ms >= 1000 ? ms / 1000 : ms);
+  const std::string where = site.empty() ? std::string("(unknown site)") : site;
+  debug::notice("slow compile @ " + where,
+                "compiling the graph synced at " + where + " (" + std::to_string(nodes) + " nodes) took " + took +
+                    (background ? " in the background; its syncs ran op by op meanwhile"
+                                : "; the sync waited for it") +
+                    ". It is cached now" + (on_disk ? " (in memory and on disk)" : " (in memory)") +
+                    "; lazyjit.metrics_report() has compile times");
 }
 }  // namespace
 
@@ -46,6 +72,7 @@ std::optional<Runtime::Resolved> Runtime::background_result(const SyncRequest& s
     return std::nullopt;
   }
   debug::Metrics::get().add(debug::Counter::BackgroundTaken);
+  if (done->program) say_slow_compile(s.site, s.graph.nodes().size(), done->program->compile_ms, true, disk_ != nullptr);
   Resolved r;
   r.program = std::move(done->program);
   r.note.how = SyncNote::How::Ready;
@@ -153,6 +180,8 @@ Runtime::Resolved Runtime::stored_or_compiled(const SyncRequest& s) {
                : source == DiskTier::Source::Remote ? SyncNote::How::Remote
                                                     : SyncNote::How::Compiled;
   r.note.prepare_ms = ms_since(t0);
+  if (source == DiskTier::Source::Compiled)
+    say_slow_compile(s.site, s.graph.nodes().size(), r.note.prepare_ms, false, disk_ != nullptr);
   if (s.generic) binder_.remember(s.graph, s.key.target, r.program, config_.disabled_passes);
   return r;
 }

@@ -8,6 +8,7 @@
 
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
+#include "debug/notice.h"
 #include "debug/trace.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
@@ -246,8 +247,16 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   // A runaway graph (a loop that never syncs) is cut here and run, so compile
   // time and memory stay bounded; the cut is counted with its reason. (A
   // failing step of it already names its own op.)
-  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops)
-    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", TraceContext::call_site());
+  if (static_cast<int64_t>(ctx.graph().nodes().size()) >= runtime::process_config().max_graph_ops) {
+    const std::string site = TraceContext::call_site();
+    debug::notice("graph cut @ " + site,
+                  "a graph reached LAZYJIT_MAX_GRAPH_OPS (" +
+                      std::to_string(runtime::process_config().max_graph_ops) + " nodes) at " +
+                      (site.empty() ? std::string("(unknown site)") : site) +
+                      " and was cut and run there: the step runs as more than one program (raise the limit, or "
+                      "sync once per step); counted in lazyjit.metrics()['sync_reasons']");
+    ctx.sync("graph size limit (LAZYJIT_MAX_GRAPH_OPS)", site);
+  }
 }
 
 }  // namespace

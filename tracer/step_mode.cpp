@@ -1,5 +1,7 @@
 #include "tracer/step_mode.h"
 
+#include "debug/notice.h"
+
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -124,7 +126,14 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   if (!step && in_strict_region())
     throw StrictError("lazyjit.strict: " + name + " would run eagerly in a strict region (" + reason + ")" +
                       (site.empty() ? std::string() : " at " + site) + " (nothing ran)");
-  if (!step) debug::Metrics::get().fallback(name, reason, site);
+  if (!step) {
+    debug::Metrics::get().fallback(name, reason, site);
+    // Once per op and call site (LAZYJIT_LOG=fallbacks: every time; none: never).
+    debug::notice("fallback " + name + " @ " + site,
+                  name + " ran on the CPU (" + reason + ")" + (site.empty() ? std::string() : " at " + site) +
+                      "; counted in lazyjit.metrics()['fallbacks']",
+                  /*every=*/true);
+  }
   if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
   Stack args = *stack;
   // The kernel writes these arguments' elements in place.

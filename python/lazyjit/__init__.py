@@ -19,7 +19,7 @@ from . import distributed  # the "lazyjit" torch.distributed backend (python/laz
 # ones dropped) while the interpreter and LLVM are whole.
 atexit.register(_C.stop_background_compiles)
 
-__all__ = ["device", "sync", "set_mode", "mode", "target", "add_op_hook", "metrics", "reset_metrics",
+__all__ = ["device", "sync", "set_mode", "mode", "target", "add_op_hook", "metrics", "last_sync", "reset_metrics",
            "metrics_report", "clear_cache", "wait_for_compiles"]
 
 
@@ -85,15 +85,35 @@ def add_op_hook(fn, lazy: bool = False):
 
 
 def metrics() -> dict:
+    """Process-wide counters. ``syncs_by_how`` counts each sync once, by how it
+    ran: ``cache_hit`` (its program in memory), ``compiled`` (compiled at the
+    sync, which waited), ``op_by_op_while_compiling`` (run op by op through ATen
+    while its program compiles in the background), ``compiled_in_background``
+    (took the program that compile finished), ``loaded_from_disk``,
+    ``loaded_from_remote``, ``bound_to_new_sizes`` (a program of the same
+    structure bound to new sizes), ``op_by_op_past_recompile_limit``. Ops run on
+    the CPU are counted by op in ``fallbacks``."""
     return _C.metrics()
+
+
+def last_sync() -> str:
+    """How this thread's last sync ran, as a key of ``metrics()["syncs_by_how"]``
+    (``"op_by_op_while_compiling"``, ``"compiled_in_background"``, ``"cache_hit"``,
+    ...); ``""`` before the first."""
+    return _C.last_sync()
 
 
 def reset_metrics() -> None:
     _C.reset_metrics()
 
 
-def metrics_report() -> str:
-    return _C.metrics_report()
+def metrics_report(all: bool = False) -> str:
+    """The metrics as text: a summary first (syncs by how they ran, compiles and
+    their time, fallbacks by op, programs found by cache tier), then counters,
+    sync call sites, recompiles and timings. Counters of features that are off
+    (the GPU's under the cpu target, the remote cache's without
+    LAZYJIT_REMOTE_CACHE) are left out while zero unless ``all``."""
+    return _C.metrics_report(all)
 
 
 def explain_recompiles() -> list:

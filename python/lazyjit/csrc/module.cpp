@@ -1,5 +1,6 @@
 // lazyjit._C: the Python face of tracer/lazyjit.h.
 #include <Python.h>
+#include <cstdio>
 #include <cstring>
 #include <frameobject.h>
 #include <pybind11/functional.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include "debug/notice.h"
 #include "tracer/capture.h"
 #include "tracer/capture_set.h"
 #include "tracer/device_call.h"
@@ -136,6 +138,7 @@ py::dict to_dict(const lazyjit::debug::MetricsSnapshot& s) {
   d["fallbacks"] = s.fallbacks;
   d["fallback_sites"] = s.fallback_sites;
   d["sync_reasons"] = s.syncs;
+  d["syncs_by_how"] = s.syncs_by_how;
   d["compile_reasons"] = s.cache_misses;
   d["disk_errors_by_kind"] = s.disk_errors;
   d["remote_errors_by_kind"] = s.remote_errors;
@@ -194,9 +197,28 @@ void raise_interrupt() {
   throw e;
 }
 
+// c10's own warning handler (a "[W ...]" line on stderr), as found at import,
+// where no torch binding has put its own in place.
+c10::WarningHandler* g_base_warning_handler = nullptr;
+
+// lazyjit's notices (debug/notice.h): under a torch binding (torch.multinomial,
+// .item(), lazyjit.sync()) a UserWarning raised when the call returns, as
+// PyTorch's own CPU fallbacks warn; elsewhere (autograd's device thread, a
+// thread of C++'s) a line on stderr.
+void python_notice(const std::string& line) {
+  if (c10::WarningUtils::get_warning_handler() != g_base_warning_handler) {
+    // No C++ source location: Python puts the warning at the caller's line.
+    c10::warn(c10::Warning(c10::UserWarning(), c10::SourceLocation{__func__, nullptr, 0}, line, /*verbatim=*/true));
+    return;
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  g_base_warning_handler = c10::WarningUtils::get_warning_handler();
+  lazyjit::debug::set_notice_sink(python_notice);
   lazyjit::init();
   lazyjit::set_call_site_provider(python_call_site);
   lazyjit::tracer::set_input_name_provider(python_named_tensors);
@@ -214,8 +236,14 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("sync", [] {
-    py::gil_scoped_release nogil;
-    lazyjit::sync();
+    torch::PyWarningHandler warnings;  // notices of the sync, as UserWarnings when it returns
+    try {
+      py::gil_scoped_release nogil;
+      lazyjit::sync();
+    } catch (...) {
+      warnings.set_in_exception();
+      throw;
+    }
   });
   m.def("set_mode", [](const std::string& mode) {
     py::gil_scoped_release nogil;
@@ -252,7 +280,9 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("metrics", [] { return to_dict(lazyjit::metrics()); });
   m.def("reset_metrics", &lazyjit::reset_metrics);
-  m.def("metrics_report", &lazyjit::metrics_report);
+  m.def("metrics_report", [](bool all) { return lazyjit::debug::Metrics::get().report(all); },
+        py::arg("all") = false);
+  m.def("last_sync", [] { return std::string(lazyjit::debug::Metrics::last_sync_how()); });
   // Why each program was compiled: what differed from the nearest program
   // compiled before at the same sync call site (LAZYJIT_LOG=recompiles prints them).
   m.def("explain_recompiles", [] {
