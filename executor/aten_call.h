@@ -58,7 +58,7 @@ class AtenCall {
   c10::OperatorHandle op_;
   std::vector<Arg> args_;
   std::vector<bool> return_aliases_;  // per return: it is a mutated argument (bound by the clone)
-  Gemm gemm_ = Gemm::None;            // mm / addmm that may run through oneDNN (gemm.h)
+  Gemm gemm_ = Gemm::None;            // mm / addmm / bmm that may run lazyjit's GEMM paths (gemm.h)
 };
 
 }  // namespace lazyjit::executor

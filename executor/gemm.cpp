@@ -38,31 +38,32 @@ bool fits_onednn(const at::Tensor& a, const at::Tensor& b) {
   return m * k * n >= kMinMacs && a.stride(1) == 1 && a.stride(0) >= k && plain(b);
 }
 
-// 1 to kSmallGemmMaxRows rows of a, each contiguous; mat2 = w^T with w's rows
+// 1 to max_rows rows of a, each contiguous; mat2 = w^T with w's rows
 // contiguous (a Linear's weight).
-bool fits_small(const at::Tensor& a, const at::Tensor& b) {
+bool fits_small(const at::Tensor& a, const at::Tensor& b, int64_t max_rows = kSmallGemmMaxRows) {
   const int64_t m = a.size(0), k = a.size(1);
-  return m <= kSmallGemmMaxRows && a.stride(1) == 1 && (m == 1 || a.stride(0) >= k) && b.stride(0) == 1 &&
+  return m <= max_rows && a.stride(1) == 1 && (m == 1 || a.stride(0) >= k) && b.stride(0) == 1 &&
          b.stride(1) >= k;
 }
 
 bool is_one(const c10::IValue& v) { return v.isScalar() && v.toScalar().equal(1); }
 
-// The operands of an mm or addmm step that either GEMM path may take: 2-D
-// float32 CPU tensors, no empty dim, and for addmm a contiguous 1-D float32
-// bias with beta = alpha = 1 (bias undefined for mm). nullopt: ATen's op runs.
+// The operands of an mm or addmm step that a GEMM path may take: 2-D CPU
+// tensors of `dtype`, no empty dim, and for addmm a contiguous 1-D bias of
+// `dtype` with beta = alpha = 1 (bias undefined for mm). nullopt: ATen's op runs.
 struct Operands {
   at::Tensor a, b, bias;
 };
 
-std::optional<Operands> float_operands(Gemm kind, const torch::jit::Stack& stack) {
+std::optional<Operands> float_operands(Gemm kind, const torch::jit::Stack& stack,
+                                       at::ScalarType dtype = at::kFloat) {
   // mm(self, mat2); addmm(self = bias, mat1, mat2, beta, alpha)
   const size_t first = kind == Gemm::Mm ? 0 : 1;
   if (stack.size() != (kind == Gemm::Mm ? 2u : 5u) || !stack[first].isTensor() || !stack[first + 1].isTensor())
     return std::nullopt;
   Operands o{stack[first].toTensor(), stack[first + 1].toTensor(), {}};
   const at::Tensor &a = o.a, &b = o.b;
-  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != dtype || b.scalar_type() != dtype ||
       !a.device().is_cpu() || !b.device().is_cpu() || a.size(1) != b.size(0) || a.size(0) == 0 || a.size(1) == 0 ||
       b.size(1) == 0)
     return std::nullopt;
@@ -70,7 +71,7 @@ std::optional<Operands> float_operands(Gemm kind, const torch::jit::Stack& stack
     if (!stack[0].isTensor() || !is_one(stack[3]) || !is_one(stack[4])) return std::nullopt;
     o.bias = stack[0].toTensor();
     const at::Tensor& c = o.bias;
-    if (c.dim() != 1 || c.size(0) != b.size(1) || c.scalar_type() != at::kFloat || !c.is_contiguous() ||
+    if (c.dim() != 1 || c.size(0) != b.size(1) || c.scalar_type() != dtype || !c.is_contiguous() ||
         !c.device().is_cpu())
       return std::nullopt;
   }
@@ -106,6 +107,7 @@ bool bf16_gemms_allowed() {
 Gemm gemm_kind(const std::string& op_name) {
   if (op_name == "aten::mm") return Gemm::Mm;
   if (op_name == "aten::addmm") return Gemm::Addmm;
+  if (op_name == "aten::bmm") return Gemm::Bmm;
   return Gemm::None;
 }
 
@@ -126,6 +128,27 @@ void run_small(const Operands& o, torch::jit::Stack& stack) {
   // Counted as a timing ("small gemm" in lazyjit.metrics()["timings"]).
   debug::Metrics::get().time("small gemm",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// run_small in bfloat16 (small_gemm_bf16): bf16 out, as ATen's op gives.
+void run_small_bf16(const Operands& o, torch::jit::Stack& stack) {
+  const at::Tensor &a = o.a, &b = o.b;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  auto bits = [](const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>()); };
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled())
+    span.emplace("execute", "small GEMM bf16",
+                 debug::TraceArgs{{"m", m}, {"k", k}, {"n", n}, {"bias", o.bias.defined()}});
+  const auto t0 = std::chrono::steady_clock::now();
+  at::Tensor y = at::empty({m, n}, a.options());
+  small_gemm_bf16(bits(a), a.stride(0), bits(b), b.stride(1), o.bias.defined() ? bits(o.bias) : nullptr,
+                  reinterpret_cast<uint16_t*>(y.mutable_data_ptr<at::BFloat16>()), m, n, k, at::get_num_threads());
+  stack.assign(1, std::move(y));
+  // Counted as timings: "small gemm" (every run of the small kernels) and
+  // "small gemm bf16" (those in bfloat16).
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  debug::Metrics::get().time("small gemm", ms);
+  debug::Metrics::get().time("small gemm bf16", ms);
 }
 
 // False when oneDNN raised: the stack is untouched.
@@ -186,11 +209,55 @@ std::atomic<bool> small_gemm_enabled{true};
 
 void set_small_gemm_enabled(bool on) { small_gemm_enabled.store(on, std::memory_order_relaxed); }
 
+namespace {
+
+// A bmm of one batch (bmm(a, b), a [1, M, K], b [1, K, N]) as the mm of its two
+// matrices, the result [1, M, N] (contiguous, as bmm's). A Linear on a slice
+// that cannot be folded into one matrix records one (the last token's hidden
+// state of a prefill through lm_head: matmul expands the weight to
+// [1, K, N]); ATen's bmm hands that transposed weight to oneDNN only after a
+// contiguous copy (mkldnn_matmul: ~117 MB per call for a [65536, 896] bf16
+// lm_head, longer than the whole rest of the prefill), where its mm reads the
+// weight in place, and mm takes the small GEMM kernels. float32 and bfloat16
+// CPU tensors; nullopt for others (ATen's bmm runs).
+std::optional<at::Tensor> run_one_batch_bmm(torch::jit::Stack& stack) {
+  if (stack.size() != 2 || !stack[0].isTensor() || !stack[1].isTensor()) return std::nullopt;
+  const at::Tensor &a = stack[0].toTensor(), &b = stack[1].toTensor();
+  if (a.dim() != 3 || b.dim() != 3 || a.size(0) != 1 || b.size(0) != 1 || a.size(2) != b.size(1) ||
+      a.scalar_type() != b.scalar_type() || (a.scalar_type() != at::kFloat && a.scalar_type() != at::kBFloat16) ||
+      !a.device().is_cpu() || !b.device().is_cpu())
+    return std::nullopt;
+  torch::jit::Stack mm{a.select(0, 0), b.select(0, 0)};
+  if (!run_fast_gemm(Gemm::Mm, mm)) {
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
+    op.callBoxed(&mm);
+  }
+  return mm.at(0).toTensor().unsqueeze(0);
+}
+
+}  // namespace
+
 bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack) {
+  if (kind == Gemm::Bmm) {
+    std::optional<at::Tensor> y = run_one_batch_bmm(stack);
+    if (!y) return false;
+    stack.assign(1, std::move(*y));
+    return true;
+  }
+  // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
+  const bool small = small_gemm_enabled.load(std::memory_order_relaxed) && small_gemm_supported();
+  if (small) {
+    // bfloat16: 1 to 8 rows against a Linear's weight (decoding) run the small
+    // GEMM kernel; every other bf16 GEMM, ATen's op (oneDNN, as eager).
+    if (std::optional<Operands> o = float_operands(kind, stack, at::kBFloat16)) {
+      if (!fits_small(o->a, o->b, kSmallGemmBf16MaxRows)) return false;
+      run_small_bf16(*o, stack);
+      return true;
+    }
+  }
   const std::optional<Operands> o = float_operands(kind, stack);
   if (!o) return false;
-  // LAZYJIT_SMALL_GEMM=off keeps ATen's op (MKL), e.g. to compare or bisect.
-  if (small_gemm_enabled.load(std::memory_order_relaxed) && small_gemm_supported() && fits_small(o->a, o->b)) {
+  if (small && fits_small(o->a, o->b)) {
     run_small(*o, stack);
     return true;
   }

@@ -25,9 +25,10 @@
 
 namespace lazyjit::executor {
 
-enum class Gemm { None, Mm, Addmm };
+enum class Gemm { None, Mm, Addmm, Bmm };
 
-// Which GEMM an ATen op name ("aten::mm", "aten::addmm") is; None for others.
+// Which GEMM an ATen op name ("aten::mm", "aten::addmm", "aten::bmm") is; None
+// for others.
 Gemm gemm_kind(const std::string& op_name);
 
 // With `stack` holding the op's arguments as its schema orders them, for
@@ -39,7 +40,16 @@ Gemm gemm_kind(const std::string& op_name);
 // enabled) runs oneDNN. Either way the result is left as the stack's one value
 // and true returned. False: the stack is untouched and the caller runs ATen's
 // op (which raises what eager would), as for a GEMM oneDNN raised on.
-bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack);  // kind: Mm or Addmm
+//
+// bfloat16 (mm, addmm with a 1-D bf16 bias): 1 to kSmallGemmBf16MaxRows rows
+// against a Linear's weight run small_gemm_bf16 (bf16 result, float32 sums,
+// one rounding, as ATen's), others ATen's op.
+//
+// bmm of a single batch (float32 or bfloat16 CPU tensors): runs as the mm of
+// its two matrices through the above, or ATen's mm, never ATen's bmm (which
+// copies a transposed mat2 before handing it to oneDNN); the result is
+// [1, M, N], contiguous, as bmm's.
+bool run_fast_gemm(Gemm kind, torch::jit::Stack& stack);
 
 // Whether run_fast_gemm may take the small-GEMM kernel: the runtime sets it from
 // its Config (LAZYJIT_SMALL_GEMM) when it starts; on until then.

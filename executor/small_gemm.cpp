@@ -7,6 +7,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 namespace lazyjit::executor {
 
@@ -129,6 +131,191 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* a, int64_t lda, 
   }
 }
 
+// ---- bfloat16 ----
+
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Round to nearest even, NaN to the canonical quiet NaN: c10::BFloat16's rounding.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// The rows of a, widened to float32 and laid out for the kernels: in each
+// block of B elements (one vector load of B bfloat16s) the even-indexed ones
+// first, then the odd-indexed ones, zero-padded to a whole block. Loaded as
+// 32-bit lanes, a block of bfloat16 pairs gives the even elements as floats by
+// a left shift of 16 and the odd ones by masking the low half off: the weight
+// is widened with one instruction per B/2 elements, never shuffled.
+int64_t padded_k(int64_t K, int64_t B) { return (K + B - 1) / B * B; }
+
+void split_rows(const uint16_t* a, int64_t lda, int64_t M, int64_t K, int64_t B, float* xs) {
+  const int64_t kp = padded_k(K, B);
+  std::fill(xs, xs + M * kp, 0.f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t r = k % B;
+      xs[m * kp + k - r + (r & 1) * (B / 2) + r / 2] = bf16_to_float(a[m * lda + k]);
+    }
+}
+
+#define LAZYJIT_AVX512_BF16_TARGET __attribute__((target("avx512f,avx512bw")))
+
+LAZYJIT_AVX512_BF16_TARGET inline __m512 widen_even(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+LAZYJIT_AVX512_BF16_TARGET inline __m512 widen_odd(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// y[m, n] = the sum of s's lanes (+ bias[n]), rounded to bfloat16.
+LAZYJIT_AVX512_BF16_TARGET inline void store_bf16(uint16_t* y, int64_t m, int64_t N, int64_t n, const uint16_t* bias,
+                                                  __m512 s) {
+  y[m * N + n] = float_to_bf16(_mm512_reduce_add_ps(s) + (bias ? bf16_to_float(bias[n]) : 0.f));
+}
+
+// Rows [n0, n1) of y for every m, four weight rows at a time (32 bfloat16s of
+// each per step, two float32 sums per row), the K tail through a masked load.
+LAZYJIT_AVX512_BF16_TARGET void rows_bf16_avx512(const float* xs, int64_t kp, const uint16_t* w, int64_t ldw,
+                                                  const uint16_t* bias, uint16_t* y, int64_t M, int64_t N,
+                                                  int64_t K, int64_t n0, int64_t n1) {
+  const int64_t kv = K & ~int64_t{31};
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (K - kv)) - 1u);
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const uint16_t* w0 = w + n * ldw;
+    const uint16_t* w1 = w0 + ldw;
+    const uint16_t* w2 = w1 + ldw;
+    const uint16_t* w3 = w2 + ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = xs + m * kp;
+      __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+      for (int64_t k = 0; k < kv; k += 32) {
+        const __m512 xe = _mm512_loadu_ps(x + k), xo = _mm512_loadu_ps(x + k + 16);
+        const __m512i v0 = _mm512_loadu_si512(w0 + k), v1 = _mm512_loadu_si512(w1 + k);
+        const __m512i v2 = _mm512_loadu_si512(w2 + k), v3 = _mm512_loadu_si512(w3 + k);
+        e0 = _mm512_fmadd_ps(widen_even(v0), xe, e0);
+        o0 = _mm512_fmadd_ps(widen_odd(v0), xo, o0);
+        e1 = _mm512_fmadd_ps(widen_even(v1), xe, e1);
+        o1 = _mm512_fmadd_ps(widen_odd(v1), xo, o1);
+        e2 = _mm512_fmadd_ps(widen_even(v2), xe, e2);
+        o2 = _mm512_fmadd_ps(widen_odd(v2), xo, o2);
+        e3 = _mm512_fmadd_ps(widen_even(v3), xe, e3);
+        o3 = _mm512_fmadd_ps(widen_odd(v3), xo, o3);
+      }
+      if (tail) {
+        const __m512 xe = _mm512_loadu_ps(x + kv), xo = _mm512_loadu_ps(x + kv + 16);
+        const __m512i v0 = _mm512_maskz_loadu_epi16(tail, w0 + kv), v1 = _mm512_maskz_loadu_epi16(tail, w1 + kv);
+        const __m512i v2 = _mm512_maskz_loadu_epi16(tail, w2 + kv), v3 = _mm512_maskz_loadu_epi16(tail, w3 + kv);
+        e0 = _mm512_fmadd_ps(widen_even(v0), xe, e0);
+        o0 = _mm512_fmadd_ps(widen_odd(v0), xo, o0);
+        e1 = _mm512_fmadd_ps(widen_even(v1), xe, e1);
+        o1 = _mm512_fmadd_ps(widen_odd(v1), xo, o1);
+        e2 = _mm512_fmadd_ps(widen_even(v2), xe, e2);
+        o2 = _mm512_fmadd_ps(widen_odd(v2), xo, o2);
+        e3 = _mm512_fmadd_ps(widen_even(v3), xe, e3);
+        o3 = _mm512_fmadd_ps(widen_odd(v3), xo, o3);
+      }
+      store_bf16(y, m, N, n, bias, _mm512_add_ps(e0, o0));
+      store_bf16(y, m, N, n + 1, bias, _mm512_add_ps(e1, o1));
+      store_bf16(y, m, N, n + 2, bias, _mm512_add_ps(e2, o2));
+      store_bf16(y, m, N, n + 3, bias, _mm512_add_ps(e3, o3));
+    }
+  }
+  for (; n < n1; ++n) {
+    const uint16_t* wr = w + n * ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = xs + m * kp;
+      __m512 e = _mm512_setzero_ps(), o = e;
+      for (int64_t k = 0; k < kv; k += 32) {
+        const __m512i v = _mm512_loadu_si512(wr + k);
+        e = _mm512_fmadd_ps(widen_even(v), _mm512_loadu_ps(x + k), e);
+        o = _mm512_fmadd_ps(widen_odd(v), _mm512_loadu_ps(x + k + 16), o);
+      }
+      if (tail) {
+        const __m512i v = _mm512_maskz_loadu_epi16(tail, wr + kv);
+        e = _mm512_fmadd_ps(widen_even(v), _mm512_loadu_ps(x + kv), e);
+        o = _mm512_fmadd_ps(widen_odd(v), _mm512_loadu_ps(x + kv + 16), o);
+      }
+      store_bf16(y, m, N, n, bias, _mm512_add_ps(e, o));
+    }
+  }
+}
+
+#define LAZYJIT_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+LAZYJIT_AVX2_TARGET inline __m256 widen_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+LAZYJIT_AVX2_TARGET inline __m256 widen_odd(__m256i v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// 16 bfloat16s of a weight row from k on; past K (the tail) zeros, read
+// through a copy (AVX2 has no 16-bit masked load).
+LAZYJIT_AVX2_TARGET inline __m256i load16(const uint16_t* p, int64_t k, int64_t K) {
+  if (k + 16 <= K) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k));
+  alignas(32) uint16_t t[16] = {};
+  std::memcpy(t, p + k, static_cast<size_t>(K - k) * sizeof(uint16_t));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+
+LAZYJIT_AVX2_TARGET inline void store_bf16(uint16_t* y, int64_t m, int64_t N, int64_t n, const uint16_t* bias,
+                                           __m256 s) {
+  y[m * N + n] = float_to_bf16(reduce_add(s) + (bias ? bf16_to_float(bias[n]) : 0.f));
+}
+
+// rows_bf16_avx512 with 8-lane vectors (16 bfloat16s of each row per step).
+LAZYJIT_AVX2_TARGET void rows_bf16_avx2(const float* xs, int64_t kp, const uint16_t* w, int64_t ldw,
+                                        const uint16_t* bias, uint16_t* y, int64_t M, int64_t N, int64_t K,
+                                        int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const uint16_t* w0 = w + n * ldw;
+    const uint16_t* w1 = w0 + ldw;
+    const uint16_t* w2 = w1 + ldw;
+    const uint16_t* w3 = w2 + ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = xs + m * kp;
+      __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+      for (int64_t k = 0; k < K; k += 16) {
+        const __m256 xe = _mm256_loadu_ps(x + k), xo = _mm256_loadu_ps(x + k + 8);
+        const __m256i v0 = load16(w0, k, K), v1 = load16(w1, k, K), v2 = load16(w2, k, K), v3 = load16(w3, k, K);
+        e0 = _mm256_fmadd_ps(widen_even(v0), xe, e0);
+        o0 = _mm256_fmadd_ps(widen_odd(v0), xo, o0);
+        e1 = _mm256_fmadd_ps(widen_even(v1), xe, e1);
+        o1 = _mm256_fmadd_ps(widen_odd(v1), xo, o1);
+        e2 = _mm256_fmadd_ps(widen_even(v2), xe, e2);
+        o2 = _mm256_fmadd_ps(widen_odd(v2), xo, o2);
+        e3 = _mm256_fmadd_ps(widen_even(v3), xe, e3);
+        o3 = _mm256_fmadd_ps(widen_odd(v3), xo, o3);
+      }
+      store_bf16(y, m, N, n, bias, _mm256_add_ps(e0, o0));
+      store_bf16(y, m, N, n + 1, bias, _mm256_add_ps(e1, o1));
+      store_bf16(y, m, N, n + 2, bias, _mm256_add_ps(e2, o2));
+      store_bf16(y, m, N, n + 3, bias, _mm256_add_ps(e3, o3));
+    }
+  }
+  for (; n < n1; ++n) {
+    const uint16_t* wr = w + n * ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = xs + m * kp;
+      __m256 e = _mm256_setzero_ps(), o = e;
+      for (int64_t k = 0; k < K; k += 16) {
+        const __m256i v = load16(wr, k, K);
+        e = _mm256_fmadd_ps(widen_even(v), _mm256_loadu_ps(x + k), e);
+        o = _mm256_fmadd_ps(widen_odd(v), _mm256_loadu_ps(x + k + 8), o);
+      }
+      store_bf16(y, m, N, n, bias, _mm256_add_ps(e, o));
+    }
+  }
+}
+
 }  // namespace
 
 bool small_gemm_isa_supported(SmallGemmIsa isa) {
@@ -163,6 +350,41 @@ void small_gemm_with(SmallGemmIsa isa, const float* a, int64_t lda, const float*
     const int64_t n0 = std::min<int64_t>(N, omp_get_thread_num() * share);
     const int64_t n1 = std::min<int64_t>(N, n0 + share);
     if (n0 < n1) rows(a, lda, w, ldw, bias, y, M, N, K, n0, n1);
+  }
+}
+
+bool small_gemm_bf16_isa_supported(SmallGemmIsa isa) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return isa == SmallGemmIsa::Avx512 ? avx512 : small_gemm_isa_supported(SmallGemmIsa::Avx2);
+}
+
+void small_gemm_bf16(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, const uint16_t* bias,
+                     uint16_t* y, int64_t M, int64_t N, int64_t K, int threads) {
+  static const SmallGemmIsa best =
+      small_gemm_bf16_isa_supported(SmallGemmIsa::Avx512) ? SmallGemmIsa::Avx512 : SmallGemmIsa::Avx2;
+  small_gemm_bf16_with(best, a, lda, w, ldw, bias, y, M, N, K, threads);
+}
+
+void small_gemm_bf16_with(SmallGemmIsa isa, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                          const uint16_t* bias, uint16_t* y, int64_t M, int64_t N, int64_t K, int threads) {
+  const bool avx512 = isa == SmallGemmIsa::Avx512;
+  const auto rows = avx512 ? rows_bf16_avx512 : rows_bf16_avx2;
+  const int64_t block = avx512 ? 32 : 16;
+  const int64_t kp = padded_k(K, block);
+  std::vector<float> xs(static_cast<size_t>(M * kp));
+  split_rows(a, lda, M, K, block, xs.data());
+  const int64_t by_size = std::max<int64_t>(1, N * K / kMinElemsPerThread);
+  const int tasks = static_cast<int>(std::min<int64_t>({threads, by_size, (N + 3) / 4}));
+  if (tasks <= 1 || omp_in_parallel()) {
+    rows(xs.data(), kp, w, ldw, bias, y, M, N, K, 0, N);
+    return;
+  }
+  const int64_t share = ((N + tasks - 1) / tasks + 3) / 4 * 4;
+#pragma omp parallel num_threads(tasks)
+  {
+    const int64_t n0 = std::min<int64_t>(N, omp_get_thread_num() * share);
+    const int64_t n1 = std::min<int64_t>(N, n0 + share);
+    if (n0 < n1) rows(xs.data(), kp, w, ldw, bias, y, M, N, K, n0, n1);
   }
 }
 

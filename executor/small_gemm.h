@@ -37,4 +37,23 @@ void small_gemm(const float* a, int64_t lda, const float* w, int64_t ldw, const 
 void small_gemm_with(SmallGemmIsa isa, const float* a, int64_t lda, const float* w, int64_t ldw, const float* bias,
                      float* y, int64_t M, int64_t N, int64_t K, int threads);
 
+// bfloat16: y = a w^T (+ bias), every operand and y bfloat16 (the raw 16-bit
+// patterns), 1 <= M <= kSmallGemmBf16MaxRows. Each weight element is read once
+// per call for all M rows (the rows of a are widened to float32 once, up
+// front), widened in registers (a bfloat16 is the top half of a float32: a
+// shift or a mask), multiplied and summed in float32, and each output rounded
+// to bfloat16 once (nearest even, the bias added first), as ATen's bf16 mm
+// (oneDNN) computes it; another summation order. N is split over `threads`
+// OpenMP threads as small_gemm's. Decoding is made of these GEMVs; they move
+// the weight at the memory's read bandwidth instead of oneDNN's ~56% of it.
+// Variants: AVX-512 (F and BW: masked 16-bit loads for the K tail) and AVX2
+// with FMA.
+inline constexpr int64_t kSmallGemmBf16MaxRows = 8;
+void small_gemm_bf16(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, const uint16_t* bias,
+                     uint16_t* y, int64_t M, int64_t N, int64_t K, int threads);
+void small_gemm_bf16_with(SmallGemmIsa isa, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                          const uint16_t* bias, uint16_t* y, int64_t M, int64_t N, int64_t K, int threads);
+// Whether small_gemm_bf16_with runs `isa` on this CPU (Avx512: F and BW).
+bool small_gemm_bf16_isa_supported(SmallGemmIsa isa);
+
 }  // namespace lazyjit::executor
