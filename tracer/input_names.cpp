@@ -32,8 +32,14 @@ std::vector<std::string> input_names(const std::vector<const LazyStorage*>& stor
   } catch (const std::exception&) {  // names are a courtesy: an explanation goes on without them
     return names;
   }
-  for (const auto& [name, t] : named)
-    if (t.defined() && is_lazy(t)) by_storage.emplace(&storage_of(t), &name);  // the innermost name wins
+  for (const auto& [name, t] : named) {
+    // A tensor on the device without a lazyjit storage of its own (a wrapper
+    // subclass such as DTensor, a tensor with no storage) names nothing.
+    if (!t.defined() || !is_lazy(t) || !t.has_storage()) continue;
+    const auto* s = static_cast<const LazyStorage*>(t.storage().data_ptr().get_context());
+    if (s)
+      by_storage.emplace(s, &name);  // the innermost name wins
+  }
   for (size_t i = 0; i < storages.size(); ++i)
     if (auto it = by_storage.find(storages[i]); storages[i] && it != by_storage.end()) names[i] = *it->second;
   return names;
