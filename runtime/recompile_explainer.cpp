@@ -89,6 +89,8 @@ std::vector<int> match_inputs(const std::vector<ir::TensorType>& old_types, cons
                               const std::vector<ir::TensorType>& types, const std::vector<std::string>& names) {
   std::vector<int> match(types.size(), -1);
   std::vector<bool> taken(old_types.size(), false);
+  // An old input no name was found for goes by its position ("#2").
+  auto unnamed = [](const std::string& key) { return key.empty() || key[0] == '#'; };
   for (size_t k = 0; k < types.size(); ++k) {
     if (names[k].empty()) continue;
     for (size_t j = 0; j < old_types.size(); ++j)
@@ -109,7 +111,7 @@ std::vector<int> match_inputs(const std::vector<ir::TensorType>& old_types, cons
       // A named input whose name was not seen is new unless it takes an unnamed old one.
       if (match[k] >= 0) continue;
       for (size_t j = 0; j < old_types.size(); ++j)
-        if (!taken[j] && (names[k].empty() || old_names[j].empty()) && same(old_types[j], types[k])) {
+        if (!taken[j] && (names[k].empty() || unnamed(old_names[j])) && same(old_types[j], types[k])) {
           match[k] = static_cast<int>(j), taken[j] = true;
           break;
         }
