@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 
 #include <ATen/core/TensorBody.h>
 #include <c10/core/TensorImpl.h>
@@ -23,16 +24,18 @@ at::Tensor alias(const at::Tensor& data, at::IntArrayRef sizes, at::IntArrayRef 
 }
 }  // namespace
 
-bool has_pending_ops() {
-  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
-  return TraceContext::get().has_pending();
-}
-
 std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
-  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
   TraceContext& ctx = TraceContext::get();
   bool any = std::any_of(args.begin(), args.end(), [](const at::Tensor& t) { return tracer::is_lazy(t); });
-  if (any && ctx.has_pending()) ctx.sync("torch.compile call on lazyjit tensors", TraceContext::call_site());
+  // The call site only when a sync needs it, and before the lock: it takes the GIL.
+  std::string site;
+  if (any) {
+    std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+    any = ctx.has_pending();
+  }
+  if (any) site = TraceContext::call_site();
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  if (any && ctx.has_pending()) ctx.sync("torch.compile call on lazyjit tensors", site);
   std::vector<at::Tensor> out;
   out.reserve(args.size());
   for (const at::Tensor& t : args) {

@@ -25,9 +25,6 @@ namespace lazyjit {
 // copy). A lost storage (its sync failed) raises that failure.
 std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args);
 
-// Whether the calling thread has recorded ops that have not run.
-bool has_pending_ops();
-
 // `out` (the program's result on the data device) as a lazyjit tensor: a view
 // of the lazyjit argument whose data it views (data_views()[i] shares its
 // memory), with the same sizes, strides and offset, or else a new lazyjit

@@ -406,7 +406,6 @@ PYBIND11_MODULE(_C, m) {
       out[at_[k]] = py::reinterpret_steal<py::object>(THPVariable_Wrap(data[k]));
     return out;
   });
-  m.def("has_pending_ops", &lazyjit::has_pending_ops);
   m.def("lazy_results", [](const py::list& outs, const py::list& args, const py::list& data) {
     std::vector<at::Tensor> a, d;
     for (size_t i = 0; i < args.size() && i < data.size(); ++i)
