@@ -5,8 +5,14 @@ execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import torch; print(torch.utils.cm
                 OUTPUT_VARIABLE TORCH_CMAKE_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
 execute_process(COMMAND ${LAZYJIT_PYTHON} -c "import pybind11; print(pybind11.get_cmake_dir())"
                 OUTPUT_VARIABLE PYBIND11_CMAKE_DIR OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+# The Python the extension is built for, found before libtorch's config: a CUDA
+# build's config runs find_package(Python COMPONENTS Interpreter) itself (its
+# public/cuda.cmake), after which pybind11 takes Python as found and never
+# defines python_add_library ("Unknown CMake command").
+set(Python_EXECUTABLE ${LAZYJIT_PYTHON})
+find_package(Python 3.9 REQUIRED COMPONENTS Interpreter Development.Module)
 list(APPEND CMAKE_PREFIX_PATH ${TORCH_CMAKE_PREFIX})
-find_package(Torch REQUIRED)
+include(${CMAKE_CURRENT_LIST_DIR}/torch_link.cmake)
 find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/lib" REQUIRED)
 
 add_library(lazyjit SHARED
@@ -27,15 +33,19 @@ target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
 # LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the GPU check's
 # fallback when that translation unit fails to build: scripts/gpu_check.sh).
 option(LAZYJIT_CUDA_GRAPHS_BUILD "CUDA graphs, when the torch found has CUDA" ON)
-find_library(LAZYJIT_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+# (torch_link.cmake sets LAZYJIT_TORCH_CUDA_LIBRARY: libtorch_cuda, when this
+# torch has CUDA and the CUDA headers are there to compile against.)
 if(LAZYJIT_TORCH_CUDA_LIBRARY AND LAZYJIT_CUDA_GRAPHS_BUILD)
   target_sources(lazyjit PRIVATE executor/cuda/cuda_graph.cpp)
 else()
   target_sources(lazyjit PRIVATE executor/cuda/cuda_graph_none.cpp)
 endif()
-message(STATUS "lazyjit CUDA graphs: ${LAZYJIT_TORCH_CUDA_LIBRARY} (NOTFOUND: this torch has no CUDA; graphs off)")
+message(STATUS "lazyjit CUDA graphs: ${LAZYJIT_TORCH_CUDA_LIBRARY} (NOTFOUND: this torch has no CUDA, or no CUDA headers were found; graphs off)")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
                       lazyjit_lowering PRIVATE TBB::tbb nlohmann_json::nlohmann_json)
+# Every symbol resolved at link time (-z defs): a symbol this torch lacks fails
+# the link, naming it, instead of `import lazyjit`.
+target_link_options(lazyjit PRIVATE "LINKER:-z,defs")
 set_target_properties(lazyjit PROPERTIES
   BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
