@@ -14,6 +14,8 @@ seeded pipeline: two warm-up calls, then `lazyjit.wait_for_compiles()` (a new
 graph first runs op by op while its program compiles in the background: timing
 before it would time that), then timed calls; the table gives denoising steps
 per second (the median call's steps over its wall time, VAE decode included),
+the median call's CPU time (`time.process_time()`, all the process's threads:
+what other work on a busy machine disturbs least),
 the images' largest difference from eager's (lazyjit's must stay within float32
 rounding, 1e-4) and, for the compile recipe, lazyjit.dynamo.stats()'s captures
 and captured-program calls per pipeline call (one per denoising step).
@@ -46,10 +48,10 @@ def build_pipeline():
                                  id2label={0: "zero", 1: "one"}).to(dtype=torch.float32)
 
 
-def run_system(system: str, calls: int) -> dict:
+def run_system(system: str, calls: int, threads: int = 0) -> dict:
     import torch
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(threads or max(1, os.cpu_count() or 1))
     pipe = build_pipeline()
     if system in ("lazyjit", "lazyjit_device"):
         pipe.to("lazyjit")
@@ -77,16 +79,19 @@ def run_system(system: str, calls: int) -> dict:
     if system == "lazyjit":
         import lazyjit.dynamo
         lazyjit.dynamo.reset_stats()
-    times = []
+    times, cpu = [], []
     for _ in range(calls):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         images = call()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     if system == "lazyjit":
         s = lazyjit.dynamo.stats()
         stats = {"captures": s["captures"], "calls_per_call": s["device_calls"] / calls,
                  "eager_graphs": s["eager_graphs"]}
-    return {"system": system, "steps_per_s": STEPS / statistics.median(times), "images": images.tolist(),
+    return {"system": system, "steps_per_s": STEPS / statistics.median(times),
+            "cpu_s_per_call": statistics.median(cpu), "images": images.tolist(),
             "stats": stats}
 
 
@@ -95,23 +100,28 @@ def main() -> None:
     ap.add_argument("--system", choices=["eager", "lazyjit_device", "lazyjit", "inductor"])
     ap.add_argument("--calls", type=int, default=3, help="timed calls per system (the median is reported)")
     ap.add_argument("--systems", default="eager,lazyjit_device,lazyjit,inductor")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads per system (default: every core); 1 on a machine busy with other "
+                         "work, where OpenMP's waiting threads spin against it")
     args = ap.parse_args()
     if args.system:
-        print(json.dumps(run_system(args.system, args.calls)))
+        print(json.dumps(run_system(args.system, args.calls, args.threads)))
         return
     import numpy as np
 
     results = {}
     for system in args.systems.split(","):
-        p = subprocess.run([sys.executable, __file__, "--system", system, "--calls", str(args.calls)],
+        p = subprocess.run([sys.executable, __file__, "--system", system, "--calls", str(args.calls),
+                            "--threads", str(args.threads)],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise SystemExit(f"{system} failed:\n{p.stderr[-3000:]}")
         results[system] = json.loads(p.stdout.strip().splitlines()[-1])
     eager = np.array(results["eager"]["images"])
     print(f"DiT pipeline from configs, {STEPS} denoising steps a call, median of {args.calls} calls, "
-          f"each system in its own process")
-    print(f"{'system':>14} {'steps/s':>8} {'vs eager':>8} {'max |image - eager|':>20}  captured calls per call")
+          f"each system in its own process, {args.threads or 'all'} threads")
+    print(f"{'system':>14} {'steps/s':>8} {'vs eager':>8} {'CPU s/call':>10} {'vs eager':>8} "
+          f"{'max |image - eager|':>20}  captured calls per call")
     worst = 0.0
     for system, r in results.items():
         diff = float(np.abs(np.array(r["images"]) - eager).max())
@@ -120,8 +130,9 @@ def main() -> None:
         s = r.get("stats")
         counters = (f"{s['calls_per_call']:g} ({s['captures']} captures while timed, {s['eager_graphs']} run by ATen)"
                     if s else "-")
+        cpu_ratio = results["eager"]["cpu_s_per_call"] / r["cpu_s_per_call"]
         print(f"{system:>14} {r['steps_per_s']:>8.2f} {r['steps_per_s'] / results['eager']['steps_per_s']:>7.2f}x "
-              f"{diff:>20.2e}  {counters}")
+              f"{r['cpu_s_per_call']:>10.3f} {cpu_ratio:>7.2f}x {diff:>20.2e}  {counters}")
     if worst > 1e-4:
         raise SystemExit(f"lazyjit's images differ from eager's by {worst:.2e}")
 
