@@ -299,14 +299,17 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
     # timed samples: at least `runs`, and more (up to max_runs) until min_time_s of
     # measured time, so that short steps get enough samples on a noisy machine
     times, per_step = [], []  # times: per call (sample time / calls)
+    cpu_times = []  # the process's CPU time per call (all its threads): what a busy machine disturbs least
     measured = 0.0
     out = None
     while len(times) < runs or (measured < min_time_s and len(times) < max_runs):
         out = None
         mb = dev.metrics() if dev else None  # metrics reads stay outside the timing
+        c0 = time.process_time()
         t0 = time.perf_counter()
         out = step()
         dt = time.perf_counter() - t0
+        cpu_times.append((time.process_time() - c0) / calls)
         measured += dt
         times.append(dt / calls)
         if dev:
@@ -325,6 +328,7 @@ def _run_system(wl: Workload, system: str, warmup: int, runs: int, min_time_s: f
     res["times_ms"] = [1e3 * t for t in times]
     res["median_ms"] = 1e3 * median(times)
     res["min_ms"] = 1e3 * min(times)
+    res["cpu_median_ms"] = 1e3 * median(cpu_times)
     res["warmup"] = warmup
     res["runs"] = len(times)
     res["measured_s"] = measured

@@ -453,6 +453,21 @@ def device_compile_section(results) -> list:
                  f"{_ms(d.get('first_call_ms'))} | {_corr(d)} | "
                  f"{' / '.join(_ms(x.get('min_ms')) for x in (e, l, lc, d))} | {target or '–'} |")
     L.append("")
+    L.append("The same calls in CPU time (`time.process_time()` per call, all of the process's "
+             "threads, medians): what other work on a shared machine disturbs least (a "
+             "process waiting for a core is not charged), beside the wall-clock medians above. "
+             "`X/ldc` as above.")
+    L.append("")
+    L.append("| workload | eager CPU ms | lazyjit_compile CPU ms | lazyjit_device_compile CPU ms | "
+             "eager/ldc (CPU) | lazyjit_compile/ldc (CPU) |")
+    L.append("|---|---:|---:|---:|---:|---:|")
+    for key, r in rows:
+        s = r["systems"]
+        e, lc, d = (s.get(x, {}).get("cpu_median_ms") for x in ("eager", "lazyjit_compile",
+                                                                  "lazyjit_device_compile"))
+        ratio = lambda a, b: _f(a / b if a and b else None, "{:.2f}×")  # noqa: E731
+        L.append(f"| {key} | {_ms(e)} | {_ms(lc)} | {_ms(d)} | {ratio(e, d)} | {ratio(lc, d)} |")
+    L.append("")
     L.append("Counters of lazyjit_device_compile, from `lazyjit.dynamo.stats()` and "
              "`lazyjit.metrics()`: graphs, captures (steady = during the timed steps, should "
              "be 0), eager graphs (graphs that could not be captured and ran recorded op by "
