@@ -344,7 +344,8 @@ def test_why_miss_summarizes_a_recompile_log(tmp_path):
 
 def test_explain_names_the_switch_behind_a_target_difference(tmp_path):
     # The same graph compiled with debug_nans off, then on: two entries whose
-    # fingerprints print the same. explain said only "key parts that differ: target".
+    # fingerprints print the same. Before the fix explain printed only "key parts
+    # that differ: target", with no target field named (d659f04).
     code = ("import json, sys, torch, lazyjit\n"
             "lazyjit.debug_nans(sys.argv[1] == 'on')\n"
             "(torch.ones(4, 4).to('lazyjit').tanh() * 3).cpu()\n"

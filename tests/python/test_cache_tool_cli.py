@@ -218,6 +218,8 @@ def tool_env(*args, **env):
 
 @pytest.mark.parametrize("columns", [80, 100, 160])
 def test_ls_fits_the_terminal_width_and_keeps_the_tail_of_long_sites(wide_cache, columns):
+    # Before the fix (81458a9^) this printed: "assert 158 <= 80" (the header row
+    # alone) and, at 160 columns, "assert 542 <= 160" for the entry's row.
     text = tool_env("ls", "--dir", wide_cache, COLUMNS=str(columns))
     lines = text.splitlines()
     assert lines[0].split()[0] == "KEY" and "SITE" in lines[0] and "SHAPES" in lines[0], text
@@ -231,6 +233,8 @@ def test_ls_fits_the_terminal_width_and_keeps_the_tail_of_long_sites(wide_cache,
 
 
 def test_ls_without_a_terminal_uses_a_default_width(wide_cache):
+    # Before the fix: "assert (542 <= 160)", SITE cut on the right as
+    # ".../wide0/venv/lib/py…" and all forty shapes spelled out.
     env = clean_env()
     env.pop("COLUMNS", None)
     p = subprocess.run([TOOL, "ls", "--dir", wide_cache], capture_output=True, text=True, env=env, timeout=120)
@@ -243,6 +247,8 @@ def test_ls_without_a_terminal_uses_a_default_width(wide_cache):
 
 
 def test_stats_shows_the_limit_what_prune_reclaims_and_the_hit_rate(cache):
+    # Before the fix: "assert ('limit' in 'cache ... entries 2 ... hit ratio 0.0% ...')":
+    # no limit, nothing reclaimable, no hits served in the process.
     text = tool_env("stats", "--dir", cache["dir"], LAZYJIT_CACHE_MAX_BYTES="1M")
     assert "limit" in text and "1.0 MiB" in text, text
     assert "reclaimable" in text, text
@@ -257,6 +263,8 @@ def test_stats_shows_the_limit_what_prune_reclaims_and_the_hit_rate(cache):
 
 
 def test_import_of_entries_already_present_says_so(cache, tmp_path):
+    # Before the fix: "assert ('imported 2 new' in 'imported 2 entries into .../fresh, refused 0')",
+    # (81458a9: a repeated import of the same archive said "imported 2 entries").
     archive = tmp_path / "a.ljca"
     tool("--dir", cache["dir"], "export", archive)
     fresh = tmp_path / "fresh"

@@ -9,7 +9,16 @@
    turns them off.
 4. metrics_report() opens with a short summary and leaves out the counters of
    features that are off; a load from disk is not a cache miss.
-Values are checked against eager where the scripts compute any."""
+Values are checked against eager where the scripts compute any.
+
+Each test was run against the old behaviour, its product code taken back in a
+copy of the tree (each sync not counted by how it ran; no notices; a notice
+said every time instead of once; the report without its summary; a disk load
+counted as a miss) and the README of 51e2b25^; what each printed is quoted in
+its comment ("before the fix this printed"). Subprocesses run with
+PYTHONWARNINGS=always: under Python's default filter a warning shows once per
+line, which hid a notice lazyjit said every time (the fallback loop showed 1
+line, the warm loop 0 after warm-up; with `always`, 5 and 20)."""
 import ast
 import collections
 import json
@@ -28,7 +37,9 @@ import lazyjit
 
 def run(code, cwd=ROOT, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYJIT_")}
-    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_BACKGROUND_COMPILE="on", LAZYJIT_CACHE="off")
+    # Every warning shown each time it is raised: what lazyjit says once, it
+    # says once itself (Python's default filter shows a warning once per line).
+    env.update(PYTHONPATH=PYTHON_DIR, LAZYJIT_BACKGROUND_COMPILE="on", LAZYJIT_CACHE="off", PYTHONWARNINGS="always")
     env.update({k: str(v) for k, v in extra.items()})
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -43,6 +54,13 @@ def readme_first_example():
 
 
 HOWS = set(lazyjit.metrics()["syncs_by_how"])
+# metrics_report()'s summary names each way a sync ran so, in this order.
+SUMMARY_WORDS = {"cache_hit": "program in memory", "compiled": "compiled, waited for",
+                 "compiled_in_background": "program compiled in the background",
+                 "op_by_op_while_compiling": "op by op while compiling",
+                 "op_by_op_past_recompile_limit": "op by op past the recompile limit",
+                 "loaded_from_disk": "loaded from disk", "loaded_from_remote": "loaded from the remote cache",
+                 "bound_to_new_sizes": "bound to new sizes"}
 
 
 def steps_and_counts(stdout):
@@ -58,6 +76,9 @@ def test_readme_first_example_prints_how_each_step_ran(tmp_path):
     # Before: the example printed three losses, and metrics() said compiles: 1,
     # op_by_op_syncs: 0 (the op-by-op syncs counted as background_syncs) while
     # the comment said "later steps run the program"; there was no syncs_by_how.
+    # Before the fix this printed: "assert [] == ['0', '1', '2']" (the old
+    # README's three bare losses); with the README's new example but the report
+    # without its summary: "assert [] == ['syncs: 3 (3 op by op while compiling)']".
     p = run(readme_first_example(), LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=tmp_path / "cache")
     steps, counts = steps_and_counts(p.stdout)
     assert [s[0] for s in steps] == ["0", "1", "2"], p.stdout
@@ -65,13 +86,25 @@ def test_readme_first_example_prints_how_each_step_ran(tmp_path):
     # The counters agree with what each step printed: three syncs, each counted once.
     assert collections.Counter(s[2] for s in steps) == {k: v for k, v in counts.items() if v}, p.stdout
     assert steps[0][2] == "op_by_op_while_compiling", p.stdout  # a new graph never waits for LLVM
-    assert p.stdout.count("\nsyncs: 3 (") == 1, p.stdout        # the report's summary says the same
+    # The report's summary says the same, in words.
+    summary = [l for l in p.stdout.splitlines() if l.startswith("syncs: ")]
+    ran = collections.Counter(s[2] for s in steps)
+    assert summary == ["syncs: 3 (" + ", ".join(f"{n} {SUMMARY_WORDS[how]}" for how, n in sorted(
+        ran.items(), key=lambda kv: list(SUMMARY_WORDS).index(kv[0]))) + ")"], p.stdout
+    # And so do the report's older counters: three syncs, those run op by op
+    # while compiling are the background_syncs, those that took the program
+    # background_taken.
+    counter = dict(re.findall(r"^  (\w+): (\d+)$", p.stdout, re.M))
+    assert int(counter["syncs"]) == 3, p.stdout
+    assert int(counter["background_syncs"]) == ran["op_by_op_while_compiling"], p.stdout
+    assert int(counter["background_taken"]) == ran["compiled_in_background"], p.stdout
     # Nothing to tell (no fallback, no cut graph), unless the compile took over a second.
     assert all("compiling the graph synced at" in l for l in p.stderr.splitlines()), p.stderr
 
 
 def test_readme_first_example_under_deterministic_algorithms(tmp_path):
     # The README says: a new graph waits for its program instead of running op by op.
+    # Before the fix this printed: "assert [] == ['compiled', ..., 'cache_hit']".
     code = "import torch\ntorch.use_deterministic_algorithms(True)\n" + readme_first_example()
     p = run(code, LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=tmp_path / "cache")
     steps, counts = steps_and_counts(p.stdout)
@@ -100,6 +133,8 @@ print(json.dumps({"hows": hows, "by_how": mt["syncs_by_how"]}
 
 
 def test_each_sync_is_counted_once_by_how_it_ran():
+    # Before the fix this printed: "assert ['', '', ''] == ['op_by_op_wh..., 'cache_hit']"
+    # (no sync counted by how it ran).
     out = json.loads(run(LOOP).stdout.splitlines()[-1])
     assert out["hows"] == ["op_by_op_while_compiling", "compiled_in_background", "cache_hit"], out
     by_how = {k: v for k, v in out["by_how"].items() if v}
@@ -111,6 +146,8 @@ def test_each_sync_is_counted_once_by_how_it_ran():
 
 def test_a_load_from_disk_is_not_a_cache_miss(tmp_path):
     # Before: the second process said disk_hits: 1 and cache_misses: 1.
+    # Before the fix this printed: "{'hows': ['loaded_from_disk', 'cache_hit',
+    # 'cache_hit'], ..., 'cache_misses': 1, ...}  assert (1 == 1 and 1 == 0)".
     env = dict(LAZYJIT_CACHE="on", LAZYJIT_CACHE_DIR=tmp_path / "cache")
     first = json.loads(run(LOOP, **env).stdout.splitlines()[-1])
     assert first["cache_misses"] == 1, first
@@ -143,6 +180,9 @@ def notices(stderr):
 
 def test_a_loop_with_a_cpu_fallback_prints_one_line_naming_the_op_and_the_call_site():
     # Before: nothing at all on stderr; only metrics() or strict() showed it.
+    # Before the fix this printed: "assert 0 == 1" (stderr empty); said every
+    # time instead of once: "assert 5 == 1" (five "aten::multinomial ran on the
+    # CPU (needs data) at <string>:10" lines).
     p = run(FALLBACK)
     lines = notices(p.stderr)
     assert len(lines) == 1, p.stderr
@@ -153,12 +193,14 @@ def test_a_loop_with_a_cpu_fallback_prints_one_line_naming_the_op_and_the_call_s
 
 
 def test_lazyjit_log_turns_notices_off_or_up():
+    # Before the fix this printed: "assert 0 == 5" (LAZYJIT_LOG=fallbacks said nothing).
     assert run(FALLBACK, LAZYJIT_LOG="none").stderr == ""
     # Up: every fallback, not only the first at its site.
     assert len([l for l in notices(run(FALLBACK, LAZYJIT_LOG="fallbacks").stderr) if "multinomial" in l]) == 5
 
 
 def test_a_fallback_is_a_python_warning_at_the_callers_line():
+    # Before the fix this printed: "AssertionError: [] assert 0 == 1" (no warning).
     x = torch.randn(7).to("lazyjit")
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -174,9 +216,11 @@ import sys, torch, lazyjit
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)).to("lazyjit")
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(256, 64).to("lazyjit")
+weights = torch.ones(256).to("lazyjit")
 def step():
-    x = torch.randn(32, 64).to("lazyjit")
-    loss = model(x).square().mean()
+    idx = torch.multinomial(weights, 32)  # FALLBACK
+    loss = model(data[idx]).square().mean()
     loss.backward()
     opt.step(); opt.zero_grad()
     return loss.item()
@@ -187,18 +231,31 @@ step()
 print("WARM", file=sys.stderr, flush=True)
 for _ in range(20):
     step()
-print(lazyjit.last_sync(), lazyjit.metrics()["syncs_by_how"]["cache_hit"])
+print(lazyjit.last_sync(), lazyjit.metrics()["syncs_by_how"]["cache_hit"], lazyjit.metrics()["fallbacks"])
 """
+WARM_FALLBACK_LINE = WARM.splitlines().index("    idx = torch.multinomial(weights, 32)  # FALLBACK") + 1
 
 
 def test_a_warm_training_loop_prints_nothing():
+    # Each step samples its batch with torch.multinomial, which runs on the CPU:
+    # that is said once, in the warm-up; the 20 warm steps print nothing.
+    # Before the fix this printed: "AssertionError: WARM  assert (0 == 1)"
+    # (nothing said at all); said every time instead of once: "assert (4 == 1)",
+    # with 20 more lines after WARM. (The earlier version of this test, a loop
+    # without a fallback under the default warnings filter, passed either way.)
     p = run(WARM)
-    assert p.stderr.split("WARM\n", 1)[1] == "", p.stderr
-    assert p.stdout.split()[0] == "cache_hit", p.stdout
+    warm_up, warm = p.stderr.split("WARM\n", 1)
+    said = [l for l in notices(warm_up) if "aten::multinomial" in l]
+    assert len(said) == 1 and f"<string>:{WARM_FALLBACK_LINE}" in said[0], p.stderr
+    assert warm == "", p.stderr
+    last, hits, fallbacks = p.stdout.split(maxsplit=2)
+    assert last == "cache_hit" and int(hits) >= 20 and "'aten::multinomial': 24" in fallbacks, p.stdout
 
 
 def test_a_graph_cut_at_the_op_limit_is_said_once():
     # Before: the graph was cut mid-step without a word (only sync_reasons counted it).
+    # Before the fix this printed: "assert (0 == 1)"; said every time instead of
+    # once: "assert (15 == 1)" (one line per cut).
     code = ("import torch, lazyjit\nx = torch.ones(8).to('lazyjit')\n"
             "for _ in range(3):\n    y = x\n    for _ in range(100):\n        y = y + 1\n    y.cpu()\n")
     lines = notices(run(code, LAZYJIT_MAX_GRAPH_OPS=40, LAZYJIT_BACKGROUND_COMPILE="off").stderr)
@@ -206,6 +263,9 @@ def test_a_graph_cut_at_the_op_limit_is_said_once():
 
 
 def test_a_slow_compile_and_where_dumps_go_are_said_once(tmp_path):
+    # Before the fix this printed: "AssertionError: ['lazyjit: compiling at <string>:4:
+    # first at this site', 'lazyjit: sync at <string>:4 ...'] assert (0 == 1)" (the
+    # debug log's lines, no dump directory, no slow compile).
     code = ("import torch, lazyjit\nx = torch.ones(8).to('lazyjit')\n"
             "for _ in range(3):\n    (x.sin() * 2).cpu()\n")
     lines = notices(run(code, cwd=tmp_path, LAZYJIT_TEST_SLOW_COMPILE_MS=0, LAZYJIT_DEBUG=2,
@@ -221,6 +281,9 @@ def test_a_slow_compile_and_where_dumps_go_are_said_once(tmp_path):
 
 def test_metrics_report_opens_with_a_summary_and_leaves_out_features_that_are_off(fresh):
     # Before: 35 counters, cuda_graph_* and remote_* included, on a CPU machine, and no summary.
+    # Before the fix this printed: "IndexError: list index out of range" (no
+    # summary line under the title), the counters listing cuda_graph_replays,
+    # device_kernel_launches and remote_* at 0.
     x = torch.randn(6, 6).to("lazyjit")
     for _ in range(3):
         (x @ x + 1).sigmoid().cpu()

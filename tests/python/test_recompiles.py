@@ -125,6 +125,8 @@ def test_a_dtype_change_is_named_as_such_with_the_inputs_name(fresh):
     # The model moves to float64 between steps: its old float32 parameters are
     # read by the graph that casts them, which reorders the inputs. Matched by
     # position, x's dtype change read as "input 2 dim 0: 16 → 8 — now dynamic".
+    # Before the fix this printed: "input 2 dim 0: 16 → 8 (sizes seen: 8, 16) —
+    # now dynamic; input 2 dim 1: 8 → 16 ..." and dynamic_dims was 2 (d659f04).
     lazyjit = fresh
     model = torch.nn.Linear(16, 8).to("lazyjit")
     for dt in (torch.float32, torch.float64):
