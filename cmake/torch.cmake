@@ -114,3 +114,13 @@ set_target_properties(bench_trace_cost PROPERTIES BUILD_RPATH "${TORCH_INSTALL_P
 set_source_files_properties(executor/cpu/kernel_launch.cpp executor/small_gemm.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
 find_library(TORCH_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
 target_link_libraries(lazyjit PRIVATE ${TORCH_GOMP_LIBRARY})
+
+# The executables that link libtorch name libstdc++ first among their libraries,
+# so that their std::filesystem calls reach it: torch 2.11's CUDA wheel exports
+# copies of libstdc++'s std::filesystem from libtorch.so and libtorch_cpu.so
+# (pytorch/pytorch#133437), an executable's symbol lookups take the first of its
+# libraries that defines one, and libtorch.so's std::filesystem::remove_all
+# jumps to address 0 (e2e_fault_mul crashed so against 2.11.0+cu130).
+foreach(t e2e_tests executor_tests lazyjit-repro demo_cpp bench_trace_cost)
+  target_link_options(${t} PRIVATE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+endforeach()

@@ -33,8 +33,16 @@ list(GET _lj_torch 1 LAZYJIT_TORCH_CUDA_VERSION)
 list(GET _lj_torch 2 _lj_torch_dir)
 list(GET _lj_torch 3 _lj_torch_abi)
 
+# libtorch's CUDA setup compiles its own probes (the GPU's arch, when
+# TORCH_CUDA_ARCH_LIST is unset) at CMAKE_CUDA_STANDARD, which it takes from
+# CMAKE_CXX_STANDARD (20) when unset, and CMake 3.25 has no CUDA20 for nvcc 13:
+# "requires the language dialect CUDA20", a fatal error. lazyjit compiles no
+# CUDA: 17 for those probes.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
 # The CUDA settings a configure may carry (scripts/gpu_check.sh names nvcc and the toolkit).
-set(_lj_cuda_args "")
+set(_lj_cuda_args "-DCMAKE_CXX_STANDARD=${CMAKE_CXX_STANDARD}" "-DCMAKE_CUDA_STANDARD=${CMAKE_CUDA_STANDARD}")
 foreach(v CMAKE_CUDA_COMPILER CMAKE_CUDA_HOST_COMPILER CUDAToolkit_ROOT CUDA_TOOLKIT_ROOT_DIR)
   if(DEFINED ${v})
     list(APPEND _lj_cuda_args "-D${v}=${${v}}")

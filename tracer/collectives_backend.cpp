@@ -46,7 +46,9 @@ at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t) {
   if (op != c10d::ReduceOp::PREMUL_SUM) return t;
   TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
               "lazyjit: ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", t.scalar_type());
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  // NCCLPreMulSumSupplement: the struct's name up to torch 2.11, an alias of
+  // its new name (PreMulSumSupplement) in 2.13; the one name both have.
+  auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(s, "lazyjit: ReduceOp.PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
   if (s->tensor_factor.defined()) return t * s->tensor_factor.reshape({}).to(t.scalar_type());
   return t * s->double_factor;
