@@ -8,6 +8,7 @@
 // tensors and are left out.
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
@@ -44,6 +45,10 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(polar, fp32)
   KERNEL_PRIVATEUSEONE(prod, fp32)
   KERNEL_PRIVATEUSEONE(prod, dim_int, fp32)
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+  // CPU autocast's lists in torch 2.11 have these two Dimname overloads; 2.13's do not.
+  KERNEL_PRIVATEUSEONE(prod, dim_Dimname, fp32)
+#endif
   KERNEL_PRIVATEUSEONE(quantile, fp32)
   KERNEL_PRIVATEUSEONE(quantile, scalar, fp32)
   KERNEL_PRIVATEUSEONE(nanquantile, fp32)
@@ -143,4 +148,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(stack, promote)
   KERNEL_PRIVATEUSEONE(cat, promote)
   KERNEL_PRIVATEUSEONE(index_copy, promote)
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+  KERNEL_PRIVATEUSEONE(index_copy, dimname, promote)
+#endif
 }
