@@ -598,6 +598,8 @@ summary() {
     echo
     grep -E '^(gpu|python|torch|nvcc|gcc|Python.h):' "$LAZYJIT_DEVICE_MORE/env.txt" 2>/dev/null
     echo "build: $(grep -cE '^\[[0-9]+/[0-9]+\]' "$OUTDIR/build.log") steps; failed: $(grep -c '^FAILED:' "$OUTDIR/build.log")"
+    # How torch was linked: libtorch's CMake config, or its libraries directly (cmake/torch_link.cmake).
+    grep -m1 -o 'lazyjit torch: .*' "$OUTDIR/build.log"
     grep -m5 -A12 '^FAILED:' "$OUTDIR/build.log" | grep -E 'error|FAILED|undefined' | head -20
     grep -m3 -B3 -A20 'CMake Error' "$OUTDIR/build.log" | head -40
     echo "cpp tests: $(grep -E '^----|^\[  (PASSED|FAILED)  \]|tests? ran' "$OUTDIR/tests.log" | tr '\n' ' ')"
