@@ -22,41 +22,6 @@ namespace {
 
 bool is_source(OpKind k) { return k == OpKind::Input || k == OpKind::Scalar; }
 
-// Every value of dtype `from` survives a round trip through `to` unchanged.
-bool widens_exactly(DType from, DType to) {
-  if (from == to || from == DType::Bool) return true;
-  auto int_bits = [](DType t) -> int {
-    switch (t) {
-      case DType::UInt8: return 8;   // unsigned: fits a signed type of more bits
-      case DType::Int8: return 7;
-      case DType::Int16: return 15;
-      case DType::Int32: return 31;
-      case DType::Int64: return 63;
-      default: return 0;
-    }
-  };
-  auto mantissa = [](DType t) -> int {  // integers a float holds exactly: 2^m
-    switch (t) {
-      case DType::Float16: return 11;
-      case DType::BFloat16: return 8;
-      case DType::Float32: return 24;
-      case DType::Float64: return 53;
-      default: return 0;
-    }
-  };
-  if (ir::is_integral(from, false)) {
-    if (ir::is_integral(to, false)) {
-      if (from == DType::UInt8) return to != DType::Int8;
-      return to != DType::UInt8 && int_bits(to) >= int_bits(from);
-    }
-    return ir::is_floating(to) && mantissa(to) >= int_bits(from) + 1;
-  }
-  if (from == DType::Float16 || from == DType::BFloat16)
-    return to == DType::Float32 || to == DType::Float64;
-  if (from == DType::Float32) return to == DType::Float64;
-  return false;
-}
-
 DType compute_of(const Node& n) { return static_cast<DType>(std::get<int64_t>(n.attrs[0].value)); }
 
 }  // namespace
@@ -84,7 +49,7 @@ std::optional<ValueId> identity_of(const Graph& g, const Node& n) {
       ValueId x = n.operands[0];
       DType t = g.value(x).type.dtype;
       // cast(x) in its own dtype, computed in a type that holds it exactly.
-      if (widens_exactly(t, compute_of(n))) return from(x);
+      if (ir::widens_exactly(t, compute_of(n))) return from(x);
       return std::nullopt;
     }
     case OpKind::AsStrided:
@@ -134,8 +99,8 @@ std::optional<ValueId> round_trip_of(const Graph& g, const Node& n) {
   if (inner.kind != OpKind::Cast) return std::nullopt;
   ValueId x = inner.operands[0];
   DType t = g.value(x).type.dtype, mid = g.value(n.operands[0]).type.dtype;
-  if (!widens_exactly(t, compute_of(inner)) || !widens_exactly(t, mid) ||
-      !widens_exactly(t, compute_of(n)))
+  if (!ir::widens_exactly(t, compute_of(inner)) || !ir::widens_exactly(t, mid) ||
+      !ir::widens_exactly(t, compute_of(n)))
     return std::nullopt;
   if (g.value(x).type != g.value(n.outputs[0]).type || g.producer(x).kind == OpKind::Scalar)
     return std::nullopt;

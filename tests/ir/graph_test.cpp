@@ -174,3 +174,49 @@ TEST(Graph, AClearedGraphRecordsLikeANewOne) {
   EXPECT_EQ(g.str(), fresh.str());
   EXPECT_EQ(g.verify(), "");
 }
+
+namespace {
+// Whether integer `v` is held exactly by `to` (an integer or float type; a
+// float's exponent range holds every 16-bit integer).
+bool holds(DType to, int64_t v) {
+  const DTypeInfo& t = dtype_info(to);
+  if (t.kind == DTypeInfo::Kind::Signed && t.bits == 63) return true;  // int64 holds every value tested
+  if (t.kind == DTypeInfo::Kind::Unsigned) return v >= 0 && v < (int64_t{1} << t.bits);
+  if (t.kind == DTypeInfo::Kind::Signed) return v >= -(int64_t{1} << t.bits) && v < (int64_t{1} << t.bits);
+  uint64_t m = static_cast<uint64_t>(v < 0 ? -v : v);
+  while (m && !(m & 1)) m >>= 1;  // the significand's odd part
+  return m < (uint64_t{1} << t.bits);
+}
+}  // namespace
+
+// The dtype table's widening rule (lowering/passes.cpp folds casts by it),
+// against every value of each small integer type: exact between integers;
+// into a float never claimed where a value is lost (it keeps a bit for the
+// sign even of an unsigned type: u8 -> bf16 is not folded).
+TEST(DType, WidensExactlyWhereEveryValueRoundTrips) {
+  const DType ints[] = {DType::Bool, DType::UInt8, DType::Int8, DType::Int16};
+  const DType targets[] = {DType::UInt8, DType::Int8,    DType::Int16,    DType::Int32, DType::Int64,
+                           DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  for (DType from : ints)
+    for (DType to : targets) {
+      const DTypeInfo& f = dtype_info(from);
+      int64_t lo = f.kind == DTypeInfo::Kind::Signed ? -(int64_t{1} << f.bits) : 0;
+      int64_t hi = f.kind == DTypeInfo::Kind::Bool ? 1 : (int64_t{1} << f.bits) - 1;
+      bool all = true;
+      for (int64_t v = lo; v <= hi && all; ++v) all = holds(to, v);
+      if (is_floating(to)) EXPECT_TRUE(!widens_exactly(from, to) || all) << dtype_name(from) << " -> " << dtype_name(to);
+      else EXPECT_EQ(widens_exactly(from, to), all) << dtype_name(from) << " -> " << dtype_name(to);
+    }
+  // Floats: a wider significand and exponent both; bf16 and f16 hold values the other does not.
+  EXPECT_TRUE(widens_exactly(DType::Float16, DType::Float32));
+  EXPECT_TRUE(widens_exactly(DType::BFloat16, DType::Float32));
+  EXPECT_TRUE(widens_exactly(DType::Float32, DType::Float64));
+  EXPECT_FALSE(widens_exactly(DType::Float16, DType::BFloat16));  // 1 + 2^-10 needs 11 significand bits
+  EXPECT_FALSE(widens_exactly(DType::BFloat16, DType::Float16));  // 1e38 overflows f16
+  EXPECT_FALSE(widens_exactly(DType::Float64, DType::Float32));
+  EXPECT_FALSE(widens_exactly(DType::Int32, DType::Float32));     // 2^24 + 1
+  EXPECT_TRUE(widens_exactly(DType::Int32, DType::Float64));
+  EXPECT_FALSE(widens_exactly(DType::Int64, DType::Float64));
+  EXPECT_EQ(element_size(DType::BFloat16), 2);
+  EXPECT_EQ(dtype_name(DType::Complex128), "c128");
+}
