@@ -18,6 +18,17 @@ struct Bindings {
   // contiguous, of the value's type; one that is not gets a new buffer): an
   // input's memory, where can_store_into_input (store_in_place.h) allows it.
   std::vector<std::pair<ir::ValueId, at::Tensor>> into;
+  // (output index, input index): the caller's new value of a tensor whose old
+  // value is the input and which nothing else holds (the device's in-place
+  // updates: an optimizer step's parameters and state). Executable::run(b,
+  // threads) stores each such output into the input's memory where the
+  // program allows it (can_store_into_input) and no other input shares that
+  // memory; other runs, and op-by-op plans, ignore them.
+  std::vector<std::pair<size_t, size_t>> may_overwrite;
+  // Op-by-op plans' may_overwrite, resolved by Executable::run: after step
+  // `first`, the value's result is copied into the tensor (an input no later
+  // step reads), which holds the value from then on, and its buffer freed.
+  std::vector<std::pair<size_t, std::pair<ir::ValueId, at::Tensor>>> copies;
 };
 
 }  // namespace lazyjit::executor

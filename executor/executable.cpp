@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
@@ -12,6 +15,7 @@
 #include "executor/cuda/graph_replays.h"
 #include "executor/op_by_op_node.h"
 #include "executor/step_thunks.h"
+#include "executor/store_in_place.h"
 #include "executor/tensor_layout.h"
 #include "lowering/step_label.h"
 
@@ -30,8 +34,15 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
 // ExecutionTarget. The switch-over deletes this block and makes Executable's
 // default target `{}`.
 
+struct Executable::OverwriteChecks {
+  std::mutex mu;
+  // (output << 32 | input): the step after which the output may be computed
+  // into the input (0 for a compiled plan: where its kernel stores), or -1.
+  std::unordered_map<uint64_t, int64_t> allowed;
+};
+
 Executable::Executable(std::shared_ptr<const lowering::Program> program, const ExecutionTarget& target)
-    : program_(std::move(program)) {
+    : program_(std::move(program)), overwrites_(std::make_unique<OverwriteChecks>()) {
   const lowering::Program& p = *program_;
   thunks_ = make_step_thunks(p, target);
   replay_ = graph_replay_verdict(p, thunks_);
@@ -63,7 +74,67 @@ void Executable::mark_results(size_t si, int32_t failure, std::vector<int32_t>& 
   for (ir::ValueId v : thunks_[si]->writes()) failed_by[v] = failure;
 }
 
+void Executable::add_overwrites(Bindings& b) const {
+  const lowering::Program& p = *program_;
+  // How many inputs hold each storage: an input whose memory another input
+  // also reads is not written.
+  std::unordered_map<const void*, int> holders;
+  for (const at::Tensor& t : b.inputs)
+    if (t.defined() && t.has_storage()) ++holders[t.storage().unsafeGetStorageImpl()];
+  for (auto [out, in] : b.may_overwrite) {
+    if (out >= p.graph.outputs().size() || in >= b.inputs.size() || in >= p.graph.inputs().size()) continue;
+    const at::Tensor& t = b.inputs[in];
+    if (!t.defined() || !t.has_storage() || holders[t.storage().unsafeGetStorageImpl()] != 1) continue;
+    int64_t step;
+    {
+      std::lock_guard<std::mutex> lock(overwrites_->mu);
+      auto [it, fresh] = overwrites_->allowed.emplace(uint64_t(out) << 32 | in, -1);
+      if (fresh) it->second = p.plan.op_by_op ? copy_step(out, in) : can_store_into_input(p, out, in) ? 0 : -1;
+      step = it->second;
+    }
+    if (step < 0) continue;
+    if (p.plan.op_by_op)
+      b.copies.push_back({static_cast<size_t>(step), {p.graph.outputs()[out], t}});
+    else
+      b.into.emplace_back(p.graph.outputs()[out], t);
+  }
+  b.may_overwrite.clear();
+}
+
+int64_t Executable::copy_step(size_t out, size_t in) const {
+  const ir::Graph& g = program_->graph;
+  const ir::ValueId v = g.outputs()[out], x = g.inputs()[in];
+  if (std::count(g.outputs().begin(), g.outputs().end(), v) != 1) return -1;
+  const ir::TensorType &vt = g.value(v).type, &xt = g.value(x).type;
+  if (vt.dtype != xt.dtype || vt.sizes != xt.sizes || vt.strides != ir::contiguous_strides(vt.sizes) ||
+      xt.strides != vt.strides || g.producer(v).kind == ir::OpKind::AsStrided)
+    return -1;
+  // The input and what may alias it: its views and what library steps make from it.
+  std::vector<bool> alias(g.values().size(), false);
+  alias[x] = true;
+  for (const ir::Node& n : g.nodes()) {
+    if (!may_alias_operand(n)) continue;
+    if (std::any_of(n.operands.begin(), n.operands.end(), [&](ir::ValueId o) { return alias[o]; }))
+      for (ir::ValueId o : n.outputs) alias[o] = true;
+  }
+  for (ir::ValueId o : g.outputs())
+    if (alias[o]) return -1;
+  int64_t made = -1, last_read = -1;
+  for (size_t si = 0; si < thunks_.size(); ++si) {
+    for (ir::ValueId w : thunks_[si]->writes())
+      if (w == v) made = static_cast<int64_t>(si);
+    for (ir::ValueId r : thunks_[si]->reads())
+      if (alias[r]) last_read = static_cast<int64_t>(si);
+  }
+  return made < 0 ? -1 : std::max(made, last_read);
+}
+
 RunResult Executable::run(const Bindings& b, int threads) const {
+  if (!b.may_overwrite.empty()) {
+    Bindings x{b.inputs, b.scalars, b.into, b.may_overwrite, b.copies};
+    add_overwrites(x);
+    return run(x, threads);
+  }
   if (graphs_) return graphs_->run(b, [this, threads](const Bindings& x) { return run(x, threads, StepObserver()); });
   return run(b, threads, StepObserver());
 }
@@ -109,6 +180,11 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       }
     }
     if (after && skip < 0) after(si, env);
+    for (const auto& [at_step, c] : b.copies)
+      if (at_step == si && skip < 0 && env[c.first].defined()) {
+        c.second.copy_(env[c.first]);
+        env[c.first] = c.second;
+      }
     // The buffer plan: results no later step reads go back to the pool now,
     // but for a collective's still in flight (one whose result nothing reads,
     // run for its effect on the other processes): the end of the run waits

@@ -36,6 +36,8 @@ class Executable {
   // With ExecutionTarget::capture_graphs a replayable program is captured as a
   // CUDA graph at its second run with the same sizes and scalars, and replayed
   // from then on (cuda/graph_replays.h).
+  // Bindings::may_overwrite: the outputs the program may store into their
+  // inputs are stored there (Bindings::into).
   RunResult run(const Bindings& bindings, int threads) const;
   // The same, calling `after(step, env)` once each step has run (before the
   // buffer plan frees anything): env holds every value made so far.
@@ -52,6 +54,11 @@ class Executable {
   // failure's index, or -1), and marking the values a skipped or failed step makes.
   int32_t failed_operand(size_t si, const std::vector<int32_t>& failed_by) const;
   void mark_results(size_t si, int32_t failure, std::vector<int32_t>& failed_by) const;
+  // Bindings::may_overwrite resolved into Bindings::into.
+  void add_overwrites(Bindings& b) const;
+  // For an op-by-op plan: the step after which output `out` may be copied into
+  // input `in` (both made or read for the last time by then), or -1.
+  int64_t copy_step(size_t out, size_t in) const;
 
   std::shared_ptr<const lowering::Program> program_;
   std::vector<std::unique_ptr<Thunk>> thunks_;  // per step (step_thunks.h)
@@ -59,6 +66,9 @@ class Executable {
   // With ExecutionTarget::capture_graphs, for a replayable program: its
   // warm-up, capture and replays (null otherwise).
   std::unique_ptr<GraphReplays> graphs_;
+  // can_store_into_input per (output, input) pair asked, computed once.
+  struct OverwriteChecks;
+  std::unique_ptr<OverwriteChecks> overwrites_;
 };
 
 }  // namespace lazyjit::executor

@@ -1,6 +1,11 @@
 #include "executor/store_in_place.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <algorithm>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace lazyjit::executor {
@@ -8,6 +13,25 @@ namespace lazyjit::executor {
 using ir::OpKind;
 using ir::ValueId;
 using lowering::Step;
+
+bool may_alias_operand(const ir::Node& n) {
+  if (n.kind == OpKind::AsStrided) return true;
+  if (n.kind != OpKind::Aten) return false;
+  const std::string& full = std::get<std::string>(n.attrs[0].value);
+  static std::mutex mu;
+  static std::unordered_map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = known.emplace(full, true);
+  if (!fresh) return it->second;
+  auto dot = full.find('.');
+  std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema(
+      {full.substr(0, dot), dot == std::string::npos ? "" : full.substr(dot + 1)});
+  if (!op) return true;  // unknown: it may
+  bool alias = false;
+  for (const c10::Argument& r : op->schema().returns()) alias = alias || r.alias_info() != nullptr;
+  it->second = alias;
+  return alias;
+}
 
 bool can_store_into_input(const lowering::Program& p, size_t out, size_t in) {
   const ir::Graph& g = p.graph;
@@ -19,11 +43,11 @@ bool can_store_into_input(const lowering::Program& p, size_t out, size_t in) {
       xt.strides != vt.strides)
     return false;
 
-  // The input and everything that may alias it: its views, and (conservatively)
-  // what library steps make from it.
+  // The input and everything that may alias it: its views, and what library
+  // steps whose schema lets a result alias an argument make from it.
   std::unordered_set<ValueId> alias{x};
   for (const ir::Node& n : g.nodes()) {
-    if (n.kind != OpKind::AsStrided && n.kind != OpKind::Aten) continue;
+    if (!may_alias_operand(n)) continue;
     if (std::any_of(n.operands.begin(), n.operands.end(), [&](ValueId o) { return alias.count(o) > 0; }))
       alias.insert(n.outputs.begin(), n.outputs.end());
   }

@@ -24,4 +24,10 @@ namespace lazyjit::executor {
 // The caller still checks at run time that no other input shares its memory.
 bool can_store_into_input(const lowering::Program& p, size_t out, size_t in);
 
+// Whether a result of node `n` may share memory with an operand: a view, or a
+// library step whose ATen schema says a return may alias an argument (an
+// operator it cannot find: yes). Library steps that make new tensors (addmm,
+// cat, ...) do not make their results aliases of a weight they read.
+bool may_alias_operand(const ir::Node& n);
+
 }  // namespace lazyjit::executor

@@ -191,6 +191,7 @@ class TraceContext {
   runtime::SyncResult run_graph(const std::string& reason, const std::string& site, runtime::Bindings& b,
                                 const Results& results, const ir::Graph::OutputMark& mark,
                                 std::vector<OpEvent>* events);
+  void offer_overwrites(runtime::Bindings& b, const Results& results) const;
   void write_back(const runtime::SyncResult& r, const runtime::Bindings& b, const Results& results);
   // Hooks, the per-op timing table, then the check's and NaN checks' reports (raised).
   void report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r, const std::string& site);

@@ -110,3 +110,29 @@ TEST(StoreInPlace, RefusedForAnotherElementAndForRowKernels) {
     EXPECT_FALSE(executor::can_store_into_input(*prog, 1, 1));  // [64, 1] input, [64, 32] output
   }
 }
+
+TEST(StoreInPlace, ALibraryStepsNewResultDoesNotAliasTheInputItRead) {
+  // y = mm(x, w), then x' = x * 2: the mm's result is new memory (its schema
+  // says so), so x' may still go into x once nothing reads x after it. A view
+  // library step's result (aten::alias) that is an output refuses it.
+  for (const char* op : {"aten::mm", "aten::alias"}) {
+    ir::Graph g;
+    ValueId x = g.add_input(f32({64, 32})), w = g.add_input(f32({32, 8}));
+    const bool view = std::string(op) == "aten::alias";
+    ValueId y = view ? g.add_node(OpKind::Aten, {x}, {Attr{std::string(op)}, Attr{ir::OperandRef{0}}}, {f32({64, 32})})[0]
+                     : g.add_node(OpKind::Aten, {x, w},
+                                  {Attr{std::string(op)}, Attr{ir::OperandRef{0}}, Attr{ir::OperandRef{1}}},
+                                  {f32({64, 8})})[0];
+    ValueId two = g.add_scalar(DType::Float64);
+    g.add_output(ew(g, OpKind::Mul, {x, two}));
+    g.add_output(y);
+    auto prog = rt().compile(std::move(g), std::string("lib_then_kernel_") + op);
+    bool kernel_before_aten = false, seen_kernel = false;
+    for (const auto& s : prog->plan.steps) {
+      seen_kernel |= s.kind == lowering::Step::Kind::Kernel;
+      kernel_before_aten |= seen_kernel && s.kind == lowering::Step::Kind::Aten;
+    }
+    ASSERT_FALSE(kernel_before_aten) << op;
+    EXPECT_EQ(executor::can_store_into_input(*prog, 0, 0), !view) << op;
+  }
+}
