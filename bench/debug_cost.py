@@ -119,7 +119,7 @@ def render(results: dict) -> str:
               "exponent bits, OR-reduced in registers, one flag per kernel call: "
               "lowering::Plan::check_stores), so the outputs they write need no second read; "
               "the other outputs (library steps', half-precision ones) get one vectorized scan "
-              "after the sync (runtime/nan_check.cpp). Only when a flag or the scan finds a NaN or "
+              "after the sync (runtime/debug_runs/nan_check.cpp). Only when a flag or the scan finds a NaN or "
               "Inf is the graph re-run op by op to name the op. With checks on, programs are "
               "compiled apart from unchecked ones (their own cache key). A scan of every output "
               "after the kernels, the first version, cost 12-47% on the memory-bound steps "

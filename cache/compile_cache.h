@@ -18,14 +18,11 @@
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "cache/cache_key.h"
 
 namespace lazyjit::cache {
-
-struct Hash128Hash {
-  size_t operator()(const ir::Hash128& h) const { return h.lo ^ h.hi; }
-};
 
 template <class Entry>
 struct Lookup {
@@ -41,7 +38,7 @@ class CacheStats {
   void count_hit();
   // Returns why `key` missed (counts a hash collision); `collided`: same key, another graph.
   std::string miss_reason(const CacheKey& key, bool collided);
-  std::unordered_set<ir::Hash128, Hash128Hash> structures_seen_;
+  std::unordered_set<ir::Hash128> structures_seen_;
 };
 
 template <class Entry>
@@ -50,13 +47,50 @@ class CompileCache : private CacheStats {
   using Ptr = std::shared_ptr<const Entry>;
   explicit CompileCache(size_t capacity = 1024) : capacity_(capacity) {}
 
-  // Returns the entry for `key`, calling `compile` on a miss, with why it
-  // missed when it takes a `const std::string&`. If `compile` throws, nothing
-  // is cached and the exception reaches every waiting caller; if it returns
-  // null (nothing built now: the caller runs without one), nothing is cached
-  // and every waiting caller gets null.
-  template <class Compile>
-  Lookup<Entry> get_or_compile(const CacheKey& key, const Compile& compile) {
+  // A miss this caller must settle: every other caller asking for the key
+  // meanwhile waits for it (a key is never compiled twice at once). Settled
+  // with the entry (null: nothing built now, nothing cached, and every waiting
+  // caller gets null) or with an exception (nothing cached; it reaches every
+  // waiting caller). One dropped unsettled settles null.
+  class Claim {
+   public:
+    Claim() = default;
+    Claim(Claim&& o) noexcept
+        : cache_(std::exchange(o.cache_, nullptr)), key_(o.key_), promise_(std::move(o.promise_)) {}
+    Claim& operator=(Claim&&) = delete;
+    ~Claim() {
+      if (cache_) settle(nullptr);
+    }
+    // True until settled; false for a hit (nothing to settle).
+    bool open() const { return cache_ != nullptr; }
+    void settle(Ptr entry) {
+      if (!entry) cache_->forget(key_);
+      promise_.set_value(entry);
+      cache_ = nullptr;
+    }
+    void fail(std::exception_ptr error) {
+      promise_.set_exception(error);
+      cache_->forget(key_);
+      cache_ = nullptr;
+    }
+
+   private:
+    friend class CompileCache;
+    Claim(CompileCache* cache, const CacheKey& key, std::promise<Ptr> promise)
+        : cache_(cache), key_(key), promise_(std::move(promise)) {}
+    CompileCache* cache_ = nullptr;
+    CacheKey key_;
+    std::promise<Ptr> promise_;
+  };
+  struct Found {
+    Lookup<Entry> lookup;  // a hit (entry set, perhaps null: another caller settled null), or a miss and why
+    Claim claim;           // open on a miss
+  };
+
+  // The entry for `key` (waiting for another caller's claim on it), or a miss
+  // with why it missed and the claim to settle. Calls nothing back: the caller
+  // builds the entry and settles the claim.
+  Found find_or_claim(const CacheKey& key) {
     std::promise<Ptr> promise;
     std::string reason;
     {
@@ -67,7 +101,7 @@ class CompileCache : private CacheStats {
         auto fut = it->second.result;
         lock.unlock();
         count_hit();
-        return Lookup<Entry>{fut.get(), true, {}};
+        return Found{Lookup<Entry>{fut.get(), true, {}}, Claim()};
       }
       // Same 128+64-bit key, different confirming hash: two graphs collided.
       // Never serve the other program; compile this one and let it replace.
@@ -81,16 +115,24 @@ class CompileCache : private CacheStats {
       map_.emplace(key, Slot{promise.get_future().share(), key.confirm, lru_.begin()});
       evict_locked();
     }
+    return Found{Lookup<Entry>{nullptr, false, reason}, Claim(this, key, std::move(promise))};
+  }
+
+  // find_or_claim with the claim settled by `compile`'s result, called on a
+  // miss (with why it missed when it takes a `const std::string&`).
+  template <class Compile>
+  Lookup<Entry> get_or_compile(const CacheKey& key, const Compile& compile) {
+    Found found = find_or_claim(key);
+    if (found.lookup.hit) return found.lookup;
     try {
       Ptr entry;
-      if constexpr (std::is_invocable_v<const Compile&, const std::string&>) entry = compile(reason);
+      if constexpr (std::is_invocable_v<const Compile&, const std::string&>) entry = compile(found.lookup.miss_reason);
       else entry = compile();
-      if (!entry) forget(key);
-      promise.set_value(entry);
-      return Lookup<Entry>{entry, false, reason};
+      found.claim.settle(entry);
+      found.lookup.entry = entry;
+      return found.lookup;
     } catch (...) {
-      promise.set_exception(std::current_exception());
-      forget(key);
+      found.claim.fail(std::current_exception());
       throw;
     }
   }

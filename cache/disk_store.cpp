@@ -13,6 +13,7 @@
 
 #include "cache/entry_file.h"
 #include "cache/posix_io.h"
+#include "env/env.h"
 
 namespace lazyjit::cache {
 
@@ -157,9 +158,9 @@ int DiskStore::write_entry(const std::string& key, const std::string& file, std:
   size_t half = file.size() / 2;
   if (!posix_io::write_all(fd, file.data(), half)) return fail("cannot write " + tmp);
   // Test-only faults, halfway through so that a test sees a partial tmp file.
-  if (const char* k = std::getenv("LAZYJIT_TEST_PAUSE_IN_WRITE"); k && (key == k || std::strcmp(k, "*") == 0))
+  if (auto k = env::find("LAZYJIT_TEST_PAUSE_IN_WRITE"); k && (key == *k || *k == "*"))
     std::this_thread::sleep_for(std::chrono::seconds(30));
-  if (const char* full = std::getenv("LAZYJIT_TEST_DISK_FULL"); full && std::strcmp(full, "1") == 0) {
+  if (env::get("LAZYJIT_TEST_DISK_FULL") == "1") {
     errno = ENOSPC;
     return fail("cannot write " + tmp + " (LAZYJIT_TEST_DISK_FULL)");
   }

@@ -21,8 +21,8 @@ add_library(lazyjit SHARED
   executor/collective_step.cpp executor/collective_in_flight.cpp executor/collective_thunk.cpp
   executor/cpu/kernel_launch.cpp executor/cpu/kernel_thunk.cpp
   executor/cuda/device_launch.cpp executor/cuda/module_loads.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
-  runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp runtime/backend_host.cpp runtime/backend_cuda.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/nan_pinning.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/nan_check.cpp
-  runtime/observed_run.cpp runtime/graph_check.cpp runtime/repro.cpp runtime/background_compiles.cpp
+  runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp runtime/backend_host.cpp runtime/backend_cuda.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/background_compiles.cpp
+  runtime/debug_runs/observed_run.cpp runtime/debug_runs/graph_check.cpp runtime/debug_runs/repro.cpp runtime/debug_runs/nan_check.cpp runtime/debug_runs/nan_pinning.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
   tracer/trace_threads.cpp tracer/input_names.cpp tracer/autograd_queue.cpp tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/meta_fast_path.cpp tracer/meta_structured.cpp tracer/aten_to_ir.cpp tracer/aten_to_ir_elementwise.cpp tracer/aten_to_ir_reductions.cpp tracer/backward_ops.cpp tracer/aten_node.cpp
   tracer/capture.cpp tracer/capture_set.cpp tracer/device_call.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/storage_ops.cpp tracer/device_memory.cpp tracer/streams.cpp tracer/api.cpp
@@ -50,8 +50,9 @@ set_target_properties(lazyjit PROPERTIES
   BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_SOURCE_DIR}/python/lazyjit/lib)
 
-add_executable(e2e_tests tests/e2e/device_test.cpp tests/e2e/debug_test.cpp tests/e2e/trace_test.cpp)
+add_executable(e2e_tests tests/e2e/device_test.cpp tests/e2e/debug_test.cpp tests/e2e/trace_test.cpp tests/e2e/sync_map_test.cpp)
 target_link_libraries(e2e_tests lazyjit GTest::gtest_main nlohmann_json::nlohmann_json)
+target_compile_definitions(e2e_tests PRIVATE LAZYJIT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 set_target_properties(e2e_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 # Tests count compiles: each process starts with no on-disk cache (the disk
 # tier has tests of its own) and compiles in the foreground, at the sync that
@@ -83,7 +84,7 @@ target_compile_definitions(executor_tests PRIVATE LAZYJIT_FAKE_LIBCUDA="$<TARGET
 set_target_properties(executor_tests PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 gtest_discover_tests(executor_tests DISCOVERY_MODE PRE_TEST PROPERTIES ENVIRONMENT "LAZYJIT_BACKGROUND_COMPILE=off")
 
-# lazyjit-repro DIR: reruns a compiled-vs-eager repro (runtime/repro.h).
+# lazyjit-repro DIR: reruns a compiled-vs-eager repro (runtime/debug_runs/repro.h).
 add_executable(lazyjit-repro tools/lazyjit_repro/main.cpp)
 target_link_libraries(lazyjit-repro lazyjit)
 set_target_properties(lazyjit-repro PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")

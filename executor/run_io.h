@@ -29,11 +29,11 @@ struct StepFailure {
 struct RunResult {
   std::vector<at::Tensor> outputs;    // per graph output; undefined when lost
   // With NaN checks on (LAZYJIT_DEBUG_NANS): which op first made a NaN or Inf
-  // among the outputs, and its inputs; empty when none (runtime/nan_check.h).
+  // among the outputs, and its inputs; empty when none (runtime/debug_runs/nan_check.h).
   std::string nan_report;
   // With the compiled-vs-eager check on (LAZYJIT_CHECK): the first op whose
   // generated code disagrees with eager, and where its repro was written; empty
-  // when all agree (runtime/graph_check.h).
+  // when all agree (runtime/debug_runs/graph_check.h).
   std::string check_report;
   std::vector<StepFailure> failures;  // in step order; empty when every step ran
   std::vector<int32_t> lost_by;       // per output: the failure it depends on, or -1; empty when none failed

@@ -2,6 +2,7 @@
 // digest is the same in every process and on every machine of one endianness.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -62,3 +63,10 @@ class BufferHasher {
 };
 
 }  // namespace lazyjit::ir
+
+// A Hash128 as a key of unordered containers: its halves are already xxHash3
+// output, so mixing them is enough (the one hasher of Hash128 keys).
+template <>
+struct std::hash<lazyjit::ir::Hash128> {
+  size_t operator()(const lazyjit::ir::Hash128& h) const noexcept { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
+};

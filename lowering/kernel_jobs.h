@@ -25,10 +25,6 @@
 
 namespace lazyjit::lowering {
 
-struct Hash128Hash {
-  size_t operator()(const ir::Hash128& h) const { return h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull); }
-};
-
 // The keys of the plan's kernels; with Plan::check_stores, other keys (the same
 // kernel with its stores tested is other code). With `launch_shapes` (a target
 // whose code follows FusedKernel::launch: the CUDA target), each key also covers
@@ -90,7 +86,7 @@ class KernelCache {
 
  private:
   static constexpr size_t kMinSweep = 64;
-  std::unordered_map<ir::Hash128, std::weak_ptr<const Code>, Hash128Hash> kernels_;
+  std::unordered_map<ir::Hash128, std::weak_ptr<const Code>> kernels_;
   size_t sweep_at_ = kMinSweep;
 };
 
@@ -116,7 +112,7 @@ class KernelJobs {
   KernelJobs(const ir::Graph& g, const Plan& plan, Shapes shapes, KernelCache<Code>& cache, bool launch_shapes = false)
       : plan_(plan), found_(plan.kernels.size()), job_of_(plan.kernels.size(), -1) {
     std::vector<KernelKey> keys = plan_kernel_keys(g, plan, launch_shapes);  // hashing needs no lock
-    std::unordered_map<ir::Hash128, int, Hash128Hash> job_by_key;
+    std::unordered_map<ir::Hash128, int> job_by_key;
     std::lock_guard<std::mutex> lock(cache.mu);
     for (size_t i = 0; i < keys.size(); ++i) {
       const KernelKey& key = keys[i];

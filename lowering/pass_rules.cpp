@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "env/env.h"
+
 namespace lazyjit::lowering {
 
 PassRules cpu_library_rules() {
@@ -14,7 +16,7 @@ PassRules cpu_library_rules() {
   r.gemm_epilogue.activation = r.gemm_epilogue.residual = false;
   // Tests and the bench only: every rewrite on the CPU too. Not part of the
   // cache key (like the other LAZYJIT_TEST_ hooks): use it with LAZYJIT_CACHE=off.
-  if (const char* e = std::getenv("LAZYJIT_TEST_GEMM_EPILOGUE"); e && std::string(e) == "all")
+  if (env::get("LAZYJIT_TEST_GEMM_EPILOGUE") == "all")
     r.gemm_epilogue.activation = r.gemm_epilogue.residual = true;
   return r;
 }

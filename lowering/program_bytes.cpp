@@ -2,43 +2,33 @@
 
 #include <stdexcept>
 
+#include "formats/program_bytes.h"
 #include "graph_ir/bytes.h"
 #include "graph_ir/graph_io.h"
-#include "graph_ir/hash.h"
 #include "lowering/plan_io.h"
 
 namespace lazyjit::lowering {
 
-namespace {
-constexpr std::string_view kTag = "LJPG";
-constexpr uint32_t kVersion = 2;  // 2: the object is a kernel archive (one object per kernel)
-}  // namespace
-
+// The frame (tag, tail, checksum) is formats/program_bytes.h's; the graph and
+// plan inside are written and read here.
 std::string program_to_bytes(const Program& p) {
   ir::ByteWriter w;
-  w.header(kTag, kVersion);
+  w.header(formats::kProgramTag, formats::kProgramVersion);
   ir::write_graph(w, p.graph);
   write_plan(w, p.plan);
-  w.f64(p.compile_ms);
-  w.str(p.code ? p.code->object() : std::string());
-  // The object code is native code: a flipped bit must never reach the linker.
-  w.u64(ir::hash64(w.bytes().data(), w.bytes().size()));
-  return w.take();
+  return formats::seal_program(w.take(), p.compile_ms, p.code ? p.code->object() : std::string());
 }
 
 std::shared_ptr<Program> program_from_bytes(std::string_view bytes, Target& target) {
-  if (bytes.size() < 8) ir::ByteReader(bytes).fail("program shorter than its checksum");
-  ir::ByteReader sum(bytes.substr(bytes.size() - 8));
-  if (sum.u64() != ir::hash64(bytes.data(), bytes.size() - 8))
-    ir::ByteReader(bytes).fail("program checksum mismatch");
-  ir::ByteReader r(bytes.substr(0, bytes.size() - 8));
-  r.expect_header(kTag, kVersion, "program");
+  std::string_view body = formats::unseal_program(bytes);
+  ir::ByteReader r(body);
+  r.expect_header(formats::kProgramTag, formats::kProgramVersion, "program");
   auto p = std::make_shared<Program>();
   p->graph = ir::read_graph(r);
   p->plan = read_plan(r, p->graph);
-  p->compile_ms = r.f64();
-  std::string object = r.str();
-  r.expect_end("program");
+  formats::ProgramTail tail = formats::read_program_tail(body.substr(r.offset()));
+  p->compile_ms = tail.compile_ms;
+  std::string object(tail.object);
   if (p->plan.kernels.empty() != object.empty())
     r.fail(p->plan.kernels.empty() ? "object code for a plan without kernels" : "kernels without object code");
   if (!object.empty()) p->code = target.load(object, p->plan);

@@ -1,8 +1,10 @@
 #include "runtime/config.h"
 
+#include "cache/cache_dir.h"
 #include "cache/redis_store.h"
 #include "debug/metrics.h"
 #include "debug/notice.h"
+#include "env/env.h"
 #include "graph_ir/op_kind.h"
 
 #include <algorithm>
@@ -11,8 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-
-extern char** environ;
 
 namespace lazyjit::runtime {
 
@@ -185,11 +185,7 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   on_unless_off("LAZYJIT_CACHE", &c.disk_cache);
   on_unless_off("LAZYJIT_SMALL_GEMM", &c.small_gemm);
   on_unless_off("LAZYJIT_CUDA_GRAPHS", &c.cuda_graphs);
-  c.cache_dir = env("LAZYJIT_CACHE_DIR");
-  if (c.cache_dir.empty()) {
-    std::string xdg = env("XDG_CACHE_HOME"), home = env("HOME");
-    c.cache_dir = !xdg.empty() ? xdg + "/lazyjit" : !home.empty() ? home + "/.cache/lazyjit" : "";
-  }
+  c.cache_dir = cache::default_cache_dir(env).dir;
   bytes("LAZYJIT_CACHE_MAX_BYTES", &c.cache_max_bytes, "500M, 2G", "2G");
   c.cache_secret = env("LAZYJIT_CACHE_SECRET");
   if (std::string s = env("LAZYJIT_REMOTE_CACHE"); !s.empty()) {
@@ -222,15 +218,9 @@ std::string Config::check_switch(const std::string& name, const std::string& val
 }
 
 Config Config::from_env() {
-  Config c = from([](const char* name) {
-    const char* e = std::getenv(name);
-    return std::string(e ? e : "");
-  });
+  Config c = from([](const char* name) { return env::get(name); });
   // A misspelt switch would otherwise be silently ignored.
-  for (char** e = environ; e && *e; ++e) {
-    std::string name(*e);
-    name = name.substr(0, name.find('='));
-    if (name.rfind("LAZYJIT_", 0) != 0) continue;
+  for (const auto& [name, value] : env::with_prefix("LAZYJIT_")) {
     bool known = is_switch(name);
     for (const char* p : kOtherPrefixes) known |= name.rfind(p, 0) == 0;
     if (!known) c.warnings.push_back("unknown setting " + name + " (ignored; the switches are listed in docs/switches.md)");

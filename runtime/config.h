@@ -42,7 +42,7 @@ struct Config {
   // op by op while its program compiles on a worker thread (runtime/background_compiles.h).
   bool background_compile = true;
   bool debug_nans = false;                   // LAZYJIT_DEBUG_NANS=1: pin a NaN/Inf to the op that made it
-  bool check_graphs = false;                 // LAZYJIT_CHECK=1: every compiled value against eager's (runtime/graph_check.h)
+  bool check_graphs = false;                 // LAZYJIT_CHECK=1: every compiled value against eager's (runtime/debug_runs/graph_check.h)
   std::string fault;                         // LAZYJIT_FAULT=<op>: tests only: that op's generated code is wrong
   std::string trace_file;                    // LAZYJIT_TRACE=<file.json>: Chrome trace events (debug/trace.h)
   // LAZYJIT_DEBUG=0..4, one ladder over the switches above (each also on its own):
@@ -77,7 +77,7 @@ struct Config {
   static bool is_switch(const std::string& name);
   // "" when `value` is a value switch `name` takes, else why not: the warning
   // from_env would give, less its fallback (e.g. "LAZYJIT_VECTOR_BITS=7 is not
-  // 128, 256 or 512"). The repro runners validate env.txt with it (runtime/repro.h).
+  // 128, 256 or 512"). The repro runners validate env.txt with it (runtime/debug_runs/repro.h).
   static std::string check_switch(const std::string& name, const std::string& value);
   // The settings that change generated code, as text (a part of every cache key).
   std::string codegen_text() const;

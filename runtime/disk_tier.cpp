@@ -8,11 +8,10 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 
-#include "bridge/aten_ir.h"
 #include "debug/metrics.h"
 #include "debug/trace.h"
+#include "formats/manifest.h"
 #include "lowering/program_bytes.h"
 #include "runtime/program_entry.h"
 
@@ -20,14 +19,10 @@ namespace lazyjit::runtime {
 
 using debug::Counter;
 using debug::Metrics;
-using nlohmann::json;
-
 namespace {
 
-constexpr int kManifestFormat = 1;
-
-json type_json(const ir::TensorType& t) {
-  return json{{"dtype", ir::dtype_name(t.dtype)}, {"sizes", t.sizes}, {"strides", t.strides}};
+formats::ManifestTensor manifest_tensor(const ir::TensorType& t) {
+  return formats::ManifestTensor{std::string(ir::dtype_name(t.dtype)), t.sizes, t.strides};
 }
 
 double unix_now() {
@@ -78,18 +73,7 @@ DiskTier::DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fin
 }
 
 bool DiskTier::expected(const std::string& manifest) const {
-  // Untrusted bytes (a good checksum needs no secret): a field of another JSON
-  // type is a manifest this build did not write, a miss, never an exception.
-  json m = json::parse(manifest, nullptr, /*allow_exceptions=*/false);
-  if (!m.is_object()) return false;
-  auto text = [&](const char* field, const std::string& want) {
-    auto it = m.find(field);
-    return it != m.end() && it->is_string() && it->get_ref<const std::string&>() == want;
-  };
-  auto format = m.find("format");
-  return format != m.end() && format->is_number_integer() && format->get<int64_t>() == kManifestFormat &&
-         text("kind", "program") && text("code_fingerprint", code_fingerprint_) &&
-         text("libtorch_version", TORCH_VERSION);
+  return formats::manifest_accepts(manifest, code_fingerprint_, TORCH_VERSION);
 }
 
 std::shared_ptr<const lowering::Program> DiskTier::load(const std::string& name) {
@@ -137,6 +121,7 @@ std::shared_ptr<const lowering::Program> DiskTier::load_sibling(const cache::Cac
 }
 
 std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::CacheKey& key) {
+  if (!remote_) return nullptr;
   auto t0 = std::chrono::steady_clock::now();
   auto entry = remote_->get(key.str(), [&](const std::string& m) { return expected(m); });
   if (!entry) return nullptr;
@@ -155,81 +140,55 @@ std::shared_ptr<const lowering::Program> DiskTier::load_remote(const cache::Cach
 }
 
 void DiskTier::store(const cache::CacheKey& key, const lowering::Program& p, const std::string& site) {
+  std::optional<debug::TraceSpan> span;
+  if (debug::trace_enabled()) span.emplace("cache", "disk store", debug::TraceArgs{{"key", key.str()}});
   const ir::Graph& g = p.graph;
-  json inputs = json::array(), outputs = json::array();
-  for (ir::ValueId v : g.inputs()) inputs.push_back(type_json(g.value(v).type));
-  for (ir::ValueId v : g.outputs()) outputs.push_back(type_json(g.value(v).type));
-  int aten_steps = 0;
-  for (const auto& s : p.plan.steps) aten_steps += s.kind == lowering::Step::Kind::Aten;
+  formats::ProgramManifest m;
+  for (ir::ValueId v : g.inputs()) m.inputs.push_back(manifest_tensor(g.value(v).type));
+  for (ir::ValueId v : g.outputs()) m.outputs.push_back(manifest_tensor(g.value(v).type));
+  for (const auto& s : p.plan.steps) m.aten_steps += s.kind == lowering::Step::Kind::Aten;
   char hex[40];
-  json parts;
-  parts["structure"] = key.structure.hex();
+  m.key_parts["structure"] = key.structure.hex();
   std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)key.shape);
-  parts["shape"] = hex;
+  m.key_parts["shape"] = hex;
   std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)key.target);
-  parts["target"] = hex;
+  m.key_parts["target"] = hex;
   // The code fingerprint decomposed: "llvm 19.1.7;cpu znver3;features +avx2,...;O3,vecmath=1,...;lazyjit 0.1.0;passes off:".
-  json target;
   size_t start = 0;
   while (start < code_fingerprint_.size()) {
     size_t end = std::min(code_fingerprint_.find(';', start), code_fingerprint_.size());
     std::string part = code_fingerprint_.substr(start, end - start);
     size_t space = part.find(' ');
-    if (part.rfind("passes off:", 0) == 0) target["passes_off"] = part.substr(11);
-    else if (space == std::string::npos) target["codegen"] = part;
-    else target[part.substr(0, space)] = part.substr(space + 1);
+    if (part.rfind("passes off:", 0) == 0) m.target["passes_off"] = part.substr(11);
+    else if (space == std::string::npos) m.target["codegen"] = part;
+    else m.target[part.substr(0, space)] = part.substr(space + 1);
     start = end + 1;
   }
   // A switch the key's target part holds but the fingerprint does not
   // (runtime.cpp: checked_code_hash_): lazyjit-cache explain names it.
-  target["debug_nans"] = p.plan.check_stores ? "on" : "off";
+  m.target["debug_nans"] = p.plan.check_stores ? "on" : "off";
+  m.code_fingerprint = code_fingerprint_;
+  m.libtorch_version = TORCH_VERSION;
+  m.created = unix_now();
+  m.compile_ms = p.compile_ms;
+  m.site = site;
+  m.ops = static_cast<int64_t>(g.nodes().size() - g.inputs().size() - g.scalars().size());
+  m.kernels = static_cast<int64_t>(p.plan.kernels.size());
+  m.scalars = static_cast<int64_t>(g.scalars().size());
+  m.object_bytes = p.code ? static_cast<int64_t>(p.code->object().size()) : 0;
+  m.ir = g.str();
+  m.plan = p.plan.str(g);
   std::string payload = lowering::program_to_bytes(p);
-  json m = {
-      {"format", kManifestFormat},
-      {"kind", "program"},
-      {"key_parts", parts},
-      {"code_fingerprint", code_fingerprint_},
-      {"target", target},
-      {"libtorch_version", TORCH_VERSION},
-      {"created", unix_now()},
-      {"compile_ms", p.compile_ms},
-      {"site", site},
-      {"ops", g.nodes().size() - g.inputs().size() - g.scalars().size()},
-      {"kernels", p.plan.kernels.size()},
-      {"aten_steps", aten_steps},
-      {"scalars", g.scalars().size()},
-      {"inputs", inputs},
-      {"outputs", outputs},
-      {"object_bytes", p.code ? p.code->object().size() : 0},
-      {"ir", g.str()},
-      {"plan", p.plan.str(g)},
-  };
   // One encoding for both tiers: the remote gets the bytes the disk holds.
-  std::string file = store_->encode(key.str(), m.dump(), payload);
+  std::string file = store_->encode(key.str(), formats::write_manifest(m), payload);
   if (store_->put_file(key.str(), file)) Metrics::get().add(Counter::DiskWrites);
   if (remote_) remote_->put(key.str(), file);
 }
 
-std::shared_ptr<const lowering::Program> DiskTier::load_or_compile(const cache::CacheKey& key,
-                                                                   const std::string& site,
-                                                                   const Compile& compile, Source* source) {
-  *source = Source::Disk;
-  if (auto program = load(key.str())) return program;
-  // A crashed holder's lock is released by the kernel; a stuck one is waited
-  // out, then this process compiles anyway (correct, just not deduplicated).
-  auto held = store_->lock(key.str(), std::chrono::seconds(120));
-  if (auto program = load(key.str())) return program;
-  Metrics::get().add(Counter::DiskMisses);
-  // Under the key's lock: processes of this machine missing it ask the remote once.
-  *source = Source::Remote;
-  if (remote_)
-    if (auto program = load_remote(key)) return program;
-  *source = Source::Compiled;
-  auto program = compile();
-  std::optional<debug::TraceSpan> span;
-  if (debug::trace_enabled()) span.emplace("cache", "disk store", debug::TraceArgs{{"key", key.str()}});
-  store(key, *program, site);
-  return program;
+cache::DiskStore::KeyLock DiskTier::lock(const cache::CacheKey& key) {
+  return store_->lock(key.str(), std::chrono::seconds(120));
 }
+
+void DiskTier::count_miss() { Metrics::get().add(Counter::DiskMisses); }
 
 }  // namespace lazyjit::runtime

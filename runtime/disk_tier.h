@@ -8,11 +8,12 @@
 // (counted in disk_errors by kind, moved aside, compiled again); a failed write
 // is counted and the program still runs.
 //
-// With LAZYJIT_REMOTE_CACHE, a disk miss reads through the remote tier
-// (runtime/remote_tier.h): a verified remote entry is written to disk as it is
-// and loaded; what is compiled is written to disk and to the remote.
+// With LAZYJIT_REMOTE_CACHE, the remote tier (runtime/remote_tier.h) sits
+// behind it: a verified remote entry is written to disk as it is and loaded;
+// what is stored goes to disk and to the remote. A store: it compiles nothing
+// and calls nothing back; the order of load, lock, remote and compile is the
+// sync tier's (runtime/sync_tiers.cpp).
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,18 +32,23 @@ class DiskTier {
   static std::unique_ptr<DiskTier> open(const Config& config, std::string code_fingerprint,
                                         lowering::Target& target);
 
-  using Compile = std::function<std::shared_ptr<const lowering::Program>()>;
-  enum class Source { Disk, Remote, Compiled };
-  // The program stored under `key` on disk, else in the remote tier (then also
-  // written to disk), linked and ready; else `compile()`'s, written under `key`
-  // with `site` (the sync call site) in its manifest, to disk and remote.
-  // Processes missing one key at once compile it once: the others wait for its
-  // entry (a per-key lock) and load it. `*source` says which it was.
-  std::shared_ptr<const lowering::Program> load_or_compile(const cache::CacheKey& key, const std::string& site,
-                                                           const Compile& compile, Source* source);
-  // The program stored under `key`, linked and ready; null when none loads
-  // (no remote lookup, no compile: a background compile does those).
-  std::shared_ptr<const lowering::Program> load_stored(const cache::CacheKey& key) { return load(key.str()); }
+  // The program stored under `key`, linked and ready; null when none loads.
+  std::shared_ptr<const lowering::Program> load(const cache::CacheKey& key) { return load(key.str()); }
+  // The key's inter-process lock (cache::DiskStore::lock), so that processes
+  // missing one key at once compile it once: the others wait for its entry and
+  // load it. A crashed holder's lock is released by the kernel; a stuck one is
+  // waited out (unheld then: this process compiles anyway, correct, just not
+  // deduplicated).
+  cache::DiskStore::KeyLock lock(const cache::CacheKey& key);
+  // Counts a key that neither load() nor its second try under lock() found.
+  void count_miss();
+  // The entry for `key` in the remote tier (LAZYJIT_REMOTE_CACHE), verified,
+  // linked, and written to disk as it is; null when there is no remote tier
+  // or it has none that loads.
+  std::shared_ptr<const lowering::Program> load_remote(const cache::CacheKey& key);
+  // Writes `program` under `key`, with `site` (the sync call site) in its
+  // manifest, to disk and to the remote tier.
+  void store(const cache::CacheKey& key, const lowering::Program& program, const std::string& site);
   // A program stored for other sizes of `key`'s structure (same code), the most
   // recently written first, for a new process to bind to (shape_binder.h);
   // null when none loads, or when `key` itself is stored.
@@ -52,8 +58,6 @@ class DiskTier {
   DiskTier(std::unique_ptr<cache::DiskStore> store, std::string code_fingerprint, lowering::Target& target);
   bool expected(const std::string& manifest) const;
   std::shared_ptr<const lowering::Program> load(const std::string& name);  // an entry by its key's text
-  std::shared_ptr<const lowering::Program> load_remote(const cache::CacheKey& key);
-  void store(const cache::CacheKey& key, const lowering::Program& program, const std::string& site);
 
   std::unique_ptr<cache::DiskStore> store_;
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches

@@ -1,4 +1,4 @@
-// Giving freed heap back after compiles and bindings (Runtime::trim_heap).
+// Giving freed heap back after compiles and bindings (trim_heap, runtime/compiler.h).
 #include <cstddef>  // defines __GLIBC__ on glibc
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "executor/buffer_pool.h"
+#include "runtime/compiler.h"
 #include "runtime/runtime.h"
 
 namespace lazyjit::runtime {
@@ -20,7 +21,7 @@ namespace lazyjit::runtime {
 // compiles, 13.3 ms without trimming). So the heap is trimmed only once its free
 // bytes pass 32 MiB: at most that much stays mapped and unused. glibc only;
 // elsewhere a no-op.
-void Runtime::trim_heap() {
+void trim_heap() {
 #ifdef __GLIBC__
   constexpr size_t kLooseBytes = size_t{32} << 20;
   if (mallinfo2().fordblks > kLooseBytes) malloc_trim(0);

@@ -1,19 +1,17 @@
-// Syncs that run op by op through ATen, uncompiled and uncached: while their
-// program compiles in the background, or past the recompile limit with
-// LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op (steps 3, 5 and 6 of the map in
-// pipeline.cpp). Their plans are kept by graph structure.
+#include "runtime/op_by_op.h"
+
 #include "debug/metrics.h"
 #include "lowering/lower.h"
-#include "runtime/runtime.h"
+#include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
 
 namespace {
-// Op-by-op plans kept (Runtime::op_by_op_plans_), a few KB each.
+// Op-by-op plans kept (OpByOpRuns::plans_), a few KB each.
 constexpr size_t kMaxOpByOpPlans = 256;
 }  // namespace
 
-executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep_values) const {
+executor::Executable OpByOpRuns::program(const ir::Graph& graph, bool keep_values) const {
   lowering::LowerOptions opts;
   opts.plan.disabled = config_.disabled_passes;
   // Op by op, as eager runs them: no folding, no merged duplicates, every op
@@ -25,15 +23,15 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
   // (NaN pinning reports the op that made one).
   opts.plan.op_by_op_groups = !keep_values;
   opts.op_by_op = true;
-  if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), *target_, opts), execution_);
+  if (keep_values) return executor::Executable(lowering::lower(ir::Graph(graph), target_, opts), execution_);
   // A structure run op by op before (new sizes while its program compiles in
   // the background): its plan, no lowering (~30 of ~40 us per sync).
   const ir::Hash128 structure = graph.hashes().structure;
-  std::shared_ptr<const OpByOpPlan> known;
+  std::shared_ptr<const Plan> known;
   {
-    std::lock_guard<std::mutex> lock(op_by_op_plans_mu_);
-    auto it = op_by_op_plans_.find(structure);
-    if (it != op_by_op_plans_.end()) known = it->second;
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    auto it = plans_.find(structure);
+    if (it != plans_.end()) known = it->second;
   }
   if (known && known->nodes == graph.nodes().size() && known->values == graph.values().size()) {
     auto program = std::make_shared<lowering::Program>();
@@ -41,23 +39,28 @@ executor::Executable Runtime::op_by_op_program(const ir::Graph& graph, bool keep
     program->plan = known->plan;
     return executor::Executable(std::move(program), execution_);
   }
-  std::shared_ptr<const lowering::Program> program = lowering::lower(ir::Graph(graph), *target_, opts);
-  auto made = std::make_shared<OpByOpPlan>(OpByOpPlan{program->plan, graph.nodes().size(), graph.values().size()});
+  std::shared_ptr<const lowering::Program> program = lowering::lower(ir::Graph(graph), target_, opts);
+  auto made = std::make_shared<Plan>(Plan{program->plan, graph.nodes().size(), graph.values().size()});
   {
-    std::lock_guard<std::mutex> lock(op_by_op_plans_mu_);
-    if (op_by_op_plans_.size() >= kMaxOpByOpPlans) op_by_op_plans_.clear();
-    op_by_op_plans_[structure] = std::move(made);
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    if (plans_.size() >= kMaxOpByOpPlans) plans_.clear();
+    plans_[structure] = std::move(made);
   }
   return executor::Executable(std::move(program), execution_);
 }
 
-RunResult Runtime::run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how) {
-  executor::Executable e = op_by_op_program(graph, /*keep_values=*/false);
+RunResult OpByOpRuns::run(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how, int threads) const {
+  executor::Executable e = program(graph, /*keep_values=*/false);
   debug::Metrics::get().add(how == SyncNote::How::Background ? debug::Counter::BackgroundSyncs
                                                              : debug::Counter::OpByOpSyncs);
-  RunResult r = e.run(bindings, threads());
+  RunResult r = e.run(bindings, threads);
   to_traced_nodes(r, graph, e.program().graph);
   return r;
+}
+
+void OpByOpRuns::clear() {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  plans_.clear();
 }
 
 }  // namespace lazyjit::runtime

@@ -8,7 +8,8 @@
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
-#include "runtime/runtime.h"
+#include "runtime/recompile_policy.h"
+#include "runtime/tiers.h"
 
 namespace lazyjit::runtime {
 
@@ -25,19 +26,25 @@ NoCompileScope::NoCompileScope() { ++t_no_compile; }
 NoCompileScope::~NoCompileScope() { --t_no_compile; }
 bool compiles_allowed_here() { return t_no_compile == 0; }
 
-std::optional<Runtime::Resolved> Runtime::by_policy(const SyncRequest& s) {
-  if (!s.may_compile) explain_miss(s, Miss::Refused);  // throws CompileRefused
-  if (config_.on_recompile_limit == RecompileStance::OpByOp && explainer_.budget(s.site) >= config_.recompile_limit &&
-      explainer_.would_count(s.graph, s.site)) {
-    explain_miss(s, Miss::OpByOp);
-    Resolved r = op_by_op(SyncNote::How::OpByOp);
-    r.explained = true;
-    return r;
-  }
-  return std::nullopt;
+RecompilePolicy::RecompilePolicy(const Config& config) : config_(config) {
+  explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
 }
 
-std::string Runtime::explain_miss(const SyncRequest& s, Miss miss) {
+bool RecompilePolicy::past_limit(const SyncRequest& s) {
+  return config_.on_recompile_limit == RecompileStance::OpByOp && explainer_.budget(s.site) >= config_.recompile_limit &&
+         explainer_.would_count(s.graph, s.site);
+}
+
+std::optional<Resolved> Policy::try_resolve(SyncRequest& s) {
+  if (!s.may_compile) p_.policy.explain(s, RecompilePolicy::Miss::Refused);  // throws CompileRefused
+  if (!p_.policy.past_limit(s)) return std::nullopt;
+  p_.policy.explain(s, RecompilePolicy::Miss::OpByOp);
+  Resolved r = op_by_op(SyncNote::How::OpByOp);
+  r.explained = true;
+  return r;
+}
+
+std::string RecompilePolicy::explain(const SyncRequest& s, Miss miss) {
   const std::string& site = s.site;
   Recompile r = explainer_.explain(s.graph, site, s.node_sites);
   const std::string why = r.kind;

@@ -1,7 +1,7 @@
 // The runtime's construction: the backend LAZYJIT_TARGET names (runtime/backend.h:
 // a missing CUDA build, driver or GPU is one clear error at the first op) and
-// its compile target, the compile cache's size, the disk tier and the
-// background compiler.
+// its compile target, the compile cache's size, the disk tier, the background
+// compiler and the tier list (pipeline.cpp).
 // What a sync does with them is runtime/pipeline.cpp.
 #include <ATen/Parallel.h>
 
@@ -15,8 +15,13 @@
 #include "lowering/compile_threads.h"
 #include "lowering/lower.h"
 #include "runtime/backend.h"
+#include "runtime/background_compiles.h"
+#include "runtime/compiler.h"
+#include "runtime/debug_runs/debug_runs.h"
 #include "runtime/disk_tier.h"
+#include "runtime/op_by_op.h"
 #include "runtime/runtime.h"
+#include "runtime/tiers.h"
 
 namespace lazyjit::runtime {
 
@@ -35,7 +40,7 @@ Runtime& Runtime::get() {
 
 Runtime* Runtime::if_started() { return g_started.load(std::memory_order_acquire); }
 
-Runtime::Runtime(Config config) : config_(std::move(config)) {
+Runtime::Runtime(Config config) : config_(std::move(config)), policy_(config_) {
   cache_.set_capacity(static_cast<size_t>(config_.max_programs));
   executor::set_small_gemm_enabled(config_.small_gemm);
   lowering::CodegenOptions codegen;
@@ -54,6 +59,9 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
   code_hash_ = ir::hash64(code_fingerprint_.data(), code_fingerprint_.size());
   const std::string checked = code_fingerprint_ + ";checked stores";
   checked_code_hash_ = ir::hash64(checked.data(), checked.size());
+  compiler_ = std::make_unique<Compiler>(config_, *backend_, *target_);
+  op_by_op_ = std::make_unique<OpByOpRuns>(config_, *target_, execution_);
+  debug_ = std::make_unique<DebugRuns>(config_.debug_nans, config_.check_graphs, *op_by_op_, execution_.device);
   disk_ = DiskTier::open(config_, code_fingerprint_, *target_);
   if (config_.background_compile) {
     background_ = std::make_unique<BackgroundCompiles>();
@@ -68,9 +76,7 @@ Runtime::Runtime(Config config) : config_(std::move(config)) {
       t->warm_up();
     });
   }
-  explainer_.set_dynamic(config_.dynamic != lowering::Shapes::Off);
-  debug_nans_ = config_.debug_nans;
-  check_graphs_ = config_.check_graphs;
+  tiers_ = tiers(TierParts{config_, cache_, execution_, binder_, disk_.get(), background_.get(), *compiler_, policy_});
   // LAZYJIT_TRACE: Chrome trace events, written at exit (debug/trace.h).
   // A path that cannot be written, or is not a regular file (a FIFO would block
   // the process until a reader comes), is one warning, and tracing stays off.

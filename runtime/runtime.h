@@ -1,10 +1,21 @@
-// The runtime: what the tracer hands a finished graph to. It owns the
-// configuration, the compile target and the compile cache, and drives a sync
-// from graph to results (pipeline.cpp is the map; the tiers it names are in
-// sync_tiers.cpp, recompile_policy.cpp, op_by_op.cpp and nan_pinning.cpp).
+// The runtime: what the tracer hands a finished graph to. A facade: it owns
+// the configuration, the backend and its compile target, and the parts a sync
+// goes through, and drives a sync from graph to results. Its files:
 //
-// Layering: tracer -> runtime -> {executor, lowering, cache} -> graph_ir. The
-// tracer reaches the layers below only through this header.
+//   runtime.cpp          construction: the backend LAZYJIT_TARGET names, its
+//                        target, the caches, the tiers, the background worker
+//   pipeline.cpp         the map of a sync: key, memory cache, the tier list
+//                        resolve() walks, run, note
+//   tiers.h              the tiers (sync_tiers.cpp; the policy tier in
+//                        recompile_policy.cpp, recompile_policy.h)
+//   compiler.h           lowering with the Config's switches (pipeline.cpp)
+//   op_by_op.h/.cpp      syncs run op by op through ATen
+//   disk_tier.h/.cpp, remote_tier.h/.cpp   the on-disk and Redis stores
+//   shape_binder.h, background_compiles.h, recompile_explainer.h   what the tiers ask
+//   debug_runs/          observed runs, compiled vs eager, repros, NaN pinning
+//   heap_trim.cpp        giving freed heap back
+//
+// Layering: tracer -> runtime -> {executor, lowering, cache} -> graph_ir.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -26,13 +37,14 @@
 #include "graph_ir/graph.h"
 #include "lowering/interrupt.h"
 #include "runtime/backend.h"
-#include "runtime/background_compiles.h"
 #include "runtime/config.h"
-#include "runtime/observed_run.h"
+#include "runtime/debug_runs/observed_run.h"
 #include "runtime/recompile_explainer.h"
+#include "runtime/recompile_policy.h"
 #include "runtime/run_io.h"
 #include "runtime/shape_binder.h"
 #include "runtime/sync_log.h"
+#include "runtime/traced_node.h"
 
 namespace lazyjit::lowering {
 class Target;
@@ -40,7 +52,15 @@ class Target;
 
 namespace lazyjit::runtime {
 
+class BackgroundCompiles;
+class Compiler;
+class DebugRuns;
 class DiskTier;
+class OpByOpRuns;
+class Tier;
+struct Resolved;
+struct SyncRequest;
+struct TierParts;
 // A run's result and how its program was found (a hit, compiled, loaded, ...).
 struct SyncResult : RunResult {
   SyncNote note;
@@ -54,23 +74,6 @@ using lowering::Interrupted;
 using lowering::set_interrupt_handlers;
 // Exact or shape-generic kernels (LAZYJIT_DYNAMIC; lowering/shapes.h).
 using lowering::Shapes;
-
-// Thrown by Runtime::run, before anything runs, when the calling thread has
-// forbidden compiles (a strict region) and the graph misses the cache.
-struct CompileRefused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// While one lives, Runtime::run on this thread refuses to build a program
-// (lazyjit.strict()); nests.
-struct NoCompileScope {
-  NoCompileScope();
-  ~NoCompileScope();
-  NoCompileScope(const NoCompileScope&) = delete;
-  NoCompileScope& operator=(const NoCompileScope&) = delete;
-};
-// False while a NoCompileScope lives on this thread (read once per sync).
-bool compiles_allowed_here();
 
 class Runtime {
  public:
@@ -103,7 +106,7 @@ class Runtime {
   SyncResult run(const ir::Graph& graph, const Bindings& bindings, const std::string& site = {},
                  std::optional<lowering::Shapes> shapes = std::nullopt, const NodeSites& node_sites = {},
                  const RunObserver& observer = {});
-  static constexpr uint32_t kNoNode = ~uint32_t{0};
+  static constexpr uint32_t kNoNode = kNoTracedNode;
 
   // The program for `graph` (whose outputs are set), from the cache or compiled
   // on a miss, to be run many times on bindings of the graph's input types
@@ -123,23 +126,21 @@ class Runtime {
                                                    std::optional<lowering::Shapes> shapes = std::nullopt,
                                                    bool check_stores = false) const;
 
-  // NaN/Inf checks of every run's outputs (runtime/nan_check.h); a run whose
+  // NaN/Inf checks of every run's outputs (runtime/debug_runs/nan_check.h); a run whose
   // outputs hold one comes back with RunResult::nan_report set. Starts as
   // LAZYJIT_DEBUG_NANS says.
-  void set_debug_nans(bool on) { debug_nans_ = on; }
-  bool debug_nans() const { return debug_nans_; }
-  // The compiled-vs-eager check (runtime/graph_check.h; LAZYJIT_CHECK=1): a run
+  void set_debug_nans(bool on);
+  bool debug_nans() const;
+  // The compiled-vs-eager check (runtime/debug_runs/graph_check.h; LAZYJIT_CHECK=1): a run
   // whose generated code disagrees with eager's on some op comes back with
   // RunResult::check_report set, and a standalone repro written under
   // `repro_dir` (unchanged when empty; default ./lazyjit_repro).
   void set_check_graphs(bool on, const std::string& repro_dir = {});
-  bool check_graphs() const { return check_graphs_; }
+  bool check_graphs() const;
   std::string repro_dir() const;
   // The check on one graph, whatever the switch says, writing no repro (what a
   // repro runs): the report, or "" when generated code agrees with eager.
   std::string check_graph(const ir::Graph& graph, const Bindings& bindings);
-  // "mul (op #7 of the graph) at model.py:12".
-  static std::string describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites);
 
   // Waits for the programs compiling in the background (LAZYJIT_BACKGROUND_COMPILE)
   // to be ready; returns how many it waited for. The next sync of each takes it.
@@ -152,79 +153,28 @@ class Runtime {
   // Drops every program (their JIT code with them) and the pooled buffers.
   void clear_cache();
   size_t cache_size() const { return cache_.size(); }
+  // The names of the tiers a sync that misses the memory cache goes through,
+  // in the order it asks them (the map in pipeline.cpp).
+  std::vector<std::string> tier_names() const;
 
  private:
-  // One sync's request, as every tier of resolve() sees it (pipeline.cpp).
-  struct SyncRequest {
-    const ir::Graph& graph;
-    const std::string& site;
-    std::optional<lowering::Shapes> shapes;
-    const NodeSites& node_sites;
-    cache::CacheKey key;
-    bool generic = false;      // shape-generic code: may bind to another size's program
-    bool background = false;   // a miss may compile on the worker while the sync runs op by op
-    bool checked = false;      // NaN checks on: kernels test their stores (another key)
-    bool may_compile = true;   // false in a strict region (lazyjit.strict(), NoCompileScope)
-  };
   SyncRequest request(const ir::Graph& graph, const std::string& site, std::optional<lowering::Shapes> shapes,
                       const NodeSites& node_sites, bool background) const;
-  // What resolved a sync that missed the memory cache: a program, or (null)
-  // "run op by op", and how, for the sync log.
-  struct Resolved {
-    std::shared_ptr<const lowering::Program> program;
-    SyncNote note;
-    bool explained = false;  // a recompile explanation was recorded (and traced) for it
-  };
   // The program for a request: from memory, else from resolve(); null when it
   // runs op by op. `*note` says how it was found.
-  std::shared_ptr<const executor::Executable> program_for(const SyncRequest& s, SyncNote* note);
+  std::shared_ptr<const executor::Executable> program_for(SyncRequest& s, SyncNote* note);
   // The tiers after a memory miss, in order (pipeline.cpp); `why_missed` is the
   // memory cache's reason, recorded when the sync counts as a miss.
-  Resolved resolve(const SyncRequest& s, const std::string& why_missed);
-
-  // The tiers (sync_tiers.cpp); each resolves the sync or returns nullopt.
-  struct BackgroundLook {
-    bool pending = false;  // a compile of this structure is queued or running
-    bool failed = false;   // the one that finished for this key threw
-  };
-  std::optional<Resolved> background_result(const SyncRequest& s, BackgroundLook* look);
-  std::optional<Resolved> bound_to_sizes(const SyncRequest& s);
-  std::optional<Resolved> sibling_on_disk(const SyncRequest& s);
-  std::optional<Resolved> by_policy(const SyncRequest& s);  // recompile_policy.cpp
-  Resolved start_in_background(const SyncRequest& s);
-  Resolved stored_or_compiled(const SyncRequest& s);
-  static Resolved op_by_op(SyncNote::How how, std::string why = {});
-  static void count_miss(const std::string& why_missed);
-  static void count_sync(SyncNote::How how);
-  void say_where_dumps_go() const;
-
-  static void trim_heap();  // heap_trim.cpp
-  static void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
+  Resolved resolve(SyncRequest& s, const std::string& why_missed);
+  // The tier list resolve() walks, in the map's order (pipeline.cpp).
+  static std::vector<std::unique_ptr<Tier>> tiers(const TierParts& parts);
+  // A run that keeps every value (debug_runs/observed_run.h): its program found
+  // as any sync's, then run by the debug runs.
   RunResult run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
                          std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
                          const RunObserver& observer, bool check, bool repro, SyncNote* note);
-  // With NaN checks on: sets r.nan_report when an output holds a NaN or Inf.
-  // Outputs that kernels with checked stores (Plan::check_stores) wrote were
-  // tested as stored; the others are scanned (nan_pinning.cpp).
-  void check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph, const Bindings& bindings,
-                  const NodeSites& node_sites);
-  // Records (and with LAZYJIT_LOG=recompiles prints) why the request's graph is
-  // compiled, or, past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op,
-  // run op by op; returns the kind of miss (recompile_policy.cpp). A refused
-  // miss (a strict region) throws CompileRefused with the explanation.
-  enum class Miss { Compile, Background, OpByOp, Refused };
-  std::string explain_miss(const SyncRequest& s, Miss miss);
-  // `graph` as a program without kernels: every node run op by op through ATen
-  // (lowering::plan_op_by_op); `keep_values`: no buffer frees (op_by_op.cpp).
-  executor::Executable op_by_op_program(const ir::Graph& graph, bool keep_values) const;
-  // Past the limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op, or while its program
-  // compiles in the background (`how` says which): `graph` runs op by op,
-  // uncompiled and uncached.
-  RunResult run_op_by_op(const ir::Graph& graph, const Bindings& bindings, SyncNote::How how);
-  // `graph` bound to a program of its structure compiled before (shape_binder.h),
-  // or null; never when `shapes` (or LAZYJIT_DYNAMIC) asks for exact code.
-  std::shared_ptr<const lowering::Program> bind_sizes(const ir::Graph& graph, std::optional<lowering::Shapes> shapes,
-                                                      uint64_t code_hash);
+  static void count_sync(SyncNote::How how);
+  void say_where_dumps_go() const;
 
   Config config_;
   std::unique_ptr<Backend> backend_;  // before target_: it makes it
@@ -233,27 +183,15 @@ class Runtime {
   std::string code_fingerprint_;  // target fingerprint + lazyjit version + codegen switches
   uint64_t code_hash_ = 0;        // its hash: the key's target part
   uint64_t checked_code_hash_ = 0;  // the same, for programs whose kernels test their stores (NaN checks on)
+  std::unique_ptr<Compiler> compiler_;
   std::unique_ptr<DiskTier> disk_;  // null when the on-disk cache is off
-  RecompileExplainer explainer_;
+  RecompilePolicy policy_;
   ShapeBinder binder_;  // new sizes of a compiled structure, bound without compiling
-  std::atomic<bool> debug_nans_{false};
-  std::atomic<bool> check_graphs_{false};
-  mutable std::mutex repro_mu_;
-  std::string repro_dir_ = "lazyjit_repro";
-  // With NaN checks on: the report of which op made a NaN/Inf in `graph`'s outputs.
-  std::string pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites);
-  std::mutex op_by_op_sites_mu_;
-  std::set<std::string> op_by_op_sites_;  // sites whose misses run op by op (warned once each)
-  // Op-by-op plans by graph structure (steps and buffer frees follow from it):
-  // a structure run op by op again, at any sizes, is not planned again.
-  struct OpByOpPlan {
-    lowering::Plan plan;
-    size_t nodes = 0, values = 0;  // of the graph it was made for (a cheap check)
-  };
-  mutable std::mutex op_by_op_plans_mu_;
-  mutable std::unordered_map<ir::Hash128, std::shared_ptr<const OpByOpPlan>, cache::Hash128Hash> op_by_op_plans_;
+  std::unique_ptr<OpByOpRuns> op_by_op_;
+  std::unique_ptr<DebugRuns> debug_;
   cache::CompileCache<executor::Executable> cache_;
-  // Last: destroyed first, its worker joined while what it uses still lives.
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  // Last: destroyed first, its worker joined while what its jobs use still lives.
   std::unique_ptr<BackgroundCompiles> background_;  // null with LAZYJIT_BACKGROUND_COMPILE=off
 };
 

@@ -52,4 +52,11 @@ int64_t traced_node(const ir::Graph& traced, const ir::Graph& lowered, uint32_t 
   return by_name;
 }
 
+void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program) {
+  for (executor::StepFailure& f : r.failures) {
+    int64_t n = traced_node(traced, program, f.node);
+    f.node = n < 0 ? kNoTracedNode : static_cast<uint32_t>(n);
+  }
+}
+
 }  // namespace lazyjit::runtime

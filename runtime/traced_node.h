@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "graph_ir/graph.h"
+#include "runtime/run_io.h"
 
 namespace lazyjit::runtime {
 
@@ -14,5 +15,11 @@ namespace lazyjit::runtime {
 // result types that reads the same inputs and scalar arguments; else the first
 // with the same kind and first attribute (an ATen step's op name); else -1.
 int64_t traced_node(const ir::Graph& traced, const ir::Graph& lowered, uint32_t n);
+
+// A step failure's node when none of the traced graph can be told.
+inline constexpr uint32_t kNoTracedNode = ~uint32_t{0};
+// Renames each failure's node (one of `program`'s graph, after the graph
+// passes) as the node of `traced` it stands for (kNoTracedNode when none).
+void to_traced_nodes(RunResult& r, const ir::Graph& traced, const ir::Graph& program);
 
 }  // namespace lazyjit::runtime

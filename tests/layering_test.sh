@@ -13,6 +13,8 @@ forbid() {
   fi
 }
 torch='ATen/|c10/|torch/'
+# env/: the process environment, read in one place (env/env.h); every layer may include it, it includes none.
+forbid env "$torch|llvm/|graph_ir/|cache/|cuda_driver/|formats/|lowering/|executor/|runtime/|tracer/|bridge/|debug/|tools/|python/" "libtorch, LLVM or any layer (every layer reads the environment through it)"
 forbid graph_ir "$torch|llvm/|cache/|lowering/|executor/|runtime/|tracer/|bridge/|debug/" "libtorch, LLVM or any other layer"
 forbid debug "$torch|llvm/|graph_ir/|cache/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or any other layer"
 forbid cache "$torch|llvm/|lowering/|executor/|runtime/|tracer/|bridge/" "libtorch, LLVM or the layers above it"

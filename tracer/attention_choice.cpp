@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 
+#include "env/env.h"
 #include "runtime/backend.h"
 #include "tracer/lazy_storage.h"
 
@@ -56,9 +57,8 @@ struct SdpArgs {
 
 // LAZYJIT_TEST_SDP_CHOICE, read at each call (tests switch it in a process).
 std::optional<SDPBackend> test_choice() {
-  const char* e = std::getenv("LAZYJIT_TEST_SDP_CHOICE");
-  if (!e || !*e) return std::nullopt;
-  const std::string s(e);
+  const std::string s = env::get("LAZYJIT_TEST_SDP_CHOICE");
+  if (s.empty()) return std::nullopt;
   if (s == "math") return SDPBackend::math;
   if (s == "flash") return SDPBackend::flash_attention;
   if (s == "efficient") return SDPBackend::efficient_attention;

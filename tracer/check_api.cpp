@@ -2,7 +2,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "runtime/repro.h"
+#include "env/env.h"
+#include "runtime/debug_runs/repro.h"
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
 
@@ -18,10 +19,10 @@ std::string run_repro(const std::string& dir) {
   // The switches that made the code: read once per process, so they must be
   // this process's already.
   for (const auto& [name, value] : repro.env) {
-    const char* now = std::getenv(name.c_str());
-    if (!now || value != now)
+    const std::optional<std::string> now = env::find(name.c_str());
+    if (!now || value != *now)
       throw std::runtime_error("lazyjit.repro: " + dir + " was written with " + name + "=" + value + " (env.txt), and " +
-                               "this process has " + (now ? name + "=" + now : name + " unset") +
+                               "this process has " + (now ? name + "=" + *now : name + " unset") +
                                "; run it with the switches of env.txt set (python -m lazyjit.repro DIR and "
                                "lazyjit-repro DIR do that)");
   }

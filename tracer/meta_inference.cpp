@@ -173,12 +173,8 @@ bool meta_key(const c10::OperatorHandle& op, const Stack& args, ir::Hash128* key
   return true;
 }
 
-struct Hash128Hasher {
-  size_t operator()(const ir::Hash128& k) const { return k.lo; }
-};
-
-std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>& meta_memo() {
-  static auto* m = new std::unordered_map<ir::Hash128, MetaResult, Hash128Hasher>();
+std::unordered_map<ir::Hash128, MetaResult>& meta_memo() {
+  static auto* m = new std::unordered_map<ir::Hash128, MetaResult>();
   return *m;
 }
 
@@ -187,7 +183,7 @@ bool dtype_error(const c10::OperatorHandle& op, const Stack& args) {
   if (!probe_worth_it(op, args)) return false;
   ir::Hash128 key;
   if (!meta_key(op, args, &key, /*probe=*/true)) return run_dtype_probe(op, args);
-  static auto* memo = new std::unordered_map<ir::Hash128, bool, Hash128Hasher>();  // guarded by the trace lock
+  static auto* memo = new std::unordered_map<ir::Hash128, bool>();  // guarded by the trace lock
   auto hit = memo->find(key);
   if (hit != memo->end()) return hit->second;
   bool e = run_dtype_probe(op, args);

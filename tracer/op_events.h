@@ -1,13 +1,13 @@
 // The ops of a compiled graph as the op hooks see them (add_op_hook(.., true))
 // and the per-op timing table (LAZYJIT_DEBUG=4): built from an observed run
-// (runtime/observed_run.h), one event per op the user recorded.
+// (runtime/debug_runs/observed_run.h), one event per op the user recorded.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "runtime/observed_run.h"
+#include "runtime/debug_runs/observed_run.h"
 #include "tracer/lazyjit.h"
 
 namespace lazyjit::tracer {

@@ -22,7 +22,7 @@ names the file and line).
 import os
 import sys
 
-# runtime/repro.cpp's repro_switches(): the only names env.txt may set. The C++
+# runtime/debug_runs/repro.cpp's repro_switches(): the only names env.txt may set. The C++
 # reader (lazyjit::run_repro) checks every line of env.txt and each value; this
 # list only says which lines to set before lazyjit loads.
 _SWITCHES = ("LAZYJIT_CACHE", "LAZYJIT_FAULT", "LAZYJIT_DISABLE_PASSES", "LAZYJIT_VECTOR_BITS",

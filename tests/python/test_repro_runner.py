@@ -194,7 +194,7 @@ def test_both_runners_document_the_same_exit_statuses():
 
 
 def test_both_runners_set_the_same_switches():
-    # python/lazyjit/repro.py keeps a copy of runtime/repro.cpp's repro_switches().
+    # python/lazyjit/repro.py keeps a copy of runtime/debug_runs/repro.cpp's repro_switches().
     from lazyjit import repro as pyrepro
     cpp = subprocess.run([REPRO_TOOL, "--help"], capture_output=True, text=True, timeout=60)
     text = " ".join(cpp.stderr.split())

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cache/cache_dir.h"
 #include "cache/entry_file.h"
 #include "cache/posix_io.h"
-#include "tools/lazyjit_cache/manifest_reader.h"
+#include "env/env.h"
+#include "formats/manifest.h"
 
 namespace lazyjit::cache_tool {
 namespace entry_file = lazyjit::cache::entry_file;
@@ -62,7 +64,7 @@ void read_manifest(Entry& e) {
     if (::pread(fd, text.data(), m, entry_file::kHeaderBytes) != (ssize_t)m) {
       e.problem = "manifest unreadable";
     } else {
-      e.manifest = parse_manifest(text, &e.problem);
+      e.manifest = formats::parse_manifest(text, &e.problem);
     }
   }
   ::close(fd);
@@ -89,12 +91,8 @@ CacheDir open_cache_dir(const std::string& flag, bool may_be_missing) {
   CacheDir c;
   if (!flag.empty()) {
     c.dir = flag, c.source = "--dir";
-  } else if (const char* d = std::getenv("LAZYJIT_CACHE_DIR"); d && *d) {
-    c.dir = d, c.source = "$LAZYJIT_CACHE_DIR";
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    c.dir = std::string(x) + "/lazyjit", c.source = "$XDG_CACHE_HOME/lazyjit";
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    c.dir = std::string(h) + "/.cache/lazyjit", c.source = "~/.cache/lazyjit";
+  } else if (cache::CacheDirChoice d = cache::default_cache_dir(env::get); !d.dir.empty()) {
+    c.dir = d.dir, c.source = d.source;
   } else {
     throw ToolError("lazyjit-cache: no cache directory: pass --dir or set LAZYJIT_CACHE_DIR");
   }

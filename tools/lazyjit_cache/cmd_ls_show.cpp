@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "env/env.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/object_code.h"
@@ -94,7 +95,7 @@ int cmd_show(const Common& c, const ShowOptions& o) {
 
   std::string llvm_text, llvm_note, asm_text, asm_note;
   if (o.llvm) {
-    std::string dir = !o.dump_dir.empty() ? o.dump_dir : (std::getenv("LAZYJIT_DUMP") ? std::getenv("LAZYJIT_DUMP") : "");
+    std::string dir = !o.dump_dir.empty() ? o.dump_dir : env::get("LAZYJIT_DUMP");
     std::string path = dir + "/" + e.key + ".ll";
     std::ifstream in(path);
     if (!dir.empty() && in) llvm_text.assign(std::istreambuf_iterator<char>(in), {});

@@ -17,10 +17,10 @@
 #include "cache/disk_store.h"
 #include "cache/entry_file.h"
 #include "cache/redis_store.h"
+#include "formats/manifest.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/foreign.h"
-#include "tools/lazyjit_cache/manifest_reader.h"
 #include "tools/lazyjit_cache/progress.h"
 #include "tools/lazyjit_cache/text_format.h"
 
@@ -87,7 +87,7 @@ Entry remote_entry(const std::string& key, const cache::RedisStore::Head& h) {
     e.problem = "lengths do not fit (truncated?)";
   else if (b.size() != entry_file::kHeaderBytes + le(12, 4)) e.problem = "manifest unreadable";
   else {
-    e.manifest = parse_manifest(std::string_view(b).substr(entry_file::kHeaderBytes), &e.problem);
+    e.manifest = formats::parse_manifest(std::string_view(b).substr(entry_file::kHeaderBytes), &e.problem);
   }
   return e;
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "env/env.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/text_format.h"
@@ -50,9 +51,9 @@ int cmd_stats(const Common& c, int top) {
   // rule: most recently used first, each entry kept while it fits).
   uint64_t max_bytes = 2ull << 30;
   std::string limit_from = "default";
-  if (const char* env = std::getenv("LAZYJIT_CACHE_MAX_BYTES"); env && *env) {
+  if (std::string limit = env::get("LAZYJIT_CACHE_MAX_BYTES"); !limit.empty()) {
     try {
-      max_bytes = parse_size(env);
+      max_bytes = parse_size(limit);
       limit_from = "LAZYJIT_CACHE_MAX_BYTES";
     } catch (const ToolError&) {
       limit_from = "default; LAZYJIT_CACHE_MAX_BYTES is not a size";

@@ -2,7 +2,7 @@
 // (cache::entry_file::decode: header, lengths, XXH64, signature when a secret
 // is given, manifest payload fields), plus the program payload's own trailing
 // checksum (lowering/program_bytes.cpp), the manifest's kind and key, and that
-// the manifest is one the tool can read (manifest_reader.h).
+// the manifest is one the tool can read (formats/manifest.h).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,9 +11,9 @@
 #include "cache/disk_store.h"
 #include "cache/entry_file.h"
 #include "graph_ir/hash.h"
+#include "formats/manifest.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
-#include "tools/lazyjit_cache/manifest_reader.h"
 #include "tools/lazyjit_cache/progress.h"
 #include "tools/lazyjit_cache/text_format.h"
 
@@ -48,7 +48,7 @@ std::optional<Bad> check(const Entry& e, const std::string& secret) {
   // Checksummed is not well formed: a manifest the tool's commands cannot
   // read (nested too deep, a field of the wrong type) is damage.
   std::string problem;
-  json m = parse_manifest(d.manifest, &problem);
+  json m = formats::parse_manifest(d.manifest, &problem);
   if (!m.is_object()) return Bad{e.key, "corrupt", problem, cache::DiskError::Corrupt};
   if (m.value("kind", "") != "program")
     return Bad{e.key, "foreign", "manifest kind is not \"program\"", cache::DiskError::Foreign};

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "env/env.h"
 #include "tools/lazyjit_cache/object_code.h"
 #include "tools/lazyjit_cache/text_format.h"
 
@@ -49,22 +50,21 @@ std::string ptx_isa_text(uint32_t isa) { return std::to_string(isa / 10) + "." +
 
 std::string find_sass_tool(std::string* looked) {
   std::vector<std::string> dirs;
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "";
+  std::string p = env::get("PATH");
   for (size_t start = 0; start <= p.size();) {
     size_t end = p.find(':', start);
     if (end == std::string::npos) end = p.size();
     if (end > start) dirs.push_back(p.substr(start, end - start));
     start = end + 1;
   }
-  const char* home = std::getenv("CUDA_HOME");
-  if (home && *home) dirs.push_back(std::string(home) + "/bin");
+  const std::string home = env::get("CUDA_HOME");
+  if (!home.empty()) dirs.push_back(home + "/bin");
   dirs.push_back("/usr/local/cuda/bin");
   for (const char* name : {"nvdisasm", "cuobjdump"})
     for (const std::string& d : dirs)
       if (is_executable_file(d + "/" + name)) return d + "/" + name;
   if (looked)
-    *looked = std::string("PATH, ") + (home && *home ? std::string(home) + "/bin" : "$CUDA_HOME/bin (unset)") +
+    *looked = std::string("PATH, ") + (!home.empty() ? home + "/bin" : "$CUDA_HOME/bin (unset)") +
               ", /usr/local/cuda/bin";
   return "";
 }

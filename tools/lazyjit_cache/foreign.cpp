@@ -6,7 +6,7 @@
 #include <variant>
 
 #include "cache/disk_error.h"
-#include "tools/lazyjit_cache/manifest_reader.h"
+#include "formats/manifest.h"
 
 namespace lazyjit::cache_tool {
 
@@ -76,7 +76,7 @@ std::string admission_refusal(std::string_view file, const std::string& key, con
   *out = std::get<cache::entry_file::Decoded>(decoded);
   if (allow_foreign) return "";
   std::string problem;
-  json m = parse_manifest(out->manifest, &problem);
+  json m = formats::parse_manifest(out->manifest, &problem);
   if (!m.is_object()) return std::string(cache::disk_error_name(cache::DiskError::Corrupt)) + ": " + problem;
   std::string why = foreign_reason(m, expect_fingerprint, host);
   return why.empty() ? "" : "foreign: " + why;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "env/env.h"
 #include "tools/lazyjit_cache/cache_index.h"
 #include "tools/lazyjit_cache/commands.h"
 #include "tools/lazyjit_cache/text_format.h"
@@ -43,8 +44,7 @@ struct Global {
 
 std::string env_or(const char* name, const std::string& flag) {
   if (!flag.empty()) return flag;
-  const char* v = std::getenv(name);
-  return v ? v : "";
+  return lazyjit::env::get(name);
 }
 
 // A usage error: one line on stderr, exit 2 (as CLI11's own parse errors).

@@ -9,6 +9,7 @@
 
 #include "cache/entry_file.h"
 #include "formats/kernel_archive.h"
+#include "formats/program_bytes.h"
 #include "graph_ir/bytes.h"
 
 namespace lazyjit::cache_tool {
@@ -42,18 +43,14 @@ ObjectCode object_code(const std::string& file, const std::string& key, const nl
   }
   std::string_view payload = std::get<cache::entry_file::Decoded>(decoded).payload;
   uint64_t n = manifest.value("object_bytes", uint64_t{0});
-  if (payload.size() < 8 + 4 + n) {
-    out.error = "payload shorter than its object code";
+  try {
+    out.bytes.assign(formats::program_tail_from_end(payload, n).object);
+  } catch (const formats::ProgramBytesError& e) {
+    std::string what = e.what();
+    if (what.rfind("lazyjit: ", 0) == 0) what.erase(0, 9);
+    out.error = "payload does not end with an object of object_bytes=" + std::to_string(n) + " bytes: " + what;
     return out;
   }
-  size_t start = payload.size() - 8 - n;
-  uint32_t prefix = 0;
-  for (int i = 3; i >= 0; --i) prefix = (prefix << 8) | static_cast<unsigned char>(payload[start - 4 + i]);
-  if (prefix != n) {
-    out.error = "payload does not end with an object of object_bytes=" + std::to_string(n) + " bytes";
-    return out;
-  }
-  out.bytes.assign(payload.substr(start, n));
   if (out.bytes.empty()) return out;
   const std::string tag = out.bytes.substr(0, 4);
   if (tag == formats::kCudaArchiveTag || tag == formats::kSimArchiveTag) {

@@ -1,11 +1,10 @@
 // The object code inside a cache entry's payload, and its disassembly.
 //
-// The payload is a serialized program (lowering/program_bytes.cpp): ...,
-// the object file as a u32-length-prefixed string, then a u64 checksum. The
-// graph and plan before it need lowering's readers (LLVM), so instead the
-// object is found from the end: the manifest's object_bytes says its length,
-// and the u32 just before it must say the same. That string is the kernel
-// archive of the target that compiled the program, told apart by its tag:
+// The payload is a serialized program (formats/program_bytes.h). The graph and
+// plan at its front need lowering's readers (LLVM), so the object is found
+// from the end (formats::program_tail_from_end), by the manifest's
+// object_bytes. It is the kernel archive of the target that compiled the
+// program, told apart by its tag:
 //
 // the CPU target's (lowering/cpu/cpu_target.cpp), one object file per kernel:
 //   "LJKO" u32 version 1, u32 unit count, per unit: u64 key lo, u64 key hi,

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cmath>
 #include <ctime>
+#include <optional>
 
+#include "env/env.h"
 #include "tools/lazyjit_cache/cache_index.h"
 
 namespace lazyjit::cache_tool {
@@ -135,7 +137,8 @@ std::string cut_list(const std::string& s, size_t max) {
 }
 
 size_t terminal_width() {
-  if (const char* c = std::getenv("COLUMNS")) {
+  if (std::optional<std::string> columns = env::find("COLUMNS")) {
+    const char* c = columns->c_str();
     char* end = nullptr;
     long v = std::strtol(c, &end, 10);
     if (end != c && *end == '\0' && v > 0) return static_cast<size_t>(std::max(v, 40L));

@@ -1,5 +1,5 @@
 // lazyjit-repro DIR: reruns the compiled-vs-eager check of a repro directory
-// (written by LAZYJIT_CHECK=1 / lazyjit::check_graphs; runtime/repro.h) and
+// (written by LAZYJIT_CHECK=1 / lazyjit::check_graphs; runtime/debug_runs/repro.h) and
 // says whether the mismatch reproduces. The exit statuses are
 // runtime::kReproExitStatus (the same as python -m lazyjit.repro's).
 //
@@ -14,12 +14,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/repro.h"
+#include "env/env.h"
+#include "runtime/debug_runs/repro.h"
 #include "tracer/lazyjit.h"
 
 namespace {
 
 namespace rt = lazyjit::runtime;
+namespace env = lazyjit::env;
 
 // Set in the re-executed process only (not a LAZYJIT_* name: lazyjit's config
 // would call it an unknown switch).
@@ -46,20 +48,20 @@ int usage() {
 int main(int argc, char** argv) {
   if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") return usage();
   std::string dir = argv[1];
-  const bool reexecuted = std::getenv(kReexecuted) != nullptr;
-  unsetenv(kReexecuted);
+  const bool reexecuted = env::find(kReexecuted).has_value();
+  env::unset(kReexecuted);
   try {
     rt::Repro repro = rt::read_repro(dir);  // the whole directory, checked before anything runs
     if (!reexecuted)
       for (const std::string& w : repro.env_warnings) std::fprintf(stderr, "%s\n", w.c_str());
     bool differ = false;
     for (const auto& [name, value] : repro.env) {
-      const char* now = std::getenv(name.c_str());
-      differ |= !now || value != now;
+      const std::optional<std::string> now = env::find(name.c_str());
+      differ |= !now || value != *now;
     }
     if (differ && !reexecuted) {
-      for (const auto& [name, value] : repro.env) setenv(name.c_str(), value.c_str(), 1);
-      setenv(kReexecuted, "1", 1);
+      for (const auto& [name, value] : repro.env) env::set(name.c_str(), value);
+      env::set(kReexecuted, "1");
       std::fflush(nullptr);
       execv("/proc/self/exe", argv);
       std::perror("lazyjit-repro: re-executing with env.txt's switches");

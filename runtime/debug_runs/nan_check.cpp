@@ -1,4 +1,4 @@
-#include "runtime/nan_check.h"
+#include "runtime/debug_runs/nan_check.h"
 
 #include <ATen/ATen.h>
 

@@ -1,11 +1,11 @@
-#include "runtime/graph_check.h"
+#include "runtime/debug_runs/graph_check.h"
 
 #include <ATen/ATen.h>
 
 #include <sstream>
 
 #include "executor/op_by_op_node.h"
-#include "runtime/nan_check.h"
+#include "runtime/debug_runs/nan_check.h"
 
 namespace lazyjit::runtime {
 

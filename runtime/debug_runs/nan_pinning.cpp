@@ -1,18 +1,18 @@
 // With NaN checks on (LAZYJIT_DEBUG_NANS, lazyjit.debug_nans()): a run whose
 // outputs hold a NaN or Inf is rerun op by op, every value kept, to name the
-// op that made it first (runtime/nan_check.h has the scan and the search).
+// op that made it first (debug_runs/nan_check.h has the scan and the search).
 #include <unordered_set>
 
 #include "graph_ir/node_name.h"
-#include "runtime/nan_check.h"
-#include "runtime/runtime.h"
+#include "runtime/debug_runs/debug_runs.h"
+#include "runtime/debug_runs/nan_check.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
 
-void Runtime::check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph,
-                         const Bindings& bindings, const NodeSites& node_sites) {
-  if (!debug_nans_ || !r.failures.empty()) return;
+void DebugRuns::check_nans(RunResult& r, const lowering::Program& program, const ir::Graph& graph,
+                           const Bindings& bindings, const NodeSites& node_sites, int threads) const {
+  if (!nans_ || !r.failures.empty()) return;
   // Outputs that a kernel with checked stores wrote were tested as they were
   // stored: when none of its stores was NaN or Inf, only the rest need a scan.
   const lowering::Plan& plan = program.plan;
@@ -29,20 +29,21 @@ void Runtime::check_nans(RunResult& r, const lowering::Program& program, const i
   } else {
     scan = r.outputs;
   }
-  if (any_nonfinite(scan)) r.nan_report = pin_nonfinite(graph, bindings, node_sites);
+  if (any_nonfinite(scan)) r.nan_report = pin_nonfinite(graph, bindings, node_sites, threads);
 }
 
-std::string Runtime::describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
+std::string describe_node(const ir::Graph& graph, uint32_t node, const NodeSites& node_sites) {
   std::string op = ir::node_op_name(graph.nodes()[node]);
   std::string site = node_sites ? node_sites(node) : "";
   return op + " (op #" + std::to_string(node) + " of the graph)" + (site.empty() ? "" : " at " + site);
 }
 
-std::string Runtime::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites) {
+std::string DebugRuns::pin_nonfinite(const ir::Graph& graph, const Bindings& bindings, const NodeSites& node_sites,
+                                     int threads) const {
   // Every value kept: the report shows the op's inputs.
-  executor::Executable e = op_by_op_program(graph, /*keep_values=*/true);
+  executor::Executable e = op_by_op_.program(graph, /*keep_values=*/true);
   const ir::Graph& pg = e.program().graph;
-  std::string found = find_first_nonfinite(e, bindings, threads(), [&](uint32_t node) {
+  std::string found = find_first_nonfinite(e, bindings, threads, [&](uint32_t node) {
     int64_t t = traced_node(graph, pg, node);
     if (t >= 0) return describe_node(graph, static_cast<uint32_t>(t), node_sites);
     return ir::node_op_name(pg.nodes()[node]);

@@ -1,6 +1,6 @@
 // A run that shows every value it computed: what the op hooks with lazy=True
 // (tracer/lazyjit.h), the per-op timing table (LAZYJIT_DEBUG=4) and the
-// compiled-vs-eager check (LAZYJIT_CHECK, runtime/graph_check.h) look at.
+// compiled-vs-eager check (LAZYJIT_CHECK, runtime/debug_runs/graph_check.h) look at.
 //
 // The traced graph is compiled with every node's result as an output (so fused
 // kernels store what they would keep in registers; the same passes, fusion and

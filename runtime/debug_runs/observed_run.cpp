@@ -1,6 +1,7 @@
-// Runtime::run_observed: the traced graph with every result as an output,
-// compiled and run like any graph, each step timed (observed_run.h); and the
-// compiled-vs-eager check's switches (LAZYJIT_CHECK, runtime/graph_check.h).
+// An observed run: the traced graph with every result as an output, compiled
+// like any graph (the pipeline finds its program), run with each step timed
+// (observed_run.h); and the compiled-vs-eager check's switches (LAZYJIT_CHECK,
+// debug_runs/graph_check.h).
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -9,9 +10,9 @@
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
 #include "lowering/step_label.h"
-#include "runtime/graph_check.h"
-#include "runtime/repro.h"
-#include "runtime/runtime.h"
+#include "runtime/debug_runs/debug_runs.h"
+#include "runtime/debug_runs/graph_check.h"
+#include "runtime/debug_runs/repro.h"
 #include "runtime/traced_node.h"
 
 namespace lazyjit::runtime {
@@ -56,38 +57,32 @@ void map_steps(const lowering::Program& p, const ir::Graph& all, ObservedRun& ob
 
 }  // namespace
 
-RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings, const std::string& site,
-                                std::optional<lowering::Shapes> shapes, const NodeSites& node_sites,
-                                const RunObserver& observer, bool check, bool repro, SyncNote* note) {
-  // Every result an output, after the graph's own (whose indices stay).
-  ir::Graph all(graph);
-  const size_t n_out = graph.outputs().size();
-  std::vector<int64_t> out_of(graph.values().size(), -1);
-  for (size_t i = 0; i < n_out; ++i)
-    if (out_of[graph.outputs()[i]] < 0) out_of[graph.outputs()[i]] = static_cast<int64_t>(i);
+ObservedGraph every_value_an_output(const ir::Graph& graph) {
+  ObservedGraph g{graph, std::vector<int64_t>(graph.values().size(), -1)};
+  for (size_t i = 0; i < graph.outputs().size(); ++i)
+    if (g.out_of[graph.outputs()[i]] < 0) g.out_of[graph.outputs()[i]] = static_cast<int64_t>(i);
   for (const ir::Node& n : graph.nodes()) {
     if (n.kind == ir::OpKind::Input || n.kind == ir::OpKind::Scalar) continue;
     for (ir::ValueId v : n.outputs)
-      if (out_of[v] < 0) {
-        out_of[v] = static_cast<int64_t>(all.outputs().size());
-        all.add_output(v);
+      if (g.out_of[v] < 0) {
+        g.out_of[v] = static_cast<int64_t>(g.all.outputs().size());
+        g.all.add_output(v);
       }
   }
-  // Hooks and the check see the compiled program: it is compiled now.
-  std::shared_ptr<const executor::Executable> compiled =
-      program_for(request(all, site, shapes, node_sites, /*background=*/false), note);
-  std::optional<executor::Executable> op_by_op;
-  if (!compiled) {  // past the recompile limit with LAZYJIT_ON_RECOMPILE_LIMIT=op_by_op
-    op_by_op.emplace(op_by_op_program(all, /*keep_values=*/false));
-    debug::Metrics::get().add(debug::Counter::OpByOpSyncs);
-  }
-  const executor::Executable& exe = compiled ? *compiled : *op_by_op;
+  return g;
+}
 
+RunResult DebugRuns::run_observed(const executor::Executable& exe, const ObservedGraph& g, const ir::Graph& graph,
+                                  const Bindings& bindings, int threads, const NodeSites& node_sites,
+                                  const RunObserver& observer, bool check, bool repro) const {
+  const ir::Graph& all = g.all;
+  const std::vector<int64_t>& out_of = g.out_of;
+  const size_t n_out = graph.outputs().size();
   ObservedRun obs;
   obs.graph = &graph;
   map_steps(exe.program(), all, obs);
   Clock::time_point last = Clock::now();
-  RunResult r = exe.run(bindings, threads(), [&](size_t si, const std::vector<at::Tensor>&) {
+  RunResult r = exe.run(bindings, threads, [&](size_t si, const std::vector<at::Tensor>&) {
     Clock::time_point now = Clock::now();
     obs.step_ms[si] = std::chrono::duration<double, std::milli>(now - last).count();
     last = now;
@@ -111,7 +106,7 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
   if (!r.lost_by.empty()) r.lost_by.resize(n_out);
 
   if (check && r.failures.empty()) {
-    Mismatch m = check_against_eager(obs, bindings.scalars, execution_.device, [&](uint32_t node) { return describe_node(graph, node, node_sites); });
+    Mismatch m = check_against_eager(obs, bindings.scalars, eager_device_, [&](uint32_t node) { return describe_node(graph, node, node_sites); });
     if (m.node >= 0 && !repro) r.check_report = m.report;
     if (m.node >= 0 && repro) {
       std::string dir;
@@ -121,25 +116,18 @@ RunResult Runtime::run_observed(const ir::Graph& graph, const Bindings& bindings
                                                      ", or lazyjit-repro " + dir + ")");
     }
   }
-  check_nans(r, exe.program(), graph, bindings, node_sites);
+  check_nans(r, exe.program(), graph, bindings, node_sites, threads);
   if (observer) observer(obs);
   return r;
 }
 
-void Runtime::set_check_graphs(bool on, const std::string& repro_dir) {
+void DebugRuns::set_check_graphs(bool on, const std::string& repro_dir) {
   std::lock_guard<std::mutex> lock(repro_mu_);
   if (!repro_dir.empty()) repro_dir_ = repro_dir;
   check_graphs_ = on;
 }
 
-std::string Runtime::check_graph(const ir::Graph& graph, const Bindings& bindings) {
-  SyncNote note;
-  RunResult r =
-      run_observed(graph, bindings, "lazyjit.repro", std::nullopt, {}, {}, /*check=*/true, /*repro=*/false, &note);
-  return r.check_report;
-}
-
-std::string Runtime::repro_dir() const {
+std::string DebugRuns::repro_dir() const {
   std::lock_guard<std::mutex> lock(repro_mu_);
   return repro_dir_;
 }

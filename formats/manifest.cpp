@@ -1,15 +1,12 @@
-#include "tools/lazyjit_cache/manifest_reader.h"
+#include "formats/manifest.h"
 
-#include <cstdint>
-
-namespace lazyjit::cache_tool {
+namespace lazyjit::formats {
 
 using nlohmann::json;
 
 namespace {
 
-// What a field the tool reads must hold.
-enum class Want { String, Number, Integer, Count, Object, Array };
+using Want = ManifestType;
 
 const char* wanted(Want w) {
   switch (w) {
@@ -19,6 +16,8 @@ const char* wanted(Want w) {
     case Want::Count: return "a non-negative integer";
     case Want::Object: return "an object";
     case Want::Array: return "an array";
+    case Want::Strings: return "an object of strings";
+    case Want::Tensors: return "an array of tensors";
   }
   return "?";
 }
@@ -50,6 +49,8 @@ bool fits(const json& v, Want w) {
     case Want::Count: return is_int64(v) && v.get<int64_t>() >= 0;
     case Want::Object: return v.is_object();
     case Want::Array: return v.is_array();
+    case Want::Strings: return v.is_object();
+    case Want::Tensors: return v.is_array();
   }
   return false;
 }
@@ -122,6 +123,76 @@ bool nests_deeper_than(std::string_view s, int limit) {
 
 }  // namespace
 
+const std::vector<ManifestField> kManifestFields = {
+    {"format", Want::Integer, true},
+    {"kind", Want::String, true},
+    {"key_parts", Want::Strings, true},
+    {"code_fingerprint", Want::String, true},
+    {"target", Want::Strings, true},
+    {"libtorch_version", Want::String, true},
+    {"created", Want::Number, true},
+    {"compile_ms", Want::Number, true},
+    {"site", Want::String, true},
+    {"ops", Want::Count, true},
+    {"kernels", Want::Count, true},
+    {"aten_steps", Want::Count, true},
+    {"scalars", Want::Count, true},
+    {"inputs", Want::Tensors, true},
+    {"outputs", Want::Tensors, true},
+    {"object_bytes", Want::Count, true},
+    {"ir", Want::String, true},
+    {"plan", Want::String, true},
+    {"key", Want::String, false},
+    {"payload_bytes", Want::Count, false},
+    {"payload_xxh64", Want::String, false},
+};
+
+std::string write_manifest(const ProgramManifest& p) {
+  auto tensors = [](const std::vector<ManifestTensor>& ts) {
+    json a = json::array();
+    for (const ManifestTensor& t : ts) a.push_back(json{{"dtype", t.dtype}, {"sizes", t.sizes}, {"strides", t.strides}});
+    return a;
+  };
+  // kManifestFields' written fields, each (tests/formats/manifest_test.cpp holds the two together).
+  json m = {
+      {"format", kManifestFormat},
+      {"kind", "program"},
+      {"key_parts", p.key_parts},
+      {"code_fingerprint", p.code_fingerprint},
+      {"target", p.target},
+      {"libtorch_version", p.libtorch_version},
+      {"created", p.created},
+      {"compile_ms", p.compile_ms},
+      {"site", p.site},
+      {"ops", p.ops},
+      {"kernels", p.kernels},
+      {"aten_steps", p.aten_steps},
+      {"scalars", p.scalars},
+      {"inputs", tensors(p.inputs)},
+      {"outputs", tensors(p.outputs)},
+      {"object_bytes", p.object_bytes},
+      {"ir", p.ir},
+      {"plan", p.plan},
+  };
+  return m.dump();
+}
+
+bool manifest_accepts(std::string_view text, const std::string& code_fingerprint,
+                      const std::string& libtorch_version) {
+  // Untrusted bytes (a good checksum needs no secret): a field of another JSON
+  // type is a manifest this build did not write, a miss, never an exception.
+  json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object()) return false;
+  auto text_is = [&](const char* field, const std::string& want) {
+    auto it = m.find(field);
+    return it != m.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+  };
+  auto format = m.find("format");
+  return format != m.end() && format->is_number_integer() && format->get<int64_t>() == kManifestFormat &&
+         text_is("kind", "program") && text_is("code_fingerprint", code_fingerprint) &&
+         text_is("libtorch_version", libtorch_version);
+}
+
 json parse_manifest(std::string_view text, std::string* problem) {
   if (nests_deeper_than(text, kMaxManifestDepth)) {
     *problem = "manifest nests deeper than " + std::to_string(kMaxManifestDepth) + " levels";
@@ -136,22 +207,14 @@ json parse_manifest(std::string_view text, std::string* problem) {
     *problem = "manifest is not a JSON object";
     return nullptr;
   }
-  // The fields the tool reads, with the types runtime/disk_tier.cpp writes
-  // (and cache/entry_file.cpp adds: key, payload_bytes, payload_xxh64).
-  static const std::pair<const char*, Want> kFields[] = {
-      {"format", Want::Integer},       {"kind", Want::String},    {"key", Want::String},
-      {"code_fingerprint", Want::String}, {"libtorch_version", Want::String}, {"created", Want::Number},
-      {"compile_ms", Want::Number},    {"site", Want::String},    {"ops", Want::Count},
-      {"kernels", Want::Count},        {"aten_steps", Want::Count}, {"scalars", Want::Count},
-      {"object_bytes", Want::Count},   {"ir", Want::String},      {"plan", Want::String},
-      {"payload_bytes", Want::Count},  {"payload_xxh64", Want::String}};
-  for (const auto& [name, want] : kFields)
-    if (!field(m, name, want, "", problem)) return nullptr;
-  if (!strings(m, "target", problem) || !strings(m, "key_parts", problem) || !tensors(m, "inputs", problem) ||
-      !tensors(m, "outputs", problem))
-    return nullptr;
+  for (const ManifestField& f : kManifestFields) {
+    bool ok = f.type == Want::Strings   ? strings(m, f.name, problem)
+              : f.type == Want::Tensors ? tensors(m, f.name, problem)
+                                        : field(m, f.name, f.type, "", problem);
+    if (!ok) return nullptr;
+  }
   problem->clear();
   return m;
 }
 
-}  // namespace lazyjit::cache_tool
+}  // namespace lazyjit::formats

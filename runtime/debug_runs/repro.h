@@ -1,4 +1,4 @@
-// A standalone repro of a compiled-vs-eager mismatch (runtime/graph_check.h),
+// A standalone repro of a compiled-vs-eager mismatch (runtime/debug_runs/graph_check.h),
 // one directory:
 //   graph.bin      the traced graph (graph_ir/graph_io.h)
 //   graph.txt      the same, as text

@@ -1,4 +1,4 @@
-#include "runtime/repro.h"
+#include "runtime/debug_runs/repro.h"
 
 #include <ATen/ATen.h>
 
@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "bridge/aten_ir.h"
+#include "env/env.h"
 #include "graph_ir/graph_io.h"
 #include "graph_ir/hash.h"
 #include "runtime/config.h"
@@ -160,12 +161,12 @@ std::string write_repro(const std::string& root, const ir::Graph& graph, const e
       write_file(d / ("input" + std::to_string(i) + ".bin"),
                  std::string(static_cast<const char*>(t.const_data_ptr()), t.nbytes()));
     }
-    std::string scalars, env = "LAZYJIT_CACHE=off\n";
+    std::string scalars, env_txt = "LAZYJIT_CACHE=off\n";
     for (int64_t s : bindings.scalars) scalars += std::to_string(s) + "\n";
     for (const char* k : kCodegenSwitches)
-      if (const char* v = std::getenv(k)) env += std::string(k) + "=" + v + "\n";
+      if (auto v = env::find(k)) env_txt += std::string(k) + "=" + *v + "\n";
     write_file(d / "scalars.txt", scalars);
-    write_file(d / "env.txt", env);
+    write_file(d / "env.txt", env_txt);
     write_file(d / "report.txt", report + "\n");
     write_file(d / "repro.py", kScript);
     *dir = d.string();

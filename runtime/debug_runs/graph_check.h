@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/observed_run.h"
+#include "runtime/debug_runs/observed_run.h"
 
 namespace lazyjit::runtime {
 
