@@ -74,6 +74,18 @@ def fresh():
     lazyjit.sync()
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches and lazyjit.dynamo's counters empty before and after, for the
+    torch.compile(backend="lazyjit") test files (`pytestmark = pytest.mark.usefixtures(...)`)."""
+    import lazyjit.dynamo
+
+    torch._dynamo.reset()
+    lazyjit.dynamo.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
 def run_python(code: str, env_extra=None, timeout=120) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter that imports lazyjit from this checkout."""
     env = dict(os.environ)

@@ -11,12 +11,7 @@ import lazyjit
 import lazyjit.dynamo
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    lazyjit.dynamo.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def add_then_read(x, y):

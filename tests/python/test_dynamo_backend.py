@@ -14,12 +14,7 @@ import lazyjit.dynamo
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    lazyjit.dynamo.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compiled(fn):
@@ -216,7 +211,6 @@ def test_new_batch_sizes_need_no_llvm_work():
     ours = [r for r in lazyjit.explain_recompiles() if r["site"].startswith("torch.compile [")]
     assert ours, lazyjit.explain_recompiles()
     assert lazyjit.metrics()["shape_binds"] - binds >= 4, lazyjit.metrics()
-
 
 
 def _decode_step(cache, x, w):

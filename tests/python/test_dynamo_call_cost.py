@@ -11,16 +11,9 @@ import lazyjit.dynamo
 from torch._dynamo import config as dynamo_config
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-pytestmark = pytest.mark.skipif(not hasattr(dynamo_config, "record_runtime_overhead"),
-                                reason="this torch's Dynamo records no per-call profiler ranges")
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    lazyjit.dynamo.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.usefixtures("fresh_dynamo"),
+              pytest.mark.skipif(not hasattr(dynamo_config, "record_runtime_overhead"),
+                                 reason="this torch's Dynamo records no per-call profiler ranges")]
 
 
 def names_called_before_the_graph(fn):
