@@ -27,7 +27,8 @@ struct Bindings {
   std::vector<std::pair<size_t, size_t>> may_overwrite;
   // Op-by-op plans' may_overwrite, resolved by Executable::run: after step
   // `first`, the value's result is copied into the tensor (an input no later
-  // step reads), which holds the value from then on, and its buffer freed.
+  // step reads), which holds the value from then on, and its buffer freed; in
+  // step order.
   std::vector<std::pair<size_t, std::pair<ir::ValueId, at::Tensor>>> copies;
 };
 

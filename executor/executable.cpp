@@ -81,23 +81,23 @@ void Executable::add_overwrites(Bindings& b) const {
   std::unordered_map<const void*, int> holders;
   for (const at::Tensor& t : b.inputs)
     if (t.defined() && t.has_storage()) ++holders[t.storage().unsafeGetStorageImpl()];
+  std::lock_guard<std::mutex> lock(overwrites_->mu);  // once per run, not per offered tensor
   for (auto [out, in] : b.may_overwrite) {
     if (out >= p.graph.outputs().size() || in >= b.inputs.size() || in >= p.graph.inputs().size()) continue;
     const at::Tensor& t = b.inputs[in];
     if (!t.defined() || !t.has_storage() || holders[t.storage().unsafeGetStorageImpl()] != 1) continue;
-    int64_t step;
-    {
-      std::lock_guard<std::mutex> lock(overwrites_->mu);
-      auto [it, fresh] = overwrites_->allowed.emplace(uint64_t(out) << 32 | in, -1);
-      if (fresh) it->second = p.plan.op_by_op ? copy_step(out, in) : can_store_into_input(p, out, in) ? 0 : -1;
-      step = it->second;
-    }
+    auto [it, fresh] = overwrites_->allowed.emplace(uint64_t(out) << 32 | in, -1);
+    if (fresh) it->second = p.plan.op_by_op ? copy_step(out, in) : can_store_into_input(p, out, in) ? 0 : -1;
+    const int64_t step = it->second;
     if (step < 0) continue;
     if (p.plan.op_by_op)
       b.copies.push_back({static_cast<size_t>(step), {p.graph.outputs()[out], t}});
     else
       b.into.emplace_back(p.graph.outputs()[out], t);
   }
+  // In step order: the run walks them with one cursor.
+  std::stable_sort(b.copies.begin(), b.copies.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
   b.may_overwrite.clear();
 }
 
@@ -160,6 +160,7 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   std::vector<int32_t> failed_by;
   CollectivesInFlight in_flight;  // collectives started and not yet waited for
   StepRun step_run{env, b, threads, r.stored_nonfinite, in_flight};
+  size_t next_copy = 0;  // b.copies is in step order (add_overwrites)
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     // A step waits for the collectives in flight it reads, the others go on
     // (collective_in_flight.h); a step observer sees every result: all of them.
@@ -180,11 +181,13 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       }
     }
     if (after && skip < 0) after(si, env);
-    for (const auto& [at_step, c] : b.copies)
-      if (at_step == si && skip < 0 && env[c.first].defined()) {
+    for (; next_copy < b.copies.size() && b.copies[next_copy].first <= si; ++next_copy) {
+      const auto& c = b.copies[next_copy].second;
+      if (b.copies[next_copy].first == si && skip < 0 && env[c.first].defined()) {
         c.second.copy_(env[c.first]);
         env[c.first] = c.second;
       }
+    }
     // The buffer plan: results no later step reads go back to the pool now,
     // but for a collective's still in flight (one whose result nothing reads,
     // run for its effect on the other processes): the end of the run waits
