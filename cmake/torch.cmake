@@ -116,12 +116,18 @@ set_source_files_properties(executor/cpu/kernel_launch.cpp executor/small_gemm.c
 find_library(TORCH_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
 target_link_libraries(lazyjit PRIVATE ${TORCH_GOMP_LIBRARY})
 
+# bench/gemv.cpp: the read bandwidth and the GEMV kernel at a decoder's shapes.
+add_executable(bench_gemv bench/gemv.cpp)
+set_source_files_properties(bench/gemv.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
+target_link_libraries(bench_gemv lazyjit ${TORCH_GOMP_LIBRARY})
+set_target_properties(bench_gemv PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
+
 # The executables that link libtorch name libstdc++ first among their libraries,
 # so that their std::filesystem calls reach it: torch 2.11's CUDA wheel exports
 # copies of libstdc++'s std::filesystem from libtorch.so and libtorch_cpu.so
 # (pytorch/pytorch#133437), an executable's symbol lookups take the first of its
 # libraries that defines one, and libtorch.so's std::filesystem::remove_all
 # jumps to address 0 (e2e_fault_mul crashed so against 2.11.0+cu130).
-foreach(t e2e_tests executor_tests lazyjit-repro demo_cpp bench_trace_cost)
+foreach(t e2e_tests executor_tests lazyjit-repro demo_cpp bench_trace_cost bench_gemv)
   target_link_options(${t} PRIVATE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
 endforeach()

@@ -25,7 +25,9 @@ bool small_gemm_supported();
 
 // The instruction sets the kernel has a variant for; small_gemm takes the
 // widest this CPU runs.
-enum class SmallGemmIsa { Avx2, Avx512 };
+// Avx512Bf16: AVX-512 with AVX512-BF16's dot products (bfloat16 only; float32
+// runs the Avx512 variant for it).
+enum class SmallGemmIsa { Avx2, Avx512, Avx512Bf16 };
 bool small_gemm_isa_supported(SmallGemmIsa isa);
 
 // y[m, n] = sum_k a[m * lda + k] * w[n * ldw + k] (+ bias[n] when bias is not
@@ -46,14 +48,19 @@ void small_gemm_with(SmallGemmIsa isa, const float* a, int64_t lda, const float*
 // (oneDNN) computes it; another summation order. N is split over `threads`
 // OpenMP threads as small_gemm's. Decoding is made of these GEMVs; they move
 // the weight at the memory's read bandwidth instead of oneDNN's ~56% of it.
-// Variants: AVX-512 (F and BW: masked 16-bit loads for the K tail) and AVX2
-// with FMA.
+// Variants: AVX-512 with AVX512-BF16 (vdpbf16ps: the products of bf16 pairs
+// summed into float32 lanes by one instruction, subnormal inputs read as zero;
+// two streams of weight rows at once), AVX-512 (F and BW: masked 16-bit loads
+// for the K tail) and AVX2 with FMA; small_gemm_bf16 takes the first this CPU
+// runs. bench/gemv.cpp (build/bench_gemv) measures each against the read
+// bandwidth at a 0.5B-class decoder's shapes.
 inline constexpr int64_t kSmallGemmBf16MaxRows = 8;
 void small_gemm_bf16(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, const uint16_t* bias,
                      uint16_t* y, int64_t M, int64_t N, int64_t K, int threads);
 void small_gemm_bf16_with(SmallGemmIsa isa, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
                           const uint16_t* bias, uint16_t* y, int64_t M, int64_t N, int64_t K, int threads);
-// Whether small_gemm_bf16_with runs `isa` on this CPU (Avx512: F and BW).
+// Whether small_gemm_bf16_with runs `isa` on this CPU (Avx512: F and BW;
+// Avx512Bf16: also VL and BF16).
 bool small_gemm_bf16_isa_supported(SmallGemmIsa isa);
 
 }  // namespace lazyjit::executor

@@ -77,6 +77,10 @@ float from_bf16(uint16_t h) {
   return f;
 }
 
+const char* isa_name(SmallGemmIsa isa) {
+  return isa == SmallGemmIsa::Avx2 ? "Avx2" : isa == SmallGemmIsa::Avx512 ? "Avx512" : "Avx512Bf16";
+}
+
 class SmallGemmBf16Variant : public ::testing::TestWithParam<SmallGemmIsa> {};
 
 TEST_P(SmallGemmBf16Variant, MatchesADoublePrecisionReference) {
@@ -86,7 +90,8 @@ TEST_P(SmallGemmBf16Variant, MatchesADoublePrecisionReference) {
   const Case cases[] = {{1, 688, 256, 256, 256, false}, {1, 256, 688, 688, 688, true}, {8, 37, 100, 100, 100, true},
                         {3, 1000, 256, 300, 256, false}, {2, 9, 5, 5, 5, false},      {1, 3, 16, 16, 20, true},
                         {4, 1, 33, 40, 33, true},        {1, 5000, 64, 64, 64, false}, {5, 61, 47, 50, 49, true},
-                        {7, 130, 896, 896, 896, false},  {6, 11, 17, 17, 17, true},   {1, 7, 31, 31, 31, false}};
+                        {7, 130, 896, 896, 896, false},  {6, 11, 17, 17, 17, true},   {1, 7, 31, 31, 31, false},
+                        {1, 98, 4870, 4870, 4870, true}};
   for (const Case& c : cases) {
     auto bf = [&](size_t n) {
       const std::vector<float> f = random_floats(n, g);
@@ -122,16 +127,17 @@ TEST(SmallGemmBf16, RoundsToNearestEvenOnce) {
   // in bf16 it would give 1 (1 + 2^-8 is a tie, to even: 1).
   const uint16_t one = to_bf16(1.f), a[3] = {one, one, one};
   const uint16_t w[3] = {one, to_bf16(1.f / 256), to_bf16(1.f / 1024)};
-  for (SmallGemmIsa isa : {SmallGemmIsa::Avx2, SmallGemmIsa::Avx512}) {
+  for (SmallGemmIsa isa : {SmallGemmIsa::Avx2, SmallGemmIsa::Avx512, SmallGemmIsa::Avx512Bf16}) {
     if (!small_gemm_bf16_isa_supported(isa)) continue;
     uint16_t y = 0;
     small_gemm_bf16_with(isa, a, 3, w, 3, nullptr, &y, 1, 1, 3, 1);
-    EXPECT_EQ(from_bf16(y), 1.f + 1.f / 128) << (isa == SmallGemmIsa::Avx2 ? "Avx2" : "Avx512");
+    EXPECT_EQ(from_bf16(y), 1.f + 1.f / 128) << isa_name(isa);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, SmallGemmBf16Variant, ::testing::Values(SmallGemmIsa::Avx2, SmallGemmIsa::Avx512),
-                         [](const auto& info) { return info.param == SmallGemmIsa::Avx2 ? "Avx2" : "Avx512"; });
+INSTANTIATE_TEST_SUITE_P(Isa, SmallGemmBf16Variant,
+                         ::testing::Values(SmallGemmIsa::Avx2, SmallGemmIsa::Avx512, SmallGemmIsa::Avx512Bf16),
+                         [](const auto& info) { return isa_name(info.param); });
 
 }  // namespace
 }  // namespace lazyjit::executor
