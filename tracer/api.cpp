@@ -167,7 +167,11 @@ struct Init {
 c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
 
 void sync() {
-  tracer::TraceContext::get().sync("lazyjit.sync()", tracer::TraceContext::call_site());
+  tracer::TraceContext& ctx = tracer::TraceContext::get();
+  // The caller's line names a sync in the log and in errors; finding it reads
+  // Python's frame (a few hundred ns), so a sync with nothing recorded (a loop
+  // that syncs after each torch.compile call on the device) skips it.
+  ctx.sync("lazyjit.sync()", ctx.has_pending() ? tracer::TraceContext::call_site() : std::string());
 }
 
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
