@@ -177,9 +177,20 @@ def _returned_arguments(gm: torch.fx.GraphModule) -> list:
     return found
 
 
+def _last_element(t: torch.Tensor) -> int:
+    """The storage offset of `t`'s last element (of its first, when it has none)."""
+    return t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+
+
 def _returning_arguments(compiled, returned):
     """`compiled`, returning the caller's tensor where Dynamo's graph returns an
-    argument and the compiled function returned a view of exactly its elements."""
+    argument and the compiled function returned a tensor over its memory: a view
+    of exactly its elements, or the synthetic base of the views of one buffer it
+    is among. torch 2.11's AOTAutograd returns that base for an argument the
+    graph writes and returns (`x.copy_(y); return x` on `b[::2], b[1::2]` gives
+    all of `b`, under aot_eager too); 2.13's returns the view. The graph's
+    writes have landed in the argument's memory either way, and eager returns
+    the argument itself."""
 
     def run(*args):
         out = compiled(*args)
@@ -187,9 +198,9 @@ def _returning_arguments(compiled, returned):
         for i, k in returned:
             o, a = outs[i], args[k]
             if (isinstance(o, torch.Tensor) and isinstance(a, torch.Tensor) and o is not a and o.dtype == a.dtype
-                    and o.device == a.device and o.shape == a.shape and o.stride() == a.stride()
-                    and o.storage_offset() == a.storage_offset()
-                    and o.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()):
+                    and o.device == a.device
+                    and o.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+                    and o.storage_offset() <= a.storage_offset() and _last_element(a) <= _last_element(o)):
                 outs[i] = a
         return type(out)(outs) if isinstance(out, tuple) else outs
 

@@ -17,7 +17,8 @@ the tensor arguments, for mutations) .to("cuda"). Judged like the CPU harness
          assert_close's tolerances for that dtype (bfloat16 rtol 1.6e-2, about
          2 ulps; float16 rtol 1e-3, 1 ulp), or loose, against eager at that
          dtype or else against eager in float32 rounded to it ("oracle":
-         "float32_rounded" in the JSON; against_float32_rounded)
+         "float32_rounded" in the JSON), or else against eager with each ATen
+         op in float32 rounded to it ("float32_per_op"; against_float32)
   pass   eager raises, and lazyjit raises the same exception type at the call or
          the sync, and still works afterwards (rule "eager_raises")
   fail   lazyjit raised, returned something else, or differs
@@ -48,6 +49,7 @@ OPINFO_CUDA_JOBS, OPINFO_CUDA_BUDGET_S, OPINFO_CUDA_STALL_S; to check the
 sweep's recovery, OPINFO_CUDA_FAULT=abort=mul:1,hang=add:0,taint=sub:1.
 """
 import collections
+import contextlib
 import importlib.util
 import json
 import os
@@ -276,23 +278,62 @@ def _worker_main(events_path):
                     "reason": f"lazyjit's outputs on {sorted(set(elsewhere))}, not the lazyjit device"}
         rec = _compare_sample(torch, op, sample, rule, out, actual, actual_in, expected, expected_raw, e_in)
         if rec["status"] == "fail" and rec.get("phase") == "compare" and dtype != torch.float32:
-            again = against_float32_rounded(op, sample, rule, out, actual, actual_in)
-            if again["status"] == "pass":
-                rec = dict(again, oracle="float32_rounded", eager_mismatch=rec["reason"])
+            for oracle, per_op in (("float32_rounded", False), ("float32_per_op", True)):
+                again = against_float32(op, sample, rule, out, actual, actual_in, per_op)
+                if again["status"] == "pass":
+                    rec = dict(again, oracle=oracle, eager_mismatch=rec["reason"])
+                    break
         return rec
 
-    def against_float32_rounded(op, sample, rule, out, actual, actual_in):
-        """The second oracle for bfloat16 and float16: eager run in float32 on
-        the sample's DTYPE tensors upcast, its float32 results rounded to DTYPE
-        (what a kernel that computes in float32 and rounds once returns). Eager
-        at DTYPE may round in between (log_softmax rounds max + log(sum) before
-        subtracting it) and be the one further from the exact result."""
-        up = lambda t: t.float() if t.dtype == dtype else t  # noqa: E731
-        down = lambda t: t.to(dtype) if t.dtype == torch.float32 else t  # noqa: E731
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    class Float32PerOp(TorchDispatchMode):
+        """Each ATen op that reads DTYPE tensors run on them upcast to float32,
+        its float32 results rounded to DTYPE where the op at DTYPE returns
+        DTYPE: what a GPU's kernels do (each computes in float32 and rounds its
+        result). Ops that write or return views of their arguments run as they are."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            schema = func._schema
+            if (schema.is_mutable or any(r.alias_info is not None for r in schema.returns)
+                    or not any(isinstance(t, torch.Tensor) and t.dtype == dtype for t in tree_leaves((args, kwargs)))):
+                return func(*args, **kwargs)
+            to_meta = lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t  # noqa: E731
+            try:  # the dtypes the op returns at DTYPE
+                meta = func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
+            except Exception:
+                return func(*args, **kwargs)
+            up = lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == dtype else t  # noqa: E731
+            result = func(*tree_map(up, args), **tree_map(up, kwargs))
+            flat_meta = meta if isinstance(meta, (tuple, list)) else [meta]
+            flat_res = list(result) if isinstance(result, (tuple, list)) else [result]
+            if len(flat_meta) != len(flat_res):
+                return func(*args, **kwargs)
+            down = [r.to(m.dtype) if isinstance(r, torch.Tensor) and isinstance(m, torch.Tensor)
+                    and r.dtype != m.dtype else r for r, m in zip(flat_res, flat_meta)]
+            return type(result)(down) if isinstance(result, (tuple, list)) else down[0]
+
+    def against_float32(op, sample, rule, out, actual, actual_in, per_op):
+        """The second and third oracles for bfloat16 and float16. per_op False:
+        eager run in float32 on the sample's DTYPE tensors upcast, its float32
+        results rounded to DTYPE (what a kernel that computes in float32 and
+        rounds once returns). Eager at DTYPE may round in between (log_softmax
+        rounds max + log(sum) before subtracting it) and be the one further from
+        the exact result. per_op True: eager at DTYPE with each ATen op computed
+        in float32 and rounded (Float32PerOp): CUDA eager's model, for ops that
+        are several ops in eager (cross_entropy: log_softmax, mul, sum), where
+        CPU eager's log_softmax at DTYPE is a rounding off its float32 value
+        along the last dim (not along others) and the result's cancellation
+        shows it."""
+        up = (lambda t: t) if per_op else (lambda t: t.float() if t.dtype == dtype else t)  # noqa: E731
+        down = (lambda t: t) if per_op else (lambda t: t.to(dtype) if t.dtype == torch.float32 else t)  # noqa: E731
         e_in = _map(_clone_args((sample.input, sample.args, sample.kwargs), torch), up)
         try:
             torch.manual_seed(SAMPLE_SEED)
-            raw = _map(op(e_in[0], *e_in[1], **e_in[2]), down)
+            with (Float32PerOp() if per_op else contextlib.nullcontext()):
+                raw = _map(op(e_in[0], *e_in[1], **e_in[2]), down)
             dev_sync()
         except Exception as e:
             return {"status": "fail", "phase": "eager", "reason": f"[eager float32] {_first_line(e)}"}
@@ -617,6 +658,7 @@ def run_sweep(entries, samples_per_op, jobs=None, budget_s=BUDGET_S, stall_s=STA
             summary["loose"] += bool(s.get("loose"))
             summary["eager_raises"] += s.get("rule") == "eager_raises"
             summary["float32_rounded"] += s.get("oracle") == "float32_rounded"
+            summary["float32_per_op"] += s.get("oracle") == "float32_per_op"
         summary["total"] += len(samples)
         out_ops.append(r)
     if not errors and not any(summary[k] for k in ("fail", "crash", "timeout")) \
@@ -629,7 +671,7 @@ def run_sweep(entries, samples_per_op, jobs=None, budget_s=BUDGET_S, stall_s=STA
                 harness_errors=errors, xfail=XFAIL, logdir=logdir)
     return {"meta": meta, "summary": {k: summary[k] for k in
                                       ("total", "pass", "fail", "skip", "crash", "timeout", "loose",
-                                       "eager_raises", "float32_rounded")},
+                                       "eager_raises", "float32_rounded", "float32_per_op")},
             "missing": missing, "ops": out_ops}
 
 
@@ -690,7 +732,8 @@ def _summary_line(report):
     s, m = report["summary"], report["meta"]
     return (f"opinfo {DTYPE} common ops on {DEV}: {m['entries']} entries, {m['ops']} OpInfos, "
             f"{s['total']} samples: pass {s['pass']} (loose {s['loose']}, eager_raises {s['eager_raises']}"
-            + (f", float32_rounded {s['float32_rounded']}" if DTYPE != "float32" else "") + "), "
+            + (f", float32_rounded {s['float32_rounded']}, float32_per_op {s['float32_per_op']}"
+               if DTYPE != "float32" else "") + "), "
             f"fail {s['fail']}, skip {s['skip']}, "
             f"crash {s['crash']}, timeout {s['timeout']}; {m['jobs']} workers, {m['restarts']} restarts, "
             f"{m['wall_s']} s")

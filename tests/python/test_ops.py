@@ -218,20 +218,34 @@ def _binary_inputs(name, dtype, sa, sb):
     return mk(sa, dtype, lo, hi), mk(sb, dtype, blo, bhi, nz)
 
 
+# Half-type ops where CPU eager rounds in between, or overflows, in some of its
+# paths: per element, eager's value or the op computed in the wider dtype and
+# rounded once (as fusing compilers and CUDA eager compute it) is accepted.
+# name -> the wider dtype.
+# - div_trunc, div_floor: eager rounds the quotient to the half type before
+#   truncating (74 for trunc(73.8) in bfloat16).
+# - sub_alpha: eager's scalar loop (the elements after its last full vector:
+#   here the last 3 of 259) rounds alpha * b to the half type first; its vector
+#   loop does not (7.25 - 3 * 2.390625: 0.0625 against 0.078125 in bfloat16).
+# - remainder: eager's vector loop computes a - floor(a / b) * b in float32,
+#   whose quotient overflows for a divisor near the smallest normal float
+#   (5.90625 % 2**-126: NaN; its scalar loop and Python's modulus: 0).
+ROUNDED_ONCE = {"div_trunc": torch.float32, "div_floor": torch.float32, "sub_alpha": torch.float32,
+                "remainder": torch.float64}
+
+
 @pytest.mark.parametrize("name,dtype", _cases(BINARY))
 def test_binary(name, dtype):
     fn = BINARY[name][0]
     a, b = _binary_inputs(name, dtype, SHAPE, SHAPE)
-    if name in ("div_trunc", "div_floor") and dtype in LOW_FLOATS:
-        # Eager rounds the quotient to the half type before truncating (74 for
-        # trunc(73.8) in bfloat16); computing it in float32 and rounding once, as
-        # fusing compilers do, is also accepted.
+    if name in ROUNDED_ONCE and dtype in LOW_FLOATS:
         got = fn(a.to(DEV), b.to(DEV)).cpu()
         want = fn(a, b)
-        want_f32 = fn(a.float(), b.float()).to(dtype)
+        wide = ROUNDED_ONCE[name]
+        want_once = fn(a.to(wide), b.to(wide)).to(dtype)
         assert got.dtype == want.dtype and got.shape == want.shape
-        ok = (got == want) | (got == want_f32)
-        assert bool(ok.all()), f"{got[~ok]} vs eager {want[~ok]}"
+        ok = (got == want) | (got == want_once) | (got.isnan() & want.isnan())
+        assert bool(ok.all()), f"{got[~ok]} vs eager {want[~ok]}, once in {wide} {want_once[~ok]}"
         return
     check(fn, a, b)
 
@@ -466,6 +480,12 @@ def test_nan_inf_binary(fn, dtype):
     check(fn, a, b)
 
 
+# torch 2.11's CPU clamp with a NaN number bound returns its input unchanged;
+# torch.clamp_min(x, nan), a NaN tensor bound, CUDA eager and torch 2.13's CPU
+# clamp return NaN. Decided by asking the running torch.
+_EAGER_CLAMP_IGNORES_NAN_BOUND = not bool(torch.clamp(torch.ones(1), min=float("nan")).isnan().all())
+
+
 @pytest.mark.parametrize("fn", [
     pytest.param(torch.relu, id="relu"),
     pytest.param(lambda x: torch.clamp(x, min=0.0), id="clamp_min"),
@@ -473,7 +493,11 @@ def test_nan_inf_binary(fn, dtype):
     pytest.param(lambda x: torch.clamp(x, -1.0, 1.0), id="clamp_both"),
     pytest.param(lambda x: torch.clamp_min(x, 1.0), id="clamp_min_fn"),
     pytest.param(lambda x: torch.clamp_max(x, 1.0), id="clamp_max_fn"),
-    pytest.param(lambda x: torch.clamp(x, min=float("nan")), id="clamp_nan_bound"),
+    pytest.param(lambda x: torch.clamp(x, min=float("nan")), id="clamp_nan_bound",
+                 marks=pytest.mark.xfail(_EAGER_CLAMP_IGNORES_NAN_BOUND, strict=True, raises=AssertionError,
+                                         reason="this torch's CPU clamp ignores a NaN number bound (2.11: it "
+                                                "returns the input; its clamp_min, a NaN tensor bound, CUDA "
+                                                "eager and 2.13's CPU clamp return NaN, as lazyjit does)")),
     pytest.param(lambda x: torch.maximum(x, torch.zeros_like(x)), id="maximum_zero"),
     pytest.param(torch.abs, id="abs"),
     pytest.param(torch.neg, id="neg"),
