@@ -93,7 +93,8 @@ def test_workload_device_compile_matches_eager(key):
     assert res["lazyjit_per_step"]["compiles"] == 0
 
 
-def test_small_ops_is_30_ops():
+@pytest.mark.parametrize("key,count", [("f_small_ops", 30), ("f40_small_ops", 40)])
+def test_small_ops_counts_its_ops(key, count):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -105,10 +106,11 @@ def test_small_ops_is_30_ops():
             self.ops.append(func)
             return func(*args, **(kwargs or {}))
 
-    fn, args = bench.make_workload("f_small_ops", "tiny").build("cpu")
+    fn, args = bench.make_workload(key, "tiny").build("cpu")
     with Count() as c:
         y = fn(*args)
-    assert len(c.ops) == bench.SMALL_OPS_COUNT == 30
+    assert len(c.ops) == count, [str(f) for f in c.ops]
+    assert count == {"f_small_ops": bench.SMALL_OPS_COUNT, "f40_small_ops": bench.SMALL_OPS_40_COUNT}[key]
     assert y.shape == (8, 8) and bool(y.isfinite().all())
 
 
