@@ -1,4 +1,5 @@
-"""bf16 greedy `generate` of a decoder at 0.5B-class widths (issue 58, items 1-2).
+"""bf16 greedy `generate` of a decoder at 0.5B-class widths (issue 58, items 1-2);
+`--dtype float32` runs the same model in f32 (bench/real_size.py runs both).
 
 Systems, each in a process of its own, the order alternating over rounds:
   eager          the model on CPU tensors
@@ -6,6 +7,7 @@ Systems, each in a process of its own, the order alternating over rounds:
   device         model.to("lazyjit"), generate on lazyjit tensors
   device_compile model.to("lazyjit") and model.forward = torch.compile(model.forward,
                  backend="lazyjit")
+  inductor       torch.compile(model.forward) (Inductor) on CPU tensors
 
 The model is a transformers Qwen2 (random weights, built in code, nothing
 downloads) at Qwen2-0.5B's widths: hidden 896, intermediate 4864, 14 heads, 2 KV
@@ -15,7 +17,7 @@ on a shared 2-core machine. One call is model.generate of --new tokens after a
 decode step's capture/program); the timed calls compile nothing.
 
 Reported per system: median over rounds of the per-process median of the timed
-calls, as ms per new token (call time / new tokens, the prefill included), the
+calls, as ms per new token (and the same of the process's CPU time) (call time / new tokens, the prefill included), the
 weight bytes a token reads over that time (GB/s), peak RSS of the process, the
 first (cold) call, and the first token index where the tokens differ from eager's
 (bf16 greedy may legitimately diverge after a few tokens from rounding).
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = ("eager", "backend", "device", "device_compile")
+SYSTEMS = ("eager", "backend", "device", "device_compile", "inductor")
 
 
 def build(args, system):
@@ -51,8 +53,8 @@ def build(args, system):
                       eos_token_id=2, pad_token_id=0)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    # Built in bf16 (no float32 copy of the weights at any time).
-    torch.set_default_dtype(torch.bfloat16)
+    # Built in the bench's dtype (bf16: no float32 copy of the weights at any time).
+    torch.set_default_dtype(getattr(torch, args.dtype))
     with torch.no_grad():
         model = Qwen2ForCausalLM(cfg).eval()
         # transformers' init draws N(0, 0.02): at these widths the logits are
@@ -71,6 +73,8 @@ def build(args, system):
     if system in ("backend", "device_compile"):
         import lazyjit  # noqa: F401
         model.forward = torch.compile(model.forward, backend="lazyjit")
+    if system == "inductor":
+        model.forward = torch.compile(model.forward)
     return model, ids
 
 
@@ -99,15 +103,17 @@ def worker(args):
     first_ms = (time.perf_counter() - t0) * 1e3
     for _ in range(args.warmup - 1):
         call()
-    times = []
+    times, cpu = [], []
     for _ in range(args.calls):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         out = call()
         times.append((time.perf_counter() - t0) * 1e3)
-    res = {"system": args.worker, "call_ms": times, "first_ms": first_ms, "build_s": build_s,
+        cpu.append((time.process_time() - c0) * 1e3)
+    res = {"system": args.worker, "call_ms": times, "cpu_ms": cpu, "first_ms": first_ms, "build_s": build_s,
            "tokens": out[0, args.prompt:].tolist(), "weight_bytes": weight_bytes(model),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if args.worker != "eager":
+    if args.worker not in ("eager", "inductor"):
         import lazyjit
         m = lazyjit.metrics()
         res["timings"] = {k: v for k, v in m.get("timings", {}).items()} if isinstance(m.get("timings"), dict) else None
@@ -135,6 +141,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls (the first is the cold one)")
     ap.add_argument("--calls", type=int, default=3, help="timed calls per process")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--out", default="")
     ap.add_argument("--base", default="", help="a directory holding another build's lazyjit package: its "
                     "systems run again from there, as <system>@base")
@@ -159,7 +166,7 @@ def main():
                 env["PYTHONPATH"] = os.path.abspath(path) + os.pathsep + env.get("PYTHONPATH", "")
             cmd = [sys.executable, __file__, "--worker", s.split("@")[0]] + [
                 f"--{k}={getattr(args, k)}" for k in ("layers", "hidden", "inter", "vocab", "prompt", "new",
-                                                       "warmup", "calls", "threads")]
+                                                       "warmup", "calls", "threads", "dtype")]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode or not line:
@@ -187,26 +194,29 @@ def main():
         div = None
         if eager_tokens is not None:
             div = next((i for i, (a, b) in enumerate(zip(toks, eager_tokens)) if a != b), None)
+        cpu_tok = statistics.median(statistics.median(r["cpu_ms"]) / args.new for r in runs[s])
         rows.append({"system": s, "ms_per_token": med, "min_ms_per_token": min(per_tok), "per_round": per_tok,
+                     "cpu_ms_per_token": cpu_tok,
                      "gb_s": wb / (med * 1e-3) / 1e9, "first_call_ms": statistics.median(r["first_ms"] for r in runs[s]),
                      "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs[s]),
                      "first_divergence": div, "timings": runs[s][-1].get("timings"),
                      "dynamo": runs[s][-1].get("dynamo"), "eager_reasons": runs[s][-1].get("eager_reasons")})
     eager_med = next((r["ms_per_token"] for r in rows if r["system"] == "eager" and not r.get("failed")), None)
-    print(f"\nQwen2 bf16, {args.layers} layers, hidden {args.hidden}, intermediate {args.inter}, vocab {args.vocab}, "
+    print(f"\nQwen2 {args.dtype}, {args.layers} layers, hidden {args.hidden}, intermediate {args.inter}, vocab {args.vocab}, "
           f"prompt {args.prompt}, {args.new} new tokens, {args.threads} threads, {args.rounds} rounds"
           f"{', base ' + args.base if args.base else ''}; "
           f"load (1 min) {' '.join(f'{l:.2f}' for l in loads)}")
-    print("| system | generate ms / new token (median) | min | eager / system | weight GB/s | first call ms "
-          "| peak RSS MiB | first token differing from eager |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| system | generate ms / new token (median) | min | CPU ms / new token | eager / system | weight GB/s "
+          "| first call ms | peak RSS MiB | first token differing from eager |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         if r.get("failed"):
-            print(f"| {r['system']} | failed | | | | | | |")
+            print(f"| {r['system']} | failed | | | | | | | |")
             continue
         ratio = f"{eager_med / r['ms_per_token']:.2f}x" if eager_med else ""
         div = "none" if r["first_divergence"] is None else f"token {r['first_divergence']}"
-        print(f"| {r['system']} | {r['ms_per_token']:.2f} | {r['min_ms_per_token']:.2f} | {ratio} | {r['gb_s']:.1f} "
+        print(f"| {r['system']} | {r['ms_per_token']:.2f} | {r['min_ms_per_token']:.2f} | {r['cpu_ms_per_token']:.2f} "
+              f"| {ratio} | {r['gb_s']:.1f} "
               f"| {r['first_call_ms']:.0f} | {r['peak_rss_mib']:.0f} | {div} |")
     if args.out:
         with open(args.out, "w") as f:
