@@ -6,10 +6,13 @@
 // is compiled (and cached) like any other and run on the same inputs; the
 // storage read gets its data (as from a sync), and the pending graph keeps
 // recording. Only a part that nothing else recorded so far reads (checked
-// below) runs apart; ops recorded later that read its values compute them
-// again in the pending graph's program, which costs little by the limits below.
+// below) runs apart. Every other storage whose value the part computes takes
+// it from the part's program too, so the pending graph does not compute it
+// again (generate's stop check computes the next token and the ids it extends).
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "debug/metrics.h"
 #include "graph_ir/effects.h"
@@ -107,8 +110,22 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
       for (size_t i = 0; i < outs.size(); ++i) map[node.outputs[i]] = outs[i];
     }
   }
-  // The storage's whole value: it becomes the storage's data.
+  // The storage's whole value: it becomes the storage's data. So does the
+  // value of every other storage the graph changed that the part computes
+  // (generate's next tokens, the ids they are appended to, the unfinished
+  // mask, read by the stop check): the part's program has it anyway, and the
+  // pending graph would otherwise compute it again at its sync.
   sub.add_output(map.at(s.value));
+  std::vector<std::pair<LazyStorage*, size_t>> also;  // storage, output index
+  std::unordered_map<ValueId, size_t> output_of{{s.value, 0}};
+  for (LazyStorage* o : touched_) {
+    if (o == &s || o->epoch != epoch_) continue;
+    const uint32_t n = g.value(o->value).node;
+    if (!part[n] || source(n)) continue;
+    auto [it, fresh] = output_of.emplace(o->value, output_of.size());
+    if (fresh) sub.add_output(map.at(o->value));
+    also.emplace_back(o, it->second);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   runtime::RunResult r;
   try {
@@ -118,21 +135,25 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
     return std::nullopt;  // a compile that failed or was refused: the sync says why
   }
   // A failing op: the usual sync raises its error where it was recorded.
-  if (!r.failures.empty() || r.outputs.empty() || !r.outputs[0].defined()) return std::nullopt;
+  if (!r.failures.empty() || r.outputs.size() != output_of.size() ||
+      std::any_of(r.outputs.begin(), r.outputs.end(), [](const at::Tensor& o) { return !o.defined(); }))
+    return std::nullopt;
   debug::Metrics::get().time("read apart (.item() without a cut)",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  // The storage holds its value now, as after a sync: reading it again runs
-  // nothing (later ops read its data as an input), and the pending graph stops
-  // writing it. It owns its elements (a result may be an input's memory).
-  at::Tensor full = r.outputs[0];
-  for (const at::Tensor& in : b.inputs)
-    if (in.storage().data() == full.storage().data()) {
-      full = full.clone(at::MemoryFormat::Preserve);
-      break;
-    }
-  untouch(s);
-  set_storage_data(s, full.as_strided({full.numel()}, {1}, full.storage_offset()));
-  s.epoch = 0;
+  // The storages hold their values now, as after a sync: reading them again
+  // runs nothing (later ops read their data as inputs), and the pending graph
+  // stops writing them. Each owns its elements (a result may be an input's
+  // memory, or shared by two storages), as write_back() makes them.
+  std::unordered_set<const void*> taken;
+  for (const at::Tensor& in : b.inputs) taken.insert(in.storage().data());
+  auto take = [&](LazyStorage& o, at::Tensor full) {
+    if (!taken.insert(full.storage().data()).second) full = full.clone(at::MemoryFormat::Preserve);
+    untouch(o);
+    set_storage_data(o, full.as_strided({full.numel()}, {1}, full.storage_offset()));
+    o.epoch = 0;
+  };
+  take(s, r.outputs[0]);
+  for (auto [o, i] : also) take(*o, r.outputs[i]);
   return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
 }
 
