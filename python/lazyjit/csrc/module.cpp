@@ -2,6 +2,7 @@
 #include <Python.h>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 #include <frameobject.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -72,6 +73,22 @@ py::object hit_to_python(const std::optional<lazyjit::CaptureSet::Hit>& hit) {
   return py::make_tuple(hit->tag, l);
 }
 
+// Whether a code object's file (its co_filename) lies in torch or lazyjit, or
+// is frozen. Known per filename object, held here so that its address names
+// it: a sync's call site walks the same few files' frames every time (in
+// generate, a dozen of torch's and transformers' each step). Under the GIL.
+bool internal_file(PyObject* filename) {
+  static std::unordered_map<PyObject*, bool> known;
+  auto it = known.find(filename);
+  if (it != known.end()) return it->second;
+  const std::string file = py::str(filename);
+  bool internal = file.rfind("<frozen", 0) == 0;
+  for (const std::string& dir : library_dirs()) internal = internal || file.rfind(dir, 0) == 0;
+  Py_INCREF(filename);
+  known.emplace(filename, internal);
+  return internal;
+}
+
 // file:line of the innermost Python frame outside torch and lazyjit.
 // Taking the GIL while Python finalizes ends the calling thread (pthread_exit):
 // a C++ thread (autograd's device thread, say) unwound that way through
@@ -95,16 +112,15 @@ std::string python_call_site() {
   std::string site;
   while (f) {
     PyCodeObject* code = PyFrame_GetCode(f);
-    std::string file = py::str(code->co_filename);
-    int line = PyFrame_GetLineNumber(f);
-    Py_DECREF(code);
-    bool internal = file.rfind("<frozen", 0) == 0;
-    for (const std::string& dir : library_dirs()) internal = internal || file.rfind(dir, 0) == 0;
+    const bool internal = internal_file(code->co_filename);
     if (!internal) {
-      site = file + ":" + std::to_string(line);
+      // The line only of the frame named: finding it walks the code's line table.
+      site = py::str(code->co_filename).cast<std::string>() + ":" + std::to_string(PyFrame_GetLineNumber(f));
+      Py_DECREF(code);
       Py_DECREF(f);
       break;
     }
+    Py_DECREF(code);
     PyFrameObject* back = PyFrame_GetBack(f);
     Py_DECREF(f);
     f = back;
