@@ -30,6 +30,13 @@ struct Bindings {
   // step reads), which holds the value from then on, and its buffer freed; in
   // step order.
   std::vector<std::pair<size_t, std::pair<ir::ValueId, at::Tensor>>> copies;
+  // With copies: each such input from the step of its last reader on (that
+  // step included; in step order). Its memory is the caller's no more: steps
+  // may compute results in it (op_by_op_thunk.cpp), as eager's in-place ops
+  // compute an optimizer's update in the parameter; the copy into it is then
+  // left out when the value is there already, or while a value there is
+  // still read (the output keeps a buffer of its own).
+  std::vector<std::pair<size_t, at::Tensor>> released;
 };
 
 }  // namespace lazyjit::executor

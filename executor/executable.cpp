@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "debug/metrics.h"
 #include "debug/trace.h"
@@ -37,8 +38,9 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
 struct Executable::OverwriteChecks {
   std::mutex mu;
   // (output << 32 | input): the step after which the output may be computed
-  // into the input (0 for a compiled plan: where its kernel stores), or -1.
-  std::unordered_map<uint64_t, int64_t> allowed;
+  // into the input (0 for a compiled plan: where its kernel stores), or -1;
+  // and (op-by-op plans) the input's last reader.
+  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> allowed;
 };
 
 Executable::Executable(std::shared_ptr<const lowering::Program> program, const ExecutionTarget& target)
@@ -86,29 +88,35 @@ void Executable::add_overwrites(Bindings& b) const {
     if (out >= p.graph.outputs().size() || in >= b.inputs.size() || in >= p.graph.inputs().size()) continue;
     const at::Tensor& t = b.inputs[in];
     if (!t.defined() || !t.has_storage() || holders[t.storage().unsafeGetStorageImpl()] != 1) continue;
-    auto [it, fresh] = overwrites_->allowed.emplace(uint64_t(out) << 32 | in, -1);
-    if (fresh) it->second = p.plan.op_by_op ? copy_step(out, in) : can_store_into_input(p, out, in) ? 0 : -1;
-    const int64_t step = it->second;
+    auto [it, fresh] = overwrites_->allowed.emplace(uint64_t(out) << 32 | in, std::pair<int64_t, int64_t>{-1, -1});
+    if (fresh)
+      it->second = p.plan.op_by_op ? copy_step(out, in)
+                                   : std::pair<int64_t, int64_t>{can_store_into_input(p, out, in) ? 0 : -1, -1};
+    const auto [step, last_read] = it->second;
     if (step < 0) continue;
-    if (p.plan.op_by_op)
+    if (p.plan.op_by_op) {
       b.copies.push_back({static_cast<size_t>(step), {p.graph.outputs()[out], t}});
-    else
+      if (last_read >= 0) b.released.push_back({static_cast<size_t>(last_read), t});
+    } else {
       b.into.emplace_back(p.graph.outputs()[out], t);
+    }
   }
   // In step order: the run walks them with one cursor.
-  std::stable_sort(b.copies.begin(), b.copies.end(),
-                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  auto by_step = [](const auto& x, const auto& y) { return x.first < y.first; };
+  std::stable_sort(b.copies.begin(), b.copies.end(), by_step);
+  std::stable_sort(b.released.begin(), b.released.end(), by_step);
   b.may_overwrite.clear();
 }
 
-int64_t Executable::copy_step(size_t out, size_t in) const {
+std::pair<int64_t, int64_t> Executable::copy_step(size_t out, size_t in) const {
+  const std::pair<int64_t, int64_t> no{-1, -1};
   const ir::Graph& g = program_->graph;
   const ir::ValueId v = g.outputs()[out], x = g.inputs()[in];
-  if (std::count(g.outputs().begin(), g.outputs().end(), v) != 1) return -1;
+  if (std::count(g.outputs().begin(), g.outputs().end(), v) != 1) return no;
   const ir::TensorType &vt = g.value(v).type, &xt = g.value(x).type;
   if (vt.dtype != xt.dtype || vt.sizes != xt.sizes || vt.strides != ir::contiguous_strides(vt.sizes) ||
       xt.strides != vt.strides || g.producer(v).kind == ir::OpKind::AsStrided)
-    return -1;
+    return no;
   // The input and what may alias it: its views and what library steps make from it.
   std::vector<bool> alias(g.values().size(), false);
   alias[x] = true;
@@ -118,7 +126,7 @@ int64_t Executable::copy_step(size_t out, size_t in) const {
       for (ir::ValueId o : n.outputs) alias[o] = true;
   }
   for (ir::ValueId o : g.outputs())
-    if (alias[o]) return -1;
+    if (alias[o]) return no;
   int64_t made = -1, last_read = -1;
   for (size_t si = 0; si < thunks_.size(); ++si) {
     for (ir::ValueId w : thunks_[si]->writes())
@@ -126,18 +134,37 @@ int64_t Executable::copy_step(size_t out, size_t in) const {
     for (ir::ValueId r : thunks_[si]->reads())
       if (alias[r]) last_read = static_cast<int64_t>(si);
   }
-  return made < 0 ? -1 : std::max(made, last_read);
+  if (made < 0) return no;
+  return {std::max(made, last_read), last_read};
 }
 
 RunResult Executable::run(const Bindings& b, int threads) const {
   if (!b.may_overwrite.empty()) {
-    Bindings x{b.inputs, b.scalars, b.into, b.may_overwrite, b.copies};
+    Bindings x{b.inputs, b.scalars, b.into, b.may_overwrite, b.copies, b.released};
     add_overwrites(x);
     return run(x, threads);
   }
   if (graphs_) return graphs_->run(b, [this, threads](const Bindings& x) { return run(x, threads, StepObserver()); });
   return run(b, threads, StepObserver());
 }
+
+namespace {
+bool in_memory_of(const at::Tensor& t, const at::Tensor& input) {
+  return t.has_storage() && t.storage().is_alias_of(input.storage()) && t.storage_offset() == input.storage_offset();
+}
+
+// Whether a value other than `v` and the graph's inputs still holds the
+// memory of `input`: a step computed it there (Bindings::released) and a
+// later step reads it. An input itself is not counted (its memory is what
+// is released).
+bool read_later(const std::vector<at::Tensor>& env, ir::ValueId v, const at::Tensor& input) {
+  for (size_t w = 0; w < env.size(); ++w)
+    if (w != v && env[w].defined() && env[w].has_storage() && env[w].storage().is_alias_of(input.storage()) &&
+        !env[w].is_same(input))
+      return true;
+  return false;
+}
+}  // namespace
 
 RunResult Executable::run(const Bindings& b, int threads, const StepObserver& after) const {
   auto t0 = std::chrono::steady_clock::now();
@@ -160,8 +187,12 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
   std::vector<int32_t> failed_by;
   CollectivesInFlight in_flight;  // collectives started and not yet waited for
   StepRun step_run{env, b, threads, r.stored_nonfinite, in_flight};
-  size_t next_copy = 0;  // b.copies is in step order (add_overwrites)
+  size_t next_copy = 0, next_release = 0;  // b.copies and b.released are in step order (add_overwrites)
+  std::unordered_set<const c10::StorageImpl*> released;
+  if (!b.released.empty()) step_run.released = &released;
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    for (; next_release < b.released.size() && b.released[next_release].first <= si; ++next_release)
+      released.insert(b.released[next_release].second.storage().unsafeGetStorageImpl());
     // A step waits for the collectives in flight it reads, the others go on
     // (collective_in_flight.h); a step observer sees every result: all of them.
     if (after)
@@ -181,13 +212,6 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
       }
     }
     if (after && skip < 0) after(si, env);
-    for (; next_copy < b.copies.size() && b.copies[next_copy].first <= si; ++next_copy) {
-      const auto& c = b.copies[next_copy].second;
-      if (b.copies[next_copy].first == si && skip < 0 && env[c.first].defined()) {
-        c.second.copy_(env[c.first]);
-        env[c.first] = c.second;
-      }
-    }
     // The buffer plan: results no later step reads go back to the pool now,
     // but for a collective's still in flight (one whose result nothing reads,
     // run for its effect on the other processes): the end of the run waits
@@ -195,6 +219,16 @@ RunResult Executable::run(const Bindings& b, int threads, const StepObserver& af
     if (si < p.plan.frees.size())
       for (ir::ValueId v : p.plan.frees[si])
         if (in_flight.empty() || !in_flight.holds(v)) env[v].reset();
+    // Then the outputs to store into inputs (after the frees: a value computed in
+    // an input's memory and read last by this step no longer holds it).
+    for (; next_copy < b.copies.size() && b.copies[next_copy].first <= si; ++next_copy) {
+      const auto& c = b.copies[next_copy].second;
+      if (b.copies[next_copy].first == si && skip < 0 && env[c.first].defined() &&
+          (in_memory_of(env[c.first], c.second) || !read_later(env, c.first, c.second))) {
+        if (!in_memory_of(env[c.first], c.second)) c.second.copy_(env[c.first]);
+        env[c.first] = c.second;
+      }
+    }
   }
   try {
     in_flight.wait_all(env);

@@ -57,8 +57,9 @@ class Executable {
   // Bindings::may_overwrite resolved into Bindings::into.
   void add_overwrites(Bindings& b) const;
   // For an op-by-op plan: the step after which output `out` may be copied into
-  // input `in` (both made or read for the last time by then), or -1.
-  int64_t copy_step(size_t out, size_t in) const;
+  // input `in` (both made or read for the last time by then), or -1; and the
+  // step that reads `in` (or what may alias it) last.
+  std::pair<int64_t, int64_t> copy_step(size_t out, size_t in) const;
 
   std::shared_ptr<const lowering::Program> program_;
   std::vector<std::unique_ptr<Thunk>> thunks_;  // per step (step_thunks.h)

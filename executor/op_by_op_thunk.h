@@ -12,6 +12,9 @@
 namespace lazyjit::executor {
 
 // The thunk of op-by-op step `step` of `p`; what it makes itself goes to `device`.
-std::unique_ptr<Thunk> op_by_op_thunk(const lowering::Program& p, size_t step, c10::Device device);
+// `broadcast_output`: only op-by-op node steps read its value, which is no
+// graph output; a broadcast result may stay a stride-0 view (run_op_by_op_node).
+std::unique_ptr<Thunk> op_by_op_thunk(const lowering::Program& p, size_t step, c10::Device device,
+                                      bool broadcast_output = false);
 
 }  // namespace lazyjit::executor

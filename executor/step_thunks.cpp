@@ -31,6 +31,22 @@ std::vector<std::unique_ptr<Thunk>> make_step_thunks(const lowering::Program& p,
       case Step::Kind::OpByOp: thunks.push_back(op_by_op_thunk(p, si, target.device)); break;
     }
   }
+  // Values only op-by-op node steps read (and no graph output) may stay
+  // broadcasts (op_by_op_thunk.h): those steps' thunks again, told so.
+  bool op_by_op = false;
+  for (const Step& s : p.plan.steps) op_by_op |= s.kind == Step::Kind::OpByOp && s.group < 0;
+  if (!op_by_op) return thunks;
+  std::vector<bool> plain_readers(p.graph.values().size(), true);
+  for (ir::ValueId v : p.graph.outputs()) plain_readers[v] = false;
+  for (size_t si = 0; si < thunks.size(); ++si)
+    if (p.plan.steps[si].kind != Step::Kind::OpByOp || p.plan.steps[si].group >= 0)
+      for (ir::ValueId v : thunks[si]->reads()) plain_readers[v] = false;
+  for (size_t si = 0; si < thunks.size(); ++si) {
+    const Step& s = p.plan.steps[si];
+    if (s.kind == Step::Kind::OpByOp && s.group < 0 && thunks[si]->writes().size() == 1 &&
+        plain_readers[thunks[si]->writes()[0]])
+      thunks[si] = op_by_op_thunk(p, si, target.device, /*broadcast_output=*/true);
+  }
   return thunks;
 }
 

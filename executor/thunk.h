@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "executor/bindings.h"
@@ -26,6 +27,8 @@ struct StepRun {
   int threads;                     // of ATen's OpenMP pool, for CPU kernels
   bool& stored_nonfinite;          // set when a kernel with checked stores stored a NaN or Inf
   CollectivesInFlight& in_flight;  // a collective adds its results, started and not waited for
+  // The memory of inputs released so far (Bindings::released); null when none.
+  const std::unordered_set<const c10::StorageImpl*>* released = nullptr;
 };
 
 class Thunk {
