@@ -120,7 +120,7 @@ at::Tensor reduce(const ir::Node& n, const at::Tensor& x) {
 // copies of three operands and the result held 4x an AdamW moment's bytes
 // beside it (1.2 GB for GPT-2's 38.6M-element embedding), where eager's lerp
 // and addcmul hold none.
-constexpr int64_t kFmaSlice = int64_t{1} << 20;
+constexpr int64_t kFmaSlice = int64_t{1} << 18;
 
 void fma_slices(const at::Tensor& r, const at::Tensor& a, const at::Tensor& b, const at::Tensor& x, int64_t dim) {
   if (r.numel() <= kFmaSlice || dim >= r.dim()) {

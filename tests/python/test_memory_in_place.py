@@ -9,6 +9,7 @@ every value.
 import json
 
 import lazyjit
+import pytest
 import torch
 from conftest import run_python
 
@@ -105,10 +106,10 @@ def growth(fn):
     return field("VmHWM") - base
 def model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024, bias=False) for _ in range(8)])  # 4 MiB each
+    return torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS)])
 eager, dev = model(), model().to(L)
 opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, foreach=True) for m in (eager, dev)]
-x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(1))
+x = torch.randn(16, WIDTH, generator=torch.Generator().manual_seed(1))
 def backward(m, opt, x):
     opt.zero_grad(set_to_none=True)
     m(x).square().mean().backward()
@@ -131,8 +132,11 @@ EAGER_STANCE = {"LAZYJIT_BACKGROUND_COMPILE": "off", "LAZYJIT_DYNAMIC": "off", "
                 "LAZYJIT_ON_RECOMPILE_LIMIT": "op_by_op", "LAZYJIT_CACHE": "off", "MALLOC_MMAP_THRESHOLD_": "1048576"}
 
 
-def test_an_optimizer_step_run_op_by_op_updates_in_place_and_holds_what_eager_holds():
-    proc = run_python(OP_BY_OP_STEP, env_extra=EAGER_STANCE)
+# Eight layers of 4 MiB: no one parameter is most of the bytes. One layer of
+# 16 MiB: its lerp's and addcmul's fma (4M elements) is the largest op.
+@pytest.mark.parametrize("width,layers", [(1024, 8), (2048, 1)])
+def test_an_optimizer_step_run_op_by_op_updates_in_place_and_holds_what_eager_holds(width, layers):
+    proc = run_python(f"WIDTH, LAYERS = {width}, {layers}\n" + OP_BY_OP_STEP, env_extra=EAGER_STANCE)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["how"] == "op_by_op_past_recompile_limit", out
     assert out["err"] == 0, out  # both op by op, as eager: bit for bit
