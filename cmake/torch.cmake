@@ -17,18 +17,18 @@ find_library(TORCH_PYTHON_LIBRARY torch_python PATHS "${TORCH_INSTALL_PREFIX}/li
 
 add_library(lazyjit SHARED
   bridge/aten_ir.cpp
-  executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp
+  executor/executable.cpp executor/step_thunks.cpp executor/aten_call.cpp executor/aten_call_thunk.cpp executor/gemm.cpp executor/small_gemm.cpp executor/buffer_pool.cpp executor/store_in_place.cpp executor/op_by_op_node.cpp executor/op_by_op_thunk.cpp executor/view_thunk.cpp executor/dead_after.cpp executor/launch_thunk.cpp
   executor/collective_step.cpp executor/collective_in_flight.cpp executor/collective_thunk.cpp
-  executor/cpu/kernel_launch.cpp executor/cpu/kernel_thunk.cpp
-  executor/cuda/device_launch.cpp executor/cuda/module_loads.cpp executor/cuda/kernel_thunk.cpp executor/cuda/sim_launch.cpp executor/cuda/simulated_kernel_thunk.cpp executor/cuda/graph_replay.cpp executor/cuda/graph_replays.cpp
-  runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp runtime/backend_host.cpp runtime/backend_cuda.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/background_compiles.cpp
+  targets/cpu/kernel_launch.cpp targets/cpu/kernel_thunk.cpp
+  targets/cuda/device_launch.cpp targets/cuda/module_loads.cpp targets/cuda/kernel_thunk.cpp targets/cuda_sim/sim_launch.cpp targets/cuda_sim/kernel_thunk.cpp executor/graph_replay.cpp targets/cuda/graph_replays.cpp
+  runtime/config.cpp runtime/runtime.cpp runtime/backend.cpp targets/cpu/backend.cpp targets/cuda_sim/backend.cpp targets/cuda/backend.cpp runtime/pipeline.cpp runtime/disk_tier.cpp runtime/sync_tiers.cpp runtime/recompile_policy.cpp runtime/op_by_op.cpp runtime/heap_trim.cpp runtime/program_entry.cpp runtime/remote_tier.cpp runtime/recompile_explainer.cpp runtime/shape_binder.cpp runtime/traced_node.cpp runtime/background_compiles.cpp
   runtime/debug_runs/observed_run.cpp runtime/debug_runs/graph_check.cpp runtime/debug_runs/repro.cpp runtime/debug_runs/nan_check.cpp runtime/debug_runs/nan_pinning.cpp
   tracer/call_site.cpp tracer/rnn_cells.cpp tracer/attention_choice.cpp tracer/lazy_storage.cpp tracer/pinned_memory.cpp tracer/trace_context.cpp tracer/read_apart.cpp
   tracer/trace_threads.cpp tracer/input_names.cpp tracer/autograd_queue.cpp tracer/record_op.cpp tracer/op_info.cpp tracer/meta_inference.cpp tracer/meta_fast_path.cpp tracer/meta_structured.cpp tracer/aten_to_ir.cpp tracer/aten_to_ir_elementwise.cpp tracer/aten_to_ir_reductions.cpp tracer/backward_ops.cpp tracer/aten_node.cpp
   tracer/capture.cpp tracer/capture_set.cpp tracer/device_call.cpp tracer/step_mode.cpp tracer/op_events.cpp tracer/check_api.cpp tracer/device_ops.cpp tracer/storage_ops.cpp tracer/device_memory.cpp tracer/streams.cpp tracer/api.cpp
   tracer/collectives.cpp tracer/collectives_cpu.cpp tracer/collectives_functional.cpp tracer/collectives_backend.cpp)
 target_compile_definitions(lazyjit PRIVATE LAZYJIT_VERSION="${PROJECT_VERSION}")
-# CUDA graphs (executor/cuda/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
+# CUDA graphs (targets/cuda/cuda_graph.h) use PyTorch's at::cuda::CUDAGraph: built
 # only against a torch with CUDA (libtorch_cuda, which TORCH_LIBRARIES then links).
 # LAZYJIT_CUDA_GRAPHS_BUILD=OFF builds without them even then (the GPU check's
 # fallback when that translation unit fails to build: scripts/gpu_check.sh).
@@ -36,9 +36,9 @@ option(LAZYJIT_CUDA_GRAPHS_BUILD "CUDA graphs, when the torch found has CUDA" ON
 # (torch_link.cmake sets LAZYJIT_TORCH_CUDA_LIBRARY: libtorch_cuda, when this
 # torch has CUDA and the CUDA headers are there to compile against.)
 if(LAZYJIT_TORCH_CUDA_LIBRARY AND LAZYJIT_CUDA_GRAPHS_BUILD)
-  target_sources(lazyjit PRIVATE executor/cuda/cuda_graph.cpp)
+  target_sources(lazyjit PRIVATE targets/cuda/cuda_graph.cpp)
 else()
-  target_sources(lazyjit PRIVATE executor/cuda/cuda_graph_none.cpp)
+  target_sources(lazyjit PRIVATE targets/cuda/cuda_graph_none.cpp)
 endif()
 message(STATUS "lazyjit CUDA graphs: ${LAZYJIT_TORCH_CUDA_LIBRARY} (NOTFOUND: this torch has no CUDA, or no CUDA headers were found; graphs off)")
 target_link_libraries(lazyjit PUBLIC ${TORCH_LIBRARIES} lazyjit_graph_ir lazyjit_debug lazyjit_cache
@@ -108,11 +108,11 @@ add_executable(bench_trace_cost bench/trace_cost.cpp)
 target_link_libraries(bench_trace_cost lazyjit)
 set_target_properties(bench_trace_cost PROPERTIES BUILD_RPATH "${TORCH_INSTALL_PREFIX}/lib;${CMAKE_SOURCE_DIR}/python/lazyjit/lib")
 
-# Kernels run on ATen's own OpenMP pool (executor/cpu/kernel_launch.cpp): the threads
+# Kernels run on ATen's own OpenMP pool (targets/cpu/kernel_launch.cpp): the threads
 # eager ops and library steps (GEMMs, attention) use, hot between steps, instead
 # of a second pool fighting them for the cores. Linked to the wheel's libgomp,
 # the runtime torch has already loaded (one OpenMP runtime in the process).
-set_source_files_properties(executor/cpu/kernel_launch.cpp executor/small_gemm.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
+set_source_files_properties(targets/cpu/kernel_launch.cpp executor/small_gemm.cpp PROPERTIES COMPILE_OPTIONS "-fopenmp")
 find_library(TORCH_GOMP_LIBRARY NAMES libgomp.so.1 gomp PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
 target_link_libraries(lazyjit PRIVATE ${TORCH_GOMP_LIBRARY})
 

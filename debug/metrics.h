@@ -46,7 +46,7 @@ enum class Counter : int {
   ArgumentCopies,  // torch.compile: in-place updates of arguments copied in after the run (not stored in place)
   // CUDA graphs (executor/graph_replay.h): programs whose steps allow one, or
   // not (the reasons in graph_replay_blocked), under any target; then, under
-  // the cuda target, graphs captured and replays run (executor/graph_replays.h).
+  // the cuda target, graphs captured and replays run (targets/cuda/graph_replays.h).
   GraphReplayable,
   GraphNotReplayable,
   CudaGraphsCaptured,

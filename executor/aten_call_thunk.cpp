@@ -12,7 +12,7 @@ namespace lazyjit::executor {
 
 namespace {
 
-// CUDA graph rule 5 by name (executor/cuda/graph_replay.h; the base name,
+// CUDA graph rule 5 by name (executor/graph_replay.h; the base name,
 // before the overload): the ops the tracer cuts a graph at
 // (tracer/op_info.cpp) and scalar reads. Programs from the tracer hold none
 // today; a program loaded, bound or built another way is checked too.

@@ -7,7 +7,7 @@ namespace lazyjit::executor {
 
 namespace {
 
-// CUDA graph rule 4 (executor/cuda/graph_replay.h).
+// CUDA graph rule 4 (executor/graph_replay.h).
 constexpr const char* kOffTheStream =
     "a collective: the process group runs it off the stream, waited for on the host";
 

@@ -13,7 +13,6 @@
 #include "debug/trace.h"
 #include "executor/buffer_pool.h"
 #include "executor/collective_in_flight.h"
-#include "executor/cuda/graph_replays.h"
 #include "executor/op_by_op_node.h"
 #include "executor/step_thunks.h"
 #include "executor/store_in_place.h"
@@ -30,11 +29,6 @@ at::Tensor with_layout(const at::Tensor& t, const ir::TensorType& type) {
   return out;
 }
 
-// ---- LEGACY: today's process-wide settings (execution_device.h,
-// cuda/graph_replays.h's switch), until the runtime passes its backend's
-// ExecutionTarget. The switch-over deletes this block and makes Executable's
-// default target `{}`.
-
 struct Executable::OverwriteChecks {
   std::mutex mu;
   // (output << 32 | input): the step after which the output may be computed
@@ -50,8 +44,7 @@ Executable::Executable(std::shared_ptr<const lowering::Program> program, const E
   replay_ = graph_replay_verdict(p, thunks_);
   // An op-by-op plan is transient (its compile is pending): not a program to count.
   if (!p.plan.op_by_op) debug::Metrics::get().graph_replay(replay_.why());
-  if (replay_.replayable && target.capture_graphs && cuda_graphs_built())
-    graphs_ = std::make_unique<GraphReplays>(target.device, capture_cuda_graph);
+  if (replay_.replayable && target.replays) replays_ = target.replays(target.device);
 }
 
 Executable::~Executable() = default;
@@ -144,7 +137,7 @@ RunResult Executable::run(const Bindings& b, int threads) const {
     add_overwrites(x);
     return run(x, threads);
   }
-  if (graphs_) return graphs_->run(b, [this, threads](const Bindings& x) { return run(x, threads, StepObserver()); });
+  if (replays_) return replays_->run(b, [this, threads](const Bindings& x) { return run(x, threads, StepObserver()); });
   return run(b, threads, StepObserver());
 }
 

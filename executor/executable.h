@@ -1,8 +1,8 @@
 // A program made ready to run: built once from a lowering::Program for an
 // ExecutionTarget (one thunk per step: ATen operators resolved, their
 // arguments prepared; thunk.h), then run any number of times, from any number
-// of threads, on CPU tensors (the CUDA target's kernels: on CUDA tensors,
-// launched on PyTorch's current stream, executor/cuda/device_launch.h).
+// of threads, on the target's tensors (ExecutionTarget: the CPU's, or the CUDA
+// target's, launched on PyTorch's current stream).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -12,15 +12,13 @@
 #include <memory>
 #include <vector>
 
-#include "executor/cuda/graph_replay.h"
 #include "executor/execution_target.h"
+#include "executor/graph_replay.h"
 #include "executor/run_io.h"
 #include "executor/thunk.h"
 #include "lowering/program.h"
 
 namespace lazyjit::executor {
-
-class GraphReplays;
 
 class Executable {
  public:
@@ -33,9 +31,9 @@ class Executable {
 
   // One CPU tensor per graph output, dense with the declared strides, and the
   // steps that failed. Kernels split over `threads` threads of ATen's OpenMP pool.
-  // With ExecutionTarget::capture_graphs a replayable program is captured as a
-  // CUDA graph at its second run with the same sizes and scalars, and replayed
-  // from then on (cuda/graph_replays.h).
+  // A replayable program on a target with ExecutionTarget::replays runs through
+  // them (the cuda target: captured as a CUDA graph at its second run with the
+  // same sizes and scalars, replayed from then on).
   // Bindings::may_overwrite: the outputs the program may store into their
   // inputs are stored there (Bindings::into).
   RunResult run(const Bindings& bindings, int threads) const;
@@ -45,7 +43,7 @@ class Executable {
   RunResult run(const Bindings& bindings, int threads, const StepObserver& after) const;
 
   const lowering::Program& program() const { return *program_; }
-  // Whether its steps allow one CUDA graph, or the first reason not (cuda/graph_replay.h).
+  // Whether its steps allow one CUDA graph, or the first reason not (graph_replay.h).
   const ReplayVerdict& graph_replay() const { return replay_; }
 
  private:
@@ -64,9 +62,8 @@ class Executable {
   std::shared_ptr<const lowering::Program> program_;
   std::vector<std::unique_ptr<Thunk>> thunks_;  // per step (step_thunks.h)
   ReplayVerdict replay_;
-  // With ExecutionTarget::capture_graphs, for a replayable program: its
-  // warm-up, capture and replays (null otherwise).
-  std::unique_ptr<GraphReplays> graphs_;
+  // ExecutionTarget::replays' for a replayable program (null otherwise).
+  std::unique_ptr<ProgramReplays> replays_;
   // can_store_into_input per (output, input) pair asked, computed once.
   struct OverwriteChecks;
   std::unique_ptr<OverwriteChecks> overwrites_;

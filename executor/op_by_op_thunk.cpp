@@ -11,7 +11,7 @@ namespace lazyjit::executor {
 
 namespace {
 
-// CUDA graph rule 3 (executor/cuda/graph_replay.h).
+// CUDA graph rule 3 (executor/graph_replay.h).
 constexpr const char* kNotChecked = "runs op by op through ATen (not checked for capture)";
 
 class OpByOpNodeThunk final : public Thunk {

@@ -1,10 +1,10 @@
 #include "executor/step_thunks.h"
 
 #include <optional>
+#include <stdexcept>
 
 #include "executor/aten_call_thunk.h"
 #include "executor/collective_thunk.h"
-#include "executor/cpu/kernel_thunk.h"
 #include "executor/op_by_op_thunk.h"
 #include "executor/view_thunk.h"
 
@@ -13,13 +13,18 @@ namespace lazyjit::executor {
 using lowering::Step;
 
 std::vector<std::unique_ptr<Thunk>> make_step_thunks(const lowering::Program& p, const ExecutionTarget& target) {
-  auto kernel_thunk = target.kernel_thunk ? target.kernel_thunk : cpu_kernel_thunk;
   std::vector<std::unique_ptr<Thunk>> thunks;
   thunks.reserve(p.plan.steps.size());
   for (size_t si = 0; si < p.plan.steps.size(); ++si) {
     const Step& s = p.plan.steps[si];
     switch (s.kind) {
-      case Step::Kind::Kernel: thunks.push_back(kernel_thunk(p, si)); break;
+      case Step::Kind::Kernel:
+        // The target's own thunk (targets/*/kernel_thunk.h): the executor runs no kernel itself.
+        if (!target.kernel_thunk)
+          throw std::invalid_argument("lazyjit: program step " + std::to_string(si) +
+                                      " is a kernel and the ExecutionTarget names no kernel thunk to run it");
+        thunks.push_back(target.kernel_thunk(p, si));
+        break;
       case Step::Kind::Aten:
         if (std::optional<Collective> c = decode_collective(p.graph, p.graph.nodes().at(s.node)))
           thunks.push_back(collective_thunk(p, si, std::move(*c)));

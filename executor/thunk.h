@@ -45,7 +45,7 @@ class Thunk {
   // The node a failure of the step names (a kernel: its first node).
   uint32_t node() const { return node_; }
   // Empty when a CUDA graph may capture the step; else why not, in words
-  // ("output size read on the host"; executor/cuda/graph_replay.h's rules 3-6).
+  // ("output size read on the host"; executor/graph_replay.h's rules 3-6).
   const std::string& capture_blocker() const { return capture_blocker_; }
 
  protected:

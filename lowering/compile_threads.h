@@ -1,5 +1,5 @@
 // Which threads a compile may use. By default the kernels a plan needs compile
-// in parallel on oneTBB (lowering/cpu/cpu_target.cpp). A compile in the
+// in parallel on oneTBB (targets/cpu/cpu_target.cpp). A compile in the
 // background (runtime/background_compiles.h) must leave the other cores to the
 // program it runs beside: on its thread, while a SerialCompileScope lives,
 // kernels compile one after another on that thread only.

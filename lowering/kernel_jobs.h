@@ -1,5 +1,5 @@
-// What the compilation targets (lowering/cpu/cpu_target.cpp,
-// lowering/cuda/cuda_target.cpp) share around their kernel cache: each plan
+// What the compilation targets (targets/cpu/cpu_target.cpp,
+// targets/cuda/cuda_target.cpp) share around their kernel cache: each plan
 // kernel is found compiled by its key (kernel_key.h) or compiled by a job, one
 // job per key (equal kernels of one plan compile once), the jobs in parallel on
 // oneTBB (compile_threads.h). `Code` is a target's compiled kernel; it has an

@@ -2,7 +2,7 @@
 // per step, the width of its vector accesses, and for row kernels whether a
 // row is one warp's or one block's. Chosen once per kernel by the planner
 // (plan.cpp) from the kernel's sizes at trace time, kept in the plan (plan_io,
-// Plan::str) and followed by a GPU target (lowering/cuda/). The CPU target
+// Plan::str) and followed by a GPU target (targets/cuda/). The CPU target
 // ignores it: its code and its cache keys never depend on it.
 //
 // Sizes at trace time are a hint: whatever is chosen stays correct for any

@@ -140,7 +140,7 @@ struct PlanOptions {
   // one function, so without a bound a long elementwise chain fused into one
   // kernel compiles in time quadratic in its length (design.md, "Compile time").
   int32_t max_kernel_nodes = 64;
-  // Most bytes of kernel parameters (lowering/device_kernel.h) a kernel may
+  // Most bytes of kernel parameters (targets/cuda/device_kernel.h) a kernel may
   // need, bounded from above as nodes join it; 0: no bound. A GPU target's own
   // limit (Target::max_kernel_param_bytes: 4 KB before PTX 8.1).
   int64_t max_kernel_param_bytes = 0;

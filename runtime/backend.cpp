@@ -6,10 +6,15 @@
 
 namespace lazyjit::runtime {
 
-// Each in its own file.
+// Each in its target's folder (targets/<name>/backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_cuda_sim_backend();
 std::unique_ptr<Backend> make_cuda_backend();
+
+const std::vector<std::string>& target_names() {
+  static const std::vector<std::string> names{"cpu", "cuda", "cuda-sim"};
+  return names;
+}
 
 std::unique_ptr<Backend> make_backend(const Config& config) {
   if (config.target == "cpu") return make_cpu_backend();

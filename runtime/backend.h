@@ -6,8 +6,9 @@
 // rules hold, how code is made and run, what goes into keys); they test no
 // target name and no device themselves.
 //
-// Its own files: backend.cpp (the choice), backend_host.cpp (cpu, cuda-sim),
-// backend_cuda.cpp (cuda).
+// Its own files: backend.h and backend.cpp (the choice, and the targets'
+// names); each target's answers are in its folder: targets/cpu/backend.cpp,
+// targets/cuda/backend.cpp, targets/cuda_sim/backend.cpp.
 #pragma once
 #include <ATen/core/Generator.h>
 #include <c10/core/Allocator.h>
@@ -16,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/execution_target.h"
 #include "lowering/pass_rules.h"
@@ -35,6 +37,9 @@ class Backend {
   // Where lazyjit storages keep their data, ATen steps run and programs' results
   // go: the CPU, or the CUDA device PyTorch had current when it was made.
   virtual c10::Device data_device() const = 0;
+  // Whether data_device() is host memory (the cpu and cuda-sim targets): data
+  // can be shared between processes, read in place by the host.
+  bool data_on_host() const { return data_device().is_cpu(); }
   // The dispatch key of ATen's kernels for data_device(): the library asked
   // what it would do for an op recorded there (which attention kernel it
   // takes, whether an op has a kernel there at all).
@@ -54,8 +59,8 @@ class Backend {
   virtual std::unique_ptr<lowering::Target> make_target(const lowering::CodegenOptions& codegen) const = 0;
   // How a program's code becomes runnable steps (executor/execution_target.h):
   // where its ATen steps run, the thunk that runs its kernels, and whether a
-  // replayable program runs as a CUDA graph (`cuda_graphs`: LAZYJIT_CUDA_GRAPHS,
-  // where the target has them).
+  // replayable program's runs are replayed (`cuda_graphs`: LAZYJIT_CUDA_GRAPHS,
+  // where the target has CUDA graphs).
   virtual executor::ExecutionTarget execution(bool cuda_graphs) const = 0;
   // Whether a replayable program may run as a CUDA graph (the graph-replay
   // verdict is reported in the sync log then).
@@ -64,6 +69,10 @@ class Backend {
   // fingerprint (its name, architecture, LLVM version and codegen options).
   std::string fingerprint(const lowering::Target& target) const { return target.fingerprint(); }
 };
+
+// The targets' names, the default first ("cpu", "cuda", "cuda-sim"): what
+// LAZYJIT_TARGET may name (runtime/config.cpp checks it against these).
+const std::vector<std::string>& target_names();
 
 // The backend `config.target` names. Throws a clear error when it cannot be
 // used: an unknown name, or under cuda a CPU-only PyTorch, no driver, no GPU.

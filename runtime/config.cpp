@@ -6,6 +6,7 @@
 #include "debug/notice.h"
 #include "env/env.h"
 #include "graph_ir/op_kind.h"
+#include "runtime/backend.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -71,7 +72,7 @@ const char* const kKnown[] = {"LAZYJIT_MODE", "LAZYJIT_DUMP", "LAZYJIT_DISABLE_P
                               "LAZYJIT_CACHE_MAX_BYTES", "LAZYJIT_CACHE_SECRET", "LAZYJIT_REMOTE_CACHE",
                               "LAZYJIT_REMOTE_TIMEOUT_MS", "LAZYJIT_REMOTE_MAX_ENTRY_BYTES", "LAZYJIT_BACKGROUND_COMPILE", "LAZYJIT_SMALL_GEMM", "LAZYJIT_TARGET", "LAZYJIT_CUDA_GRAPHS"};
 // Read by others: the test hooks (cache/disk_store.h), the bench, the build
-// scripts, the CUDA target's toolkit paths (lowering/cuda/toolkit.h).
+// scripts, the CUDA target's toolkit paths (targets/cuda/toolkit.h).
 const char* const kOtherPrefixes[] = {"LAZYJIT_TEST_", "LAZYJIT_BENCH_", "LAZYJIT_JOBS", "LAZYJIT_LIBDEVICE",
                                       "LAZYJIT_PTXAS"};
 bool is_op_name(const std::string& s) {
@@ -107,8 +108,17 @@ Config Config::from(const std::function<std::string(const char*)>& env) {
   };
   if (std::string m = env("LAZYJIT_MODE"); m == "step") c.step_mode = true;
   else if (!m.empty() && m != "lazy") bad("LAZYJIT_MODE", m, "lazy or step", "lazy");
-  if (std::string t = env("LAZYJIT_TARGET"); t == "cuda" || t == "cuda-sim") c.target = t;
-  else if (!t.empty() && t != "cpu") bad("LAZYJIT_TARGET", t, "cpu, cuda or cuda-sim", "cpu");
+  // The targets' names are the backend's (runtime/backend.h); the default first.
+  if (std::string t = env("LAZYJIT_TARGET"); !t.empty()) {
+    const std::vector<std::string>& names = target_names();
+    if (std::find(names.begin(), names.end(), t) != names.end()) {
+      c.target = t;
+    } else {
+      std::string want;
+      for (size_t i = 0; i < names.size(); ++i) want += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+      bad("LAZYJIT_TARGET", t, want, names.front());
+    }
+  }
   c.dump_dir = env("LAZYJIT_DUMP");
   for (const std::string& what : split_commas(env("LAZYJIT_LOG"))) {
     if (what == "recompiles") c.log_recompiles = true;
@@ -234,7 +244,8 @@ std::string Config::codegen_text() const {
   std::string s = "passes off:";
   for (const std::string& p : disabled_passes) s += p + ",";
   if (!fault.empty()) s += ";fault:" + fault;  // faulty code never shares a key with good code
-  if (target != "cpu") s += ";target:" + target;  // GPU code never shares a key with CPU code (CPU keys as before)
+  // GPU code never shares a key with CPU code (the default target's keys as before)
+  if (target != target_names().front()) s += ";target:" + target;
   return s;
 }
 
@@ -245,7 +256,7 @@ const Config& process_config() {
     debug::set_notice_level(c.notices == 0   ? debug::NoticeLevel::Off
                             : c.notices == 1 ? debug::NoticeLevel::Once
                                              : debug::NoticeLevel::Every);
-    debug::Metrics::get().set_features(c.target != "cpu", !c.remote_cache.empty());
+    debug::Metrics::get().set_features(c.target != target_names().front(), !c.remote_cache.empty());
     return c;
   }();
   return config;

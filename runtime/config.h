@@ -20,8 +20,8 @@ struct Config {
   // LAZYJIT_TARGET=cpu|cuda|cuda-sim: what kernels are compiled for: the host
   // CPU (LLVM ORC), NVIDIA GPUs (LLVM NVPTX, run on PyTorch's current CUDA
   // stream), or the CUDA target's kernels run on the host (a test target:
-  // lowering/cuda_sim/sim_target.h; data and ATen steps as under cpu).
-  std::string target = "cpu";
+  // targets/cuda_sim/sim_target.h; data and ATen steps as under cpu).
+  std::string target = "cpu";  // the default of runtime/backend.h's target_names()
   std::string dump_dir;                      // LAZYJIT_DUMP=<dir>: graph, pass, plan, LLVM dumps
   std::vector<std::string> disabled_passes;  // LAZYJIT_DISABLE_PASSES=fold,cse,...
   int vector_bits = 512;                     // LAZYJIT_VECTOR_BITS: widest vectors on AVX-512 hosts
@@ -29,7 +29,7 @@ struct Config {
   int num_threads = 0;                       // LAZYJIT_NUM_THREADS; 0: torch.get_num_threads()
   bool small_gemm = true;                    // LAZYJIT_SMALL_GEMM=off: decode-sized GEMMs keep ATen's mm
   // LAZYJIT_CUDA_GRAPHS=off: under the cuda target, replayable programs are not
-  // captured as CUDA graphs (executor/graph_replays.h)
+  // captured as CUDA graphs (targets/cuda/graph_replays.h)
   bool cuda_graphs = true;
   bool log_recompiles = false;               // LAZYJIT_LOG=recompiles: say why, at each compile
   int recompile_limit = 8;                   // LAZYJIT_RECOMPILE_LIMIT: compiles per sync call site before...

@@ -10,7 +10,6 @@
 
 #include "debug/trace.h"
 #include "executor/gemm.h"
-#include "executor/cuda/graph_replays.h"
 #include "graph_ir/hash.h"
 #include "lowering/compile_threads.h"
 #include "lowering/lower.h"

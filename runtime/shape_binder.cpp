@@ -29,8 +29,8 @@ class BoundCode : public lowering::CompiledCode {
     return none;
   }
   bool all_generic() const override { return true; }
-  // The CUDA and cuda-sim targets' kernels: the same launches.
-  const lowering::DeviceKernel* device_kernel(size_t i) const override { return from_->code->device_kernel(i); }
+  // The GPU targets' kernels: the same launches.
+  const lowering::KernelLaunch* kernel(size_t i) const override { return from_->code->kernel(i); }
 
  private:
   std::shared_ptr<const lowering::Program> from_;

@@ -17,7 +17,7 @@
 #   configure        cmake (Release) against the torch of $LAZYJIT_PYTHON (-DLAZYJIT_DEPS_PREFIX
 #                    when unpacked); if that fails, once more without libtorch
 #   build            ninja -k 0: lazyjit and the extension, what tests/gpu needs, nothing else;
-#                    if a compiler error names executor/cuda/cuda_graph.cpp, once more with
+#                    if a compiler error names targets/cuda/cuda_graph.cpp, once more with
 #                    CUDA graphs off
 #   gpu_tests        pytest -rA --junitxml tests/gpu, its files split over parallel pytest
 #                    processes (LAZYJIT_GPU_CHECK_PYTEST_PROCS), cut short by SIGINT at its cap
@@ -56,12 +56,12 @@
 # With this file sourced (not run) only the functions are defined.
 set -uo pipefail
 
-# A real compiler error in executor/cuda/cuda_graph.cpp (the one translation unit
+# A real compiler error in targets/cuda/cuda_graph.cpp (the one translation unit
 # built only against a CUDA torch): gcc's "cuda_graph.cpp:L:C: error:" or
 # ninja's "FAILED: ...cuda_graph.cpp.o". Ninja's progress line "Building CXX
 # object .../cuda_graph.cpp.o" is no error.
 cuda_graph_build_error() {
-  grep -qE '(^|/)executor/cuda/cuda_graph\.cpp:[0-9]+(:[0-9]+)?: (fatal )?error|^FAILED: .*executor/cuda/cuda_graph\.cpp\.o' "$1"
+  grep -qE '(^|/)targets/cuda/cuda_graph\.cpp:[0-9]+(:[0-9]+)?: (fatal )?error|^FAILED: .*targets/cuda/cuda_graph\.cpp\.o' "$1"
 }
 
 # The summary line of a pytest log ("3 passed, 1 skipped in 2.1s", with

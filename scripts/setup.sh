@@ -10,7 +10,7 @@ LLVM_VERSION=19
 TORCH_VERSION=2.13.0
 APT_PACKAGES=(cmake ninja-build ccache g++ "llvm-${LLVM_VERSION}-dev" libxxhash-dev libtbb-dev libgtest-dev zlib1g-dev libzstd-dev libedit-dev libcurl4-openssl-dev libffi-dev libxml2-dev nlohmann-json3-dev libssl-dev libcli11-dev graphviz chromium redis-server libhiredis-dev)
 # nvidia-cuda-nvcc (ptxas) and nvidia-nvvm (libdevice): the CUDA target compiles
-# PTX to cubins without a GPU (lowering/cuda/toolkit.h; CMake finds them in .venv).
+# PTX to cubins without a GPU (targets/cuda/toolkit.h; CMake finds them in .venv).
 # parameterized and requests-mock: what diffusers' own tests import
 # (tests/third_party/diffusers, run by tests/python/test_diffusers_suite.py).
 PY_PACKAGES=("torch==${TORCH_VERSION}" "pybind11>=2.12" pytest numpy "transformers==5.24.0" "diffusers==0.42.1" expecttest hypothesis

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "debug/trace.h"
+#include "runtime/backend.h"
 #include "runtime/runtime.h"
 #include "tracer/device_ops.h"
 #include "tracer/lazy_storage.h"
@@ -178,6 +179,9 @@ debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }
 void reset_metrics() { debug::Metrics::get().reset(); }
 std::string metrics_report() { return debug::Metrics::get().report(); }
 std::string target() { return runtime::process_config().target; }
+std::string data_device_type() { return c10::DeviceTypeName(runtime::backend().data_device().type(), /*lower_case=*/true); }
+bool data_on_host() { return runtime::backend().data_on_host(); }
+at::Generator data_generator() { return runtime::backend().default_generator(); }
 void clear_cache() { runtime::Runtime::get().clear_cache(); }
 int64_t wait_for_compiles() { return runtime::Runtime::get().wait_for_compiles(); }
 void stop_background_compiles() {

@@ -99,7 +99,7 @@ SDPBackend cuda_choice(const SdpArgs& a) {
   std::optional<Tensor> mask;
   if (a.mask && a.mask->defined()) mask = cuda_stand_in(*a.mask, cuda);
   return static_cast<SDPBackend>(at::_ops::_fused_sdp_choice::redispatch(
-      c10::DispatchKeySet(c10::DispatchKey::CUDA), cuda_stand_in(a.q, cuda), cuda_stand_in(a.k, cuda),
+      c10::DispatchKeySet(runtime::backend().library_key()), cuda_stand_in(a.q, cuda), cuda_stand_in(a.k, cuda),
       cuda_stand_in(a.v, cuda), mask, a.dropout_p, a.is_causal, a.scale, a.enable_gqa));
 }
 
@@ -157,7 +157,7 @@ SDPBackend cuda_target_choice(const SdpArgs& a) {
 int64_t sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
   const SdpArgs a{q, k, v, mask, dropout_p, is_causal, scale, enable_gqa};
-  if (runtime::backend().library_key() != c10::DispatchKey::CPU || test_choice())
+  if (!runtime::backend().data_on_host() || test_choice())
     return static_cast<int64_t>(cuda_target_choice(a));
   return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), q, k, v, mask,
                                                 dropout_p, is_causal, scale, enable_gqa);

@@ -11,6 +11,7 @@
 #include "bridge/aten_ir.h"
 #include "debug/metrics.h"
 #include "graph_ir/hash.h"
+#include "runtime/backend.h"
 #include "runtime/runtime.h"
 #include "tracer/lazyjit.h"
 #include "tracer/trace_context.h"
@@ -183,7 +184,7 @@ std::shared_ptr<CapturedGraph> Capture::finish(const std::vector<at::Tensor>& ou
   // trace read (constants, data moved to lazyjit while tracing) moves to the
   // GPU once, here, not on every run.
   g_->device_ = tracer::data_device();
-  if (!g_->device_.is_cpu())
+  if (!runtime::backend().data_on_host())
     for (at::Tensor& t : g_->fixed_inputs_)
       if (t.defined() && t.device() != g_->device_) t = t.to(g_->device_);
   g_->scalars_ = ctx.scalars_;

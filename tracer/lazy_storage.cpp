@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "runtime/backend.h"
 #include "runtime/runtime.h"
 #include "tracer/device_memory.h"
 #include "tracer/shared_storage.h"
@@ -134,8 +135,8 @@ std::unordered_set<LazyStorage*>& shared_storages() {
 }  // namespace
 
 void share_storage(const at::Tensor& t, const at::Tensor& shm, bool keep) {
-  TORCH_CHECK(data_device().is_cpu(), "lazyjit: a lazyjit tensor cannot be put in shared memory (share_memory_(), or "
-              "sent to another process) under LAZYJIT_TARGET=", data_device().type() == c10::DeviceType::CUDA ? "cuda" : "?",
+  TORCH_CHECK(runtime::backend().data_on_host(), "lazyjit: a lazyjit tensor cannot be put in shared memory (share_memory_(), or "
+              "sent to another process) under LAZYJIT_TARGET=", runtime::backend().name(),
               ": its elements live on the GPU; share a CUDA tensor instead (t.cuda()), or run on the CPU target");
   TORCH_CHECK(shm.device().is_cpu() && shm.scalar_type() == at::kByte && shm.dim() == 1 && shm.is_contiguous(),
               "lazyjit: share_storage: expected a 1-D uint8 CPU tensor");

@@ -4,6 +4,7 @@
 //   auto y = (x * 2 + 1).relu();   // recorded, not run
 //   std::cout << y.cpu();          // sync: compile (or hit the cache) and run
 #pragma once
+#include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
@@ -36,9 +37,15 @@ void step_region_enter();
 void step_region_exit();
 Mode mode();
 
-// What kernels are compiled for: "cpu" or "cuda" (LAZYJIT_TARGET, read once,
-// before the first op; docs/switches.md). Reading it starts nothing.
+// What kernels are compiled for: "cpu", "cuda" or "cuda-sim" (LAZYJIT_TARGET,
+// read once, before the first op; docs/switches.md). Reading it starts nothing.
 std::string target();
+// Where programs' data lives, as the target's backend says (runtime/backend.h):
+// its device type ("cpu", "cuda"), whether it is host memory, and the default
+// generator there (random ops on lazyjit draw from it). Each makes the backend.
+std::string data_device_type();
+bool data_on_host();
+at::Generator data_generator();
 
 struct OpEvent {
   std::string op;                   // schema name, e.g. "aten::add.Tensor"

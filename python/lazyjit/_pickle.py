@@ -81,7 +81,7 @@ def _share(storage):
     shm = _shared_memory(storage)
     if shm is not None:
         return shm
-    if _C.target() == "cuda":
+    if not _C.data_on_host():
         raise RuntimeError(
             "lazyjit: share_memory_(): under LAZYJIT_TARGET=cuda a lazyjit tensor's elements live on the GPU, "
             "which lazyjit cannot share between processes; share a CUDA tensor instead (t.cuda().share_memory_()), "
@@ -136,7 +136,7 @@ def _register_multiprocessing():
 
     def reduce_lazyjit_aware(storage):
         if _is_lazyjit(storage):
-            if _C.target() == "cuda":
+            if not _C.data_on_host():
                 # A copy (nothing owns it once pickled: fine for queues, which
                 # duplicate its descriptor at once, not for spawn's arguments).
                 return (_rebuild_storage, (storage.cpu(), str(storage.device)))

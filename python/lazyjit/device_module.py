@@ -217,31 +217,25 @@ def mem_get_info(device=None) -> tuple:
 
 
 # Random ops on lazyjit draw from the generator of where its data lives (see
-# docs/design.md): the CPU's, which torch.manual_seed seeds before it calls
-# this; under LAZYJIT_TARGET=cuda the current GPU's.
+# docs/design.md), the one the target's backend names (_C.data_generator()):
+# the CPU's, which torch.manual_seed seeds before it calls this; under
+# LAZYJIT_TARGET=cuda the current GPU's.
 def manual_seed_all(seed: int) -> None:
-    if _C.target() == "cuda":
-        torch.cuda.manual_seed(seed)
+    _C.data_generator().manual_seed(seed)
 
 
 def manual_seed(seed: int) -> None:
-    if _C.target() == "cuda":
-        torch.cuda.manual_seed(seed)
-    else:
-        torch.default_generator.manual_seed(seed)
+    _C.data_generator().manual_seed(seed)
 
 
 def get_rng_state(device=None):
     _index(device)
-    return torch.cuda.get_rng_state() if _C.target() == "cuda" else torch.get_rng_state()
+    return _C.data_generator().get_state()
 
 
 def set_rng_state(state, device=None) -> None:
     _index(device)
-    if _C.target() == "cuda":
-        torch.cuda.set_rng_state(state)
-    else:
-        torch.set_rng_state(state)
+    _C.data_generator().set_state(state)
 
 
 # torch.autocast("lazyjit"): lazyjit computes as eager does on the CPU, so it

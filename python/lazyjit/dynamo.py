@@ -87,8 +87,9 @@ _SITE = re.compile(r'File "([^"]+)", line (\d+)')
 @functools.lru_cache(maxsize=None)
 def _home() -> str:
     """The device type whose tensors a capture runs on: where lazyjit runs its
-    programs ("cpu", or "cuda" under LAZYJIT_TARGET=cuda)."""
-    return "cuda" if _C.target() == "cuda" else "cpu"
+    programs, as the target's backend says ("cpu", or "cuda" under
+    LAZYJIT_TARGET=cuda)."""
+    return _C.data_device_type()
 
 
 def _on_lazyjit(x):
@@ -315,10 +316,10 @@ class LazyjitGraph:
         _stats["captures"] += 1
         # Random ops draw while the graph is recorded, and again on each run: the
         # generator is put back, so that the first call draws what eager would.
-        # Under the CUDA target the draws are the current GPU's generator's
-        # (tracer/api.cpp), so that is the one put back.
-        cuda = _home() == "cuda"
-        rng = torch.cuda.get_rng_state() if cuda else torch.get_rng_state()
+        # The draws are the generator of where data lives (the current GPU's
+        # under the CUDA target; tracer/api.cpp), so that is the one put back.
+        gen = _C.data_generator()
+        rng = gen.get_state()
         cap = _C.Capture()
         try:
             placeholders = []
@@ -358,10 +359,7 @@ class LazyjitGraph:
             return None
         finally:
             cap.close()
-            if cuda:
-                torch.cuda.set_rng_state(rng)
-            else:
-                torch.set_rng_state(rng)
+            gen.set_state(rng)
         in_order = all(k and t == i for i, (k, t) in enumerate(template)) and len(template) == len(lazy)
         return graph, (None if in_order else template)
 

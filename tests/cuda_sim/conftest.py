@@ -1,6 +1,6 @@
 """cuda-sim tests: the CUDA target's own kernels (kernel emitter, launch shapes,
 vector widths, warp and block rows, shuffles, barriers, shared memory) run on
-the host (LAZYJIT_TARGET=cuda-sim, lowering/cuda_sim/), against CPU eager. Every
+the host (LAZYJIT_TARGET=cuda-sim, targets/cuda_sim/), against CPU eager. Every
 machine runs them: scripts/test.sh runs this directory in a process of its own.
 
 The process runs with LAZYJIT_TARGET=cuda-sim, set before lazyjit is imported.

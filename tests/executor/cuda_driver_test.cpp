@@ -1,4 +1,4 @@
-// The CUDA driver API through dlopen (cuda_driver/driver.h) where it cannot be
+// The CUDA driver API through dlopen (targets/cuda/driver.h) where it cannot be
 // used: no libcuda.so.1 (this test's machine, or LAZYJIT_TEST_LIBCUDA naming a
 // library that is not there), or a library that is not the driver. available()
 // says why and never throws; every other call throws std::runtime_error with
@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "cuda_driver/driver.h"
+#include "targets/cuda/driver.h"
 #include "tests/executor/fake_driver.h"
 
 using namespace lazyjit;

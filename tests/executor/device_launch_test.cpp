@@ -1,4 +1,4 @@
-// The GPU launch (executor/cuda/device_launch.h) without a GPU: the grid and `total`
+// The GPU launch (targets/cuda/device_launch.h) without a GPU: the grid and `total`
 // a kernel gets, the dims it is passed (scalars' bits in their slots), and that
 // an Executable sends a kernel to it exactly when the program's code holds a
 // device kernel for it (the CPU path unchanged otherwise). On a CPU-only
@@ -10,12 +10,14 @@
 
 #include <cstring>
 
-#include "cuda_driver/driver.h"
-#include "executor/cuda/device_launch.h"
-#include "executor/cuda/kernel_thunk.h"
+#include "targets/cuda/driver.h"
+#include "targets/cuda/device_launch.h"
+#include "targets/cuda/kernel_thunk.h"
 #include "executor/executable.h"
 #include "lowering/lower.h"
 #include "test_graphs.h"
+#include "targets/cpu/cpu_target.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -116,7 +118,7 @@ class DeviceClaimingCode final : public lowering::CompiledCode {
       : real_(std::move(real)), device_(std::move(device)) {}
   std::string object() const override { return real_->object(); }
   const std::string& llvm_ir() const override { return real_->llvm_ir(); }
-  const lowering::DeviceKernel* device_kernel(size_t i) const override {
+  const lowering::KernelLaunch* kernel(size_t i) const override {
     return i < device_.size() && device_[i] ? &kernel_ : nullptr;
   }
 
@@ -153,7 +155,7 @@ TEST(DeviceLaunch, KernelsWithoutDeviceCodeRunOnTheCpuAsBefore) {
   auto p = two_kernels({false, false});
   ASSERT_EQ(p->plan.kernels.size(), 2u);
   at::Tensor x = torch::randn({8, 16}), w = torch::randn({5});
-  executor::RunResult r = executor::Executable(p).run(bindings(x, w), 1);
+  executor::RunResult r = executor::Executable(p, cpu_execution()).run(bindings(x, w), 1);
   ASSERT_TRUE(r.failures.empty());
   EXPECT_TRUE(torch::allclose(r.outputs[0], x * 3 + 1));
   EXPECT_TRUE(torch::allclose(r.outputs[1], w.tanh()));
@@ -167,7 +169,7 @@ TEST(DeviceLaunch, AKernelWithNeitherDeviceNorCpuCodeFailsItsStep) {
   ASSERT_EQ(p->plan.kernels.size(), 2u);
   p->plan.kernel_fns[1] = nullptr;
   at::Tensor x = torch::randn({8, 16}), w = torch::randn({5});
-  executor::RunResult r = executor::Executable(p).run(bindings(x, w), 1);
+  executor::RunResult r = executor::Executable(p, cpu_execution()).run(bindings(x, w), 1);
   ASSERT_EQ(r.failures.size(), 1u);
   try {
     std::rethrow_exception(r.failures[0].error);
@@ -186,8 +188,9 @@ TEST(DeviceLaunch, AKernelWithNeitherDeviceNorCpuCodeFailsItsStep) {
 
 TEST(DeviceLaunch, AKernelWithDeviceCodeGoesToTheGpuLaunch) {
   if (c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) GTEST_SKIP() << "a CUDA PyTorch: tests/gpu/ launches";
-  // Each kernel claimed in turn: exactly the outputs it makes are lost, with
-  // the CUDA error of a CPU-only PyTorch; the others are computed on the CPU.
+  // Each kernel claimed in turn: the outputs it makes are lost with the CUDA
+  // error of a CPU-only PyTorch; the other kernel has no device kernel, and the
+  // CUDA target's thunk runs no CPU code: its step fails saying so.
   at::Tensor x = torch::randn({8, 16}), w = torch::randn({5});
   auto cpu = two_kernels({false, false});
   ASSERT_EQ(cpu->plan.kernels.size(), 2u);
@@ -197,22 +200,23 @@ TEST(DeviceLaunch, AKernelWithDeviceCodeGoesToTheGpuLaunch) {
     auto p = two_kernels(device);
     const executor::ExecutionTarget cuda{c10::Device(c10::kCPU), executor::cuda_kernel_thunk};
     executor::RunResult r = executor::Executable(p, cuda).run(bindings(x, w), 1);
-    ASSERT_EQ(r.failures.size(), 1u) << "kernel " << ki;
-    try {
-      std::rethrow_exception(r.failures[0].error);
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+    ASSERT_EQ(r.failures.size(), 2u) << "kernel " << ki;
+    for (const executor::StepFailure& f : r.failures) {
+      try {
+        std::rethrow_exception(f.error);
+      } catch (const std::exception& e) {
+        const bool claimed = f.node == p->plan.kernels[ki].nodes.front();
+        EXPECT_NE(std::string(e.what()).find(claimed ? "cuda" : "has no CPU code and no loaded device kernel"),
+                  std::string::npos)
+            << e.what();
+      }
     }
-    const std::vector<ValueId>& lost = p->plan.kernels[ki].stores;
-    for (size_t o = 0; o < p->graph.outputs().size(); ++o) {
-      bool made_there = std::find(lost.begin(), lost.end(), p->graph.outputs()[o]) != lost.end();
-      EXPECT_EQ(r.outputs[o].defined(), !made_there) << "kernel " << ki << " output " << o;
-    }
+    for (size_t o = 0; o < p->graph.outputs().size(); ++o) EXPECT_FALSE(r.outputs[o].defined()) << o;
   }
 }
 
 // With a GPU (a CUDA PyTorch, the driver, a device): a hand-written PTX kernel
-// of the launch ABI (lowering/device_kernel.h) for y = x * s, run by
+// of the launch ABI (targets/cuda/device_kernel.h) for y = x * s, run by
 // launch_device_kernel on PyTorch's current stream: buffer pointers, `total`
 // and the dims array by value with the scalar's bits in its slot. Loaded both
 // as PTX and as the cubin the driver's assembler makes of it.

@@ -10,6 +10,7 @@
 #include "executor/executable.h"
 #include "runtime/runtime.h"
 #include "test_graphs.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -54,7 +55,7 @@ executor::Bindings bindings(std::vector<int64_t> idx) {
 
 TEST(FailedStep, KeepsEveryOutputThatDoesNotDependOnIt) {
   Case c = make_case();
-  executor::Executable e(rt().compile(std::move(c.g), "failed_step"));
+  executor::Executable e(rt().compile(std::move(c.g), "failed_step"), cpu_execution());
   executor::Bindings b = bindings({0, 9});
   executor::RunResult r = e.run(b, 1);
   ASSERT_EQ(r.failures.size(), 1u);
@@ -74,7 +75,7 @@ TEST(FailedStep, KeepsEveryOutputThatDoesNotDependOnIt) {
 
 TEST(FailedStep, ARunWithoutFailuresReportsNone) {
   Case c = make_case();
-  executor::Executable e(rt().compile(std::move(c.g), "good_step"));
+  executor::Executable e(rt().compile(std::move(c.g), "good_step"), cpu_execution());
   executor::Bindings b = bindings({3, 1});
   executor::RunResult r = e.run(b, 1);
   EXPECT_TRUE(r.failures.empty());

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda_driver/driver.h"
+#include "targets/cuda/driver.h"
 
 namespace lazyjit::test_fake_driver {
 

@@ -1,6 +1,6 @@
 // A stand-in for libcuda.so.1 (loaded through LAZYJIT_TEST_LIBCUDA by
 // tests/executor/cuda_driver_test.cpp): the driver functions
-// cuda_driver/driver.cpp looks up, with a real driver's rules where the tests
+// targets/cuda/driver.cpp looks up, with a real driver's rules where the tests
 // need them and no GPU:
 //  - two devices, each with a primary context; the current context is per
 //    thread, none at first;

@@ -1,6 +1,6 @@
-// Which programs may run as one CUDA graph (executor/cuda/graph_replay.h), each rule
+// Which programs may run as one CUDA graph (executor/graph_replay.h), each rule
 // on a program built by hand, and the warm-up / capture / replay policy
-// (executor/cuda/graph_replays.h) on the CPU with a stand-in capture that replays by
+// (targets/cuda/graph_replays.h) on the CPU with a stand-in capture that replays by
 // running the program again into the same buffers. Eager ATen is the oracle.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,10 +9,11 @@
 
 #include "debug/metrics.h"
 #include "executor/executable.h"
-#include "executor/cuda/graph_replay.h"
-#include "executor/cuda/graph_replays.h"
+#include "executor/graph_replay.h"
+#include "targets/cuda/graph_replays.h"
 #include "lowering/plan.h"
 #include "test_graphs.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -46,7 +47,7 @@ ir::Graph after_relu(const std::string& op, std::vector<Attr> attrs, ir::TensorT
 }
 
 executor::ReplayVerdict verdict(ir::Graph g, bool check_stores = false) {
-  return executor::graph_replay_verdict(*rt().compile(std::move(g), "graph_replay", std::nullopt, check_stores));
+  return executor::graph_replay_verdict(*rt().compile(std::move(g), "graph_replay", std::nullopt, check_stores), cpu_execution());
 }
 
 int64_t slot(double v) {
@@ -111,9 +112,9 @@ TEST(GraphReplayVerdict, OpByOpPlansAndStepsBlockIt) {
   lowering::Program p;
   p.graph = compiled->graph;
   p.plan = lowering::plan_op_by_op(p.graph);
-  EXPECT_EQ(executor::graph_replay_verdict(p).text(), "no — the program runs op by op (its compile is pending)");
+  EXPECT_EQ(executor::graph_replay_verdict(p, cpu_execution()).text(), "no — the program runs op by op (its compile is pending)");
   p.plan.op_by_op = false;  // op-by-op steps inside a compiled program
-  executor::ReplayVerdict v = executor::graph_replay_verdict(p);
+  executor::ReplayVerdict v = executor::graph_replay_verdict(p, cpu_execution());
   ASSERT_FALSE(v.replayable);
   EXPECT_NE(v.why().find("runs op by op through ATen (not checked for capture)"), std::string::npos) << v.why();
 }
@@ -147,7 +148,7 @@ executor::CaptureFn rerun_capture(int* captures) {
 at::Tensor expected(const at::Tensor& x, double s) { return x.tanh() * s + x.mm(x); }
 
 TEST(GraphReplays, WarmsUpCapturesOnceThenReplaysWithNewInputs) {
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -167,7 +168,7 @@ TEST(GraphReplays, WarmsUpCapturesOnceThenReplaysWithNewInputs) {
 }
 
 TEST(GraphReplays, HeldOutputsKeepTheirValues) {
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -180,7 +181,7 @@ TEST(GraphReplays, HeldOutputsKeepTheirValues) {
 }
 
 TEST(GraphReplays, NewSizesOrScalarsWarmUpAgain) {
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -197,7 +198,7 @@ TEST(GraphReplays, NewSizesOrScalarsWarmUpAgain) {
 }
 
 TEST(GraphReplays, InputsOffTheDeviceAreNotReplayed) {
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kMeta), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -211,7 +212,7 @@ TEST(GraphReplays, InputsOffTheDeviceAreNotReplayed) {
 TEST(GraphReplays, ExpandedInputsRunWithoutAGraph) {
   // A stride-0 input: a graph's own buffer for it cannot be written (its
   // elements share memory), so these runs are not replays, and nothing throws.
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -226,7 +227,7 @@ TEST(GraphReplays, ExpandedInputsRunWithoutAGraph) {
 }
 
 TEST(GraphReplays, AFailedCaptureIsNotTriedAgain) {
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int tries = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), [&](const std::function<void()>&) -> std::unique_ptr<executor::CapturedRun> {
     ++tries;
@@ -244,7 +245,7 @@ TEST(GraphReplays, AFailedCaptureIsNotTriedAgain) {
 TEST(GraphReplays, StableInputsAreReadInPlaceAndOneThatMovesIsCopiedFromThen) {
   // x is a weight (updated in place between runs, as an optimizer does); a
   // stable input is not copied, so the replay must see the update.
-  executor::Executable e(rt().compile(replayable(), "graph_replay"));
+  executor::Executable e(rt().compile(replayable(), "graph_replay"), cpu_execution());
   int captures = 0;
   executor::GraphReplays gr(c10::Device(c10::kCPU), rerun_capture(&captures));
   auto run = [&](const executor::Bindings& b) { return e.run(b, 1, executor::Executable::StepObserver()); };
@@ -300,7 +301,7 @@ TEST(GraphReplays, OutputsThatMoveUnderCaptureRefuseTheGraph) {
 
 TEST(GraphReplays, OffTheCudaTargetNoProgramHasGraphs) {
   // Only a target that asks for them (the cuda backend's ExecutionTarget), with a CUDA build.
-  EXPECT_FALSE(executor::ExecutionTarget{}.capture_graphs);
+  EXPECT_FALSE(executor::ExecutionTarget{}.replays);
   std::string why;
   if (!executor::cuda_graphs_built(&why)) {
     EXPECT_NE(why.find("without CUDA graphs"), std::string::npos);

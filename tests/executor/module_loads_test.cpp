@@ -1,4 +1,4 @@
-// Where a CUDA program's code is loaded (executor/cuda/module_loads.h), with
+// Where a CUDA program's code is loaded (targets/cuda/module_loads.h), with
 // the stand-in driver (tests/executor/fake_libcuda.c: two devices, a module
 // belongs to the context it was loaded into): the CUDA target compiles to bytes
 // and loads nothing; a kernel's module is loaded into a device's context at
@@ -12,14 +12,16 @@
 #include <string>
 #include <thread>
 
-#include "cuda_driver/driver.h"
-#include "executor/cuda/kernel_thunk.h"
-#include "executor/cuda/module_loads.h"
+#include "targets/cuda/driver.h"
+#include "targets/cuda/kernel_thunk.h"
+#include "targets/cuda/module_loads.h"
 #include "executor/executable.h"
 #include "lowering/lower.h"
 #include "lowering/target.h"
+#include "targets/cuda/cuda_target.h"
 #include "tests/executor/fake_driver.h"
 #include "test_graphs.h"
+#include "targets/cuda/device_kernel.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -77,7 +79,7 @@ struct Counts {
 // device its guard made current.
 void* run_on(const lowering::Program& p, const Counts& c, int device) {
   c.make_current(device);
-  return executor::module_loads(*p.code->device_kernel(0))->function(device);
+  return executor::module_loads(*lowering::device_kernel(*p.code, 0))->function(device);
 }
 
 // The CUDA target's thunks (ATen steps on the CPU: there is no CUDA PyTorch here).
@@ -97,9 +99,9 @@ TEST_F(ModuleLoadsStandIn, AKernelIsLoadedAtItsFirstRunOnEachDeviceOnce) {
         Counts c;
         std::unique_ptr<lowering::Target> t = lowering::make_cuda_target(lowering::CudaOptions{});
         auto p = one_kernel_program(*t);
-        const lowering::DeviceKernel* dk = p->code->device_kernel(0);
+        const lowering::DeviceKernel* dk = lowering::device_kernel(*p->code, 0);
         // The CUDA target's kernel: an image and its symbol, no host code.
-        if (!dk || dk->simulated || dk->host_function || dk->image.empty() || dk->symbol != "fused_0") std::exit(3);
+        if (!dk || dk->image.empty() || dk->symbol != "fused_0") std::exit(3);
         const executor::ExecutionTarget cuda = cuda_execution();
         executor::Executable e(p, cuda);
         const int at_thunks = c.loads();
@@ -195,7 +197,7 @@ TEST_F(ModuleLoadsStandIn, AFirstRunInsideACaptureLoadsAndUnloadsNothingThatBrea
         auto p = one_kernel_program(*t);
         auto e = std::make_unique<executor::Executable>(p, cuda);
         c.make_current(0);
-        cuda_driver::launch(executor::module_loads(*p->code->device_kernel(0))->function(0, &s1), 1, 32, 0, &s1,
+        cuda_driver::launch(executor::module_loads(*lowering::device_kernel(*p->code, 0))->function(0, &s1), 1, 32, 0, &s1,
                             nullptr);
         t->clear_kernels();
         begin(&s1, 1);
@@ -209,7 +211,7 @@ TEST_F(ModuleLoadsStandIn, AFirstRunInsideACaptureLoadsAndUnloadsNothingThatBrea
         begin(&s2, 1);
         std::string error;
         try {
-          void* f = executor::module_loads(*q->code->device_kernel(0))->function(0, &s2);
+          void* f = executor::module_loads(*lowering::device_kernel(*q->code, 0))->function(0, &s2);
           cuda_driver::launch(f, 1, 32, 0, &s2, nullptr);
         } catch (const std::exception& x) {
           error = x.what();

@@ -11,8 +11,10 @@
 #include "executor/executable.h"
 #include "lowering/program_bytes.h"
 #include "lowering/target.h"
+#include "targets/cpu/cpu_target.h"
 #include "runtime/runtime.h"
 #include "test_graphs.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -87,7 +89,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   // eager's tanh, not the kernel's, one element off; this tells whether the run
   // changed what eager computes afterwards.
   const at::Tensor u_before = at::tanh(x0 * 2);
-  executor::Executable e1(p);
+  executor::Executable e1(p, cpu_execution());
   auto out1 = e1.run(c.b, 2).outputs;
   EXPECT_TRUE(bitwise_equal(c.b.inputs[0], x0) && bitwise_equal(c.b.inputs[1], w0)) << "the run wrote an input";
 
@@ -114,7 +116,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   EXPECT_EQ(p2->graph.hashes(), p->graph.hashes());
   EXPECT_EQ(rt().to_bytes(*p2), bytes);
 
-  executor::Executable e2(p2);
+  executor::Executable e2(p2, cpu_execution());
   auto out2 = e2.run(c.b, 2).outputs;
   ASSERT_EQ(out2.size(), out1.size());
   for (size_t i = 0; i < out1.size(); ++i) EXPECT_TRUE(bitwise_equal(out1[i], out2[i])) << "output " << i;
@@ -123,7 +125,7 @@ TEST(ProgramBytes, RoundTripRunsBitwiseEqualWithoutCodegen) {
   // and each outlives the other's release.
   auto p3 = from_bytes(bytes);
   p2.reset();
-  auto out3 = executor::Executable(p3).run(c.b, 1).outputs;
+  auto out3 = executor::Executable(p3, cpu_execution()).run(c.b, 1).outputs;
   for (size_t i = 0; i < out1.size(); ++i) EXPECT_TRUE(bitwise_equal(out1[i], out3[i])) << "output " << i;
 }
 
@@ -152,5 +154,5 @@ TEST(ProgramBytes, ProgramWithoutKernelsRoundTrips) {
   EXPECT_TRUE(p->plan.kernels.empty());
   auto p2 = from_bytes(rt().to_bytes(*p));
   executor::Bindings b{{torch::randn({8, 8}), torch::randn({8, 8})}, {}};
-  EXPECT_TRUE(bitwise_equal(executor::Executable(p2).run(b, 1).outputs[0], at::mm(b.inputs[0], b.inputs[1])));
+  EXPECT_TRUE(bitwise_equal(executor::Executable(p2, cpu_execution()).run(b, 1).outputs[0], at::mm(b.inputs[0], b.inputs[1])));
 }

@@ -8,6 +8,7 @@
 #include "lowering/lower.h"
 #include "runtime/shape_binder.h"
 #include "test_graphs.h"
+#include "targets/cpu/cpu_target.h"
 
 using namespace lazyjit;
 using namespace test_graphs;

@@ -11,12 +11,13 @@
 #include <cstring>
 #include <set>
 
-#include "executor/cpu/kernel_thunk.h"
-#include "executor/cuda/simulated_kernel_thunk.h"
+#include "targets/cpu/kernel_thunk.h"
+#include "targets/cuda_sim/kernel_thunk.h"
 #include "executor/executable.h"
 #include "executor/step_thunks.h"
 #include "lowering/plan.h"
 #include "test_graphs.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -122,7 +123,7 @@ std::set<size_t> outputs_depending_on(const ir::Graph& g, ValueId v) {
 }
 
 void expect_touched(const lowering::Program& p) {
-  auto thunks = executor::make_step_thunks(p, executor::ExecutionTarget{});
+  auto thunks = executor::make_step_thunks(p, cpu_execution());
   ASSERT_EQ(thunks.size(), p.plan.steps.size());
   for (size_t si = 0; si < thunks.size(); ++si) {
     Touched want = touched(p, p.plan.steps[si]);
@@ -162,7 +163,7 @@ TEST(StepThunks, AFailureLosesExactlyTheOutputsThatDependOnIt) {
   op_by_op->plan = lowering::plan_op_by_op(op_by_op->graph);
   for (std::shared_ptr<const lowering::Program> p : {compiled, std::shared_ptr<const lowering::Program>(op_by_op)}) {
     executor::Bindings b = bindings({1, 9});
-    executor::RunResult r = executor::Executable(p).run(b, 1);
+    executor::RunResult r = executor::Executable(p, cpu_execution()).run(b, 1);
     ASSERT_EQ(r.failures.size(), 1u);
     const ir::Graph& g = p->graph;
     EXPECT_EQ(r.failures[0].node, g.value(g.outputs()[5]).node);
@@ -179,7 +180,7 @@ TEST(StepThunks, AFailureLosesExactlyTheOutputsThatDependOnIt) {
 TEST(StepThunks, ARunWithoutFailuresMatchesEager) {
   auto p = rt().compile(make_case().g, "step_thunks");
   executor::Bindings b = bindings({3, 1});
-  executor::RunResult r = executor::Executable(p).run(b, 1);
+  executor::RunResult r = executor::Executable(p, cpu_execution()).run(b, 1);
   ASSERT_TRUE(r.failures.empty());
   const at::Tensor& x = b.inputs[0];
   at::Tensor picked = x.index_select(0, b.inputs[1]);
@@ -233,10 +234,10 @@ TEST(StepThunks, AtenStepsRunOnTheTargetsDevice) {
   g.add_output(g.add_node1(OpKind::Neg, {x}, {dt(DType::Float32)}, f32({3})));
   auto p = rt().compile(std::move(g), "step_thunks_device");
   executor::Bindings b{{torch::randn({3})}, {}};
-  executor::RunResult cpu = executor::Executable(p, executor::ExecutionTarget{}).run(b, 1);
+  executor::RunResult cpu = executor::Executable(p, cpu_execution()).run(b, 1);
   ASSERT_TRUE(cpu.failures.empty());
   EXPECT_TRUE(torch::equal(cpu.outputs[0], torch::ones({3})));
-  executor::ExecutionTarget meta;
+  executor::ExecutionTarget meta = cpu_execution();
   meta.device = c10::Device(c10::kMeta);
   executor::RunResult r = executor::Executable(p, meta).run(b, 1);
   ASSERT_TRUE(r.failures.empty());

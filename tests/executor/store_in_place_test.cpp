@@ -11,6 +11,7 @@
 #include "executor/store_in_place.h"
 #include "runtime/runtime.h"
 #include "test_graphs.h"
+#include "tests/executor/cpu_execution.h"
 
 using namespace lazyjit;
 using namespace test_graphs;
@@ -45,7 +46,7 @@ TEST(StoreInPlace, AnUpdateReadingItsInputOnlyForItselfIsStoredThere) {
   int64_t slot;
   std::memcpy(&slot, &h, sizeof slot);
   at::Tensor want_p = tp * 0.5 + tg, want_m = tm + tg;
-  executor::Executable e(prog);
+  executor::Executable e(prog, cpu_execution());
   executor::Bindings b{{tp, tg, tm}, {slot}};
   b.into = {{prog->graph.outputs()[0], tp}, {prog->graph.outputs()[1], tm}};
   auto out = e.run(b, 2).outputs;

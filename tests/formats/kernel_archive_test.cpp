@@ -1,4 +1,4 @@
-// The GPU targets' kernel archives (formats/kernel_archive.h) on untrusted
+// The GPU targets' kernel archives (targets/cuda/kernel_archive.h) on untrusted
 // bytes: each truncation, hostile length, field out of range and random damage
 // is an ArchiveError naming what is damaged, never a crash, an allocation of a
 // hostile length, or an archive read wrong. The byte layout is checked against
@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "formats/kernel_archive.h"
+#include "targets/cuda/kernel_archive.h"
 
 namespace lazyjit::formats {
 namespace {

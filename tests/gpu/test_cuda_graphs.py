@@ -1,4 +1,4 @@
-"""A step as one CUDA graph launch (issue 43 part 1; executor/graph_replays.h):
+"""A step as one CUDA graph launch (issue 43 part 1; targets/cuda/graph_replays.h):
 under LAZYJIT_TARGET=cuda a replayable program runs as usual at its first run
 with given sizes and scalars, is captured at its second and replayed from then
 on. CUDA eager is the oracle at every step, with new inputs each step; a
@@ -20,7 +20,7 @@ STEPS = 6
 
 
 def assert_replayed(m, runs, report):
-    """What the replay policy (executor/cuda/graph_replays.h) guarantees for one
+    """What the replay policy (targets/cuda/graph_replays.h) guarantees for one
     program run `runs` times with the same sizes and scalars, whatever the
     caching allocator does: a warm-up run, then a capture (replayed at once),
     then replays. An input read in place at the capture (it was at the

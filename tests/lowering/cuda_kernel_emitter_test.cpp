@@ -1,6 +1,6 @@
-// The CUDA target's kernel emitter (lowering/cuda/kernel_emitter.h): kernels of
+// The CUDA target's kernel emitter (targets/cuda/kernel_emitter.h): kernels of
 // plans made by plan_graph, emitted into nvptx64 modules, checked on their IR
-// (the ABI of lowering/device_kernel.h, annotations, indexing, block
+// (the ABI of targets/cuda/device_kernel.h, annotations, indexing, block
 // reductions), verified, and, for kernels without transcendental math (which
 // needs libdevice, linked by the target, not the emitter), taken to PTX by
 // LLVM's NVPTX back end. No GPU needed.
@@ -46,7 +46,7 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 
-#include "lowering/cuda/kernel_emitter.h"
+#include "targets/cuda/kernel_emitter.h"
 #include "lowering/plan.h"
 #include "tests/lowering/test_support.h"
 

@@ -14,14 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "lowering/cpu/codegen.h"
-#include "lowering/cpu/jit.h"
-#include "lowering/cuda/ptx.h"
-#include "lowering/cuda_sim/host_kernel.h"
-#include "lowering/cuda_sim/sim_grid.h"
-#include "lowering/cuda_sim/sim_target.h"
+#include "targets/cpu/codegen.h"
+#include "targets/cpu/jit.h"
+#include "targets/cuda/ptx.h"
+#include "targets/cuda_sim/host_kernel.h"
+#include "targets/cuda_sim/sim_grid.h"
+#include "targets/cuda_sim/sim_target.h"
 #include "lowering/plan.h"
 #include "lowering/target.h"
+#include "targets/cpu/cpu_target.h"
 #include "tests/lowering/test_support.h"
 
 namespace lazyjit::lowering {
@@ -193,14 +194,17 @@ TEST(CudaSim, ItsKeysAreItsOwnAndItsArchiveIsCheckedAsUntrusted) {
   ir::Graph g = softmax_graph(4, 5000);
   Plan p = plan_graph(g);
   auto code = sim->compile(g, p);
-  ASSERT_TRUE(code->device_kernel(0));
-  EXPECT_TRUE(code->device_kernel(0)->simulated);
+  // Its kernels are SimKernels: the CUDA target's launch and host code, not
+  // CUDA DeviceKernels (the CUDA thunk refuses them).
+  ASSERT_TRUE(cuda_sim::sim_kernel(*code, 0));
+  EXPECT_EQ(device_kernel(*code, 0), nullptr);
+  EXPECT_NE(cuda_sim::sim_kernel(*code, 0)->entry, nullptr);
   const std::string obj = code->object();
   // Read back: the same launch, no codegen.
   Plan p2 = plan_graph(g);
   auto back = make_cuda_sim_target()->load(obj, p2);
-  ASSERT_TRUE(back->device_kernel(0));
-  EXPECT_EQ(back->device_kernel(0)->block, code->device_kernel(0)->block);
+  ASSERT_TRUE(cuda_sim::sim_kernel(*back, 0));
+  EXPECT_EQ(cuda_sim::sim_kernel(*back, 0)->launch.block, cuda_sim::sim_kernel(*code, 0)->launch.block);
   // Garbage, truncations and a CPU archive: errors naming what was refused.
   for (size_t cut : {size_t{0}, size_t{7}, obj.size() / 2, obj.size() - 1}) {
     Plan p3 = plan_graph(g);

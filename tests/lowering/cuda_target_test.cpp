@@ -15,17 +15,19 @@
 #include <regex>
 #include <stdexcept>
 
-#include "cuda_driver/driver.h"
-#include "formats/kernel_archive.h"
+#include "targets/cuda/driver.h"
+#include "targets/cuda/kernel_archive.h"
 #include "graph_ir/bytes.h"
-#include "lowering/cuda/libdevice.h"
-#include "lowering/cuda/ptx.h"
-#include "lowering/cuda/ptxas.h"
-#include "lowering/cuda/toolkit.h"
+#include "targets/cuda/libdevice.h"
+#include "targets/cuda/ptx.h"
+#include "targets/cuda/ptxas.h"
+#include "targets/cuda/toolkit.h"
 #include "lowering/lower.h"
 #include "lowering/plan.h"
 #include "lowering/target.h"
+#include "targets/cuda/cuda_target.h"
 #include "tests/lowering/test_support.h"
+#include "targets/cuda/device_kernel.h"
 
 namespace lazyjit::lowering {
 namespace {
@@ -47,7 +49,7 @@ std::unique_ptr<Target> cuda_target(const std::string& arch) {
   }
 }
 
-// One unit of the "LJCU" archive (formats/kernel_archive.h), in the fields the
+// One unit of the "LJCU" archive (targets/cuda/kernel_archive.h), in the fields the
 // tests below check.
 struct Unit {
   bool generic;
@@ -162,7 +164,7 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
   // unit holds, its symbol and launch (the executor loads it at its first run).
   const formats::CudaArchive units = formats::read_cuda_archive(c.object);
   for (size_t i = 0; i < n && units.kernel_units.size() == n; ++i) {
-    const DeviceKernel* dk = c.code->device_kernel(i);
+    const DeviceKernel* dk = device_kernel(*c.code, i);
     if (!dk) {
       ADD_FAILURE() << "kernel " << i << ": no device kernel";
       continue;
@@ -172,8 +174,6 @@ Compiled compile_and_check(Target& t, const ir::Graph& g, const std::string& arc
     EXPECT_EQ(dk->symbol, u.symbol) << i;
     EXPECT_EQ(static_cast<int>(dk->grid), static_cast<int>(u.launch.grid)) << i;
     EXPECT_EQ(dk->block, u.launch.block) << i;
-    EXPECT_FALSE(dk->simulated);
-    EXPECT_EQ(dk->host_function, nullptr);
   }
   EXPECT_EQ(c.archive.arch, arch);
   const int sm = std::stoi(arch.substr(3));
@@ -578,9 +578,9 @@ TEST_P(CudaTarget, ObjectRoundTripsThroughLoad) {
   }
   EXPECT_EQ(p2.kernel_fns.size(), n);
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(loaded->device_kernel(i));
-    EXPECT_EQ(loaded->device_kernel(i)->image, c.code->device_kernel(i)->image) << "the same cubin";
-    EXPECT_EQ(loaded->device_kernel(i)->symbol, c.code->device_kernel(i)->symbol);
+    ASSERT_TRUE(device_kernel(*loaded, i));
+    EXPECT_EQ(device_kernel(*loaded, i)->image, device_kernel(*c.code, i)->image) << "the same cubin";
+    EXPECT_EQ(device_kernel(*loaded, i)->symbol, device_kernel(*c.code, i)->symbol);
   }
   EXPECT_EQ(loaded->object(), c.object) << "load(object()).object() == object()";
   EXPECT_EQ(loaded->assembly(), c.code->assembly()) << "the same PTX sections";

@@ -13,6 +13,7 @@
 
 #include "lowering/plan_dot.h"
 #include "test_support.h"
+#include "targets/cpu/cpu_target.h"
 
 using namespace lazyjit;
 using namespace lazyjit::ir;

@@ -12,6 +12,7 @@
 
 #include "lowering/plan.h"
 #include "lowering/target.h"
+#include "targets/cpu/cpu_target.h"
 #include "tests/lowering/test_support.h"
 
 namespace lazyjit::lowering {

@@ -13,6 +13,7 @@
 
 #include "lowering/plan.h"
 #include "lowering/target.h"
+#include "targets/cpu/cpu_target.h"
 
 namespace lazyjit::lowering::test {
 

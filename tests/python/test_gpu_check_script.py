@@ -5,7 +5,7 @@ pytest's summary and a JUnit report naming the tests that ran, also when its
 files run in several pytest processes. The budget printed first comes from
 the measured build time, and leaves tests/gpu at least 5 minutes of a cold
 10-minute call. --no-build builds nothing. The build-error rule that turns
-CUDA graphs off matches a compiler error in executor/cuda/cuda_graph.cpp, not
+CUDA graphs off matches a compiler error in targets/cuda/cuda_graph.cpp, not
 ninja's progress line for it."""
 import math
 import os
@@ -84,13 +84,13 @@ def _graph_error(tmp_path, log: str) -> bool:
 
 
 def test_graphs_off_only_for_a_compiler_error_in_cuda_graph_cpp(tmp_path):
-    progress = ("[41/97] Building CXX object CMakeFiles/lazyjit.dir/executor/cuda/cuda_graph.cpp.o\n"
+    progress = ("[41/97] Building CXX object CMakeFiles/lazyjit.dir/targets/cuda/cuda_graph.cpp.o\n"
                 "FAILED: tests/CMakeFiles/executor_tests.dir/executor/graph_replay_test.cpp.o\n"
                 "/src/tests/executor/graph_replay_test.cpp:12:3: error: 'x' was not declared\n")
     assert not _graph_error(tmp_path, progress)
-    assert _graph_error(tmp_path, progress + "/src/executor/cuda/cuda_graph.cpp:40:10: fatal error: "
+    assert _graph_error(tmp_path, progress + "/src/targets/cuda/cuda_graph.cpp:40:10: fatal error: "
                         "ATen/cuda/CUDAGraph.h: No such file or directory\n")
-    assert _graph_error(tmp_path, "FAILED: CMakeFiles/lazyjit.dir/executor/cuda/cuda_graph.cpp.o\n")
+    assert _graph_error(tmp_path, "FAILED: CMakeFiles/lazyjit.dir/targets/cuda/cuda_graph.cpp.o\n")
 
 
 def test_device_run_script_is_the_gpu_check():

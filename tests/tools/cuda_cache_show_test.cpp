@@ -31,8 +31,9 @@
 #include "lowering/plan.h"
 #include "lowering/program.h"
 #include "lowering/program_bytes.h"
-#include "lowering/cuda_sim/sim_target.h"
+#include "targets/cuda_sim/sim_target.h"
 #include "lowering/target.h"
+#include "targets/cuda/cuda_target.h"
 #include "tests/cache/disk_test_util.h"
 
 #ifndef LAZYJIT_CACHE_TOOL
@@ -201,7 +202,7 @@ class CudaCacheShow : public ::testing::Test {
     damaged_key_ = write_entry(dir_->cache(), p, target->fingerprint(), 0x1111111100000000ull);
     // Every length intact, the first unit's block 0 threads (which no target
     // launches); then its PTX length 2^32 - 16 (past the archive's end). Laid
-    // out as formats/kernel_archive.h documents: "LJCU", u32 version, str
+    // out as targets/cuda/kernel_archive.h documents: "LJCU", u32 version, str
     // arch, u32 PTX ISA, u32 units; a unit: u64 key lo and hi, u8 generic,
     // str symbol, u8 grid, i32 block, i32 shared bytes, i32 elements per
     // thread, i32 rows per block, str PTX.
@@ -258,7 +259,7 @@ class CudaCacheShow : public ::testing::Test {
   static inline std::map<std::string, std::string> grid_of_;  // symbol -> "rows" or "elements"
   static inline std::map<std::string, int> block_of_, rows_of_;  // symbol -> block, rows a block
   // symbol -> elements a thread: the softmax's rows 1, the contiguous float32
-  // elementwise kernel 4 (vectorized, lowering/cuda/kernel_emitter.h).
+  // elementwise kernel 4 (vectorized, targets/cuda/kernel_emitter.h).
   static int per_thread(const std::string& symbol) { return grid_of_[symbol] == "rows" ? 1 : 4; }
 };
 
@@ -379,7 +380,7 @@ TEST_F(CudaCacheShow, TruncatedArchiveIsAClearErrorNotACrash) {
   ASSERT_EQ(j["notes"].size(), 1u) << j["notes"].dump();
 }
 
-// The tool reads an archive as the targets load it (formats/kernel_archive.h):
+// The tool reads an archive as the targets load it (targets/cuda/kernel_archive.h):
 // launch data no target would launch is damage, named, not a table to trust;
 // a length past the end is refused before anything is allocated for it.
 TEST_F(CudaCacheShow, WhatTheTargetRefusesTheToolCallsDamaged) {

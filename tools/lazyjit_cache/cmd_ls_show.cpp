@@ -102,7 +102,7 @@ int cmd_show(const Common& c, const ShowOptions& o) {
     else llvm_note = "cache entries hold object code, not LLVM IR; run the program with LAZYJIT_DUMP=<dir> and pass "
                      "--dump-dir <dir> (looked for " + (dir.empty() ? std::string("$LAZYJIT_DUMP unset") : path) + ")";
   }
-  // A CUDA entry (its kernels' PTX and cubins, lowering/cuda/cuda_target.cpp)
+  // A CUDA entry (its kernels' PTX and cubins, targets/cuda/cuda_target.cpp)
   // always shows its kernels' launch shapes; --asm adds their PTX and SASS.
   const bool cuda_entry = m.value("code_fingerprint", std::string()).rfind("target cuda;", 0) == 0;
   ObjectCode obj;

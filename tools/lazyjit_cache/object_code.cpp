@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "cache/entry_file.h"
-#include "formats/kernel_archive.h"
+#include "targets/cuda/kernel_archive.h"
 #include "formats/program_bytes.h"
 #include "graph_ir/bytes.h"
 

@@ -6,14 +6,14 @@
 // object_bytes. It is the kernel archive of the target that compiled the
 // program, told apart by its tag:
 //
-// the CPU target's (lowering/cpu/cpu_target.cpp), one object file per kernel:
+// the CPU target's (targets/cpu/cpu_target.cpp), one object file per kernel:
 //   "LJKO" u32 version 1, u32 unit count, per unit: u64 key lo, u64 key hi,
 //   u8 generic, str symbol, str object; then u32 kernel count + u32 unit each.
 //   Read here byte by byte: the tool links no LLVM and no lowering.
 //
 // the CUDA target's ("LJCU": PTX, cubin and launch per kernel; versions 1 to 3
 // are shown) and cuda-sim's ("LJCS": a host object file per kernel), read by
-// formats/kernel_archive.h, the reader the targets load them with.
+// targets/cuda/kernel_archive.h, the reader the targets load them with.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

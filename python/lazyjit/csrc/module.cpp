@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
@@ -267,6 +268,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("mode", [] { return lazyjit::mode() == lazyjit::Mode::Step ? "step" : "lazy"; });
   m.def("target", &lazyjit::target);
+  // What Python asks of the target instead of testing its name (device_module.py, dynamo.py, _pickle.py).
+  m.def("data_device_type", &lazyjit::data_device_type);
+  m.def("data_on_host", &lazyjit::data_on_host);
+  m.def("data_generator", [] { return py::reinterpret_steal<py::object>(THPGenerator_Wrap(lazyjit::data_generator())); });
   py::class_<lazyjit::HookHandle>(m, "HookHandle").def("remove", &lazyjit::HookHandle::remove);
   m.def("add_op_hook", [](py::function fn, bool lazy, bool with_info) {
     auto holder = std::make_shared<py::function>(std::move(fn));
