@@ -10,7 +10,7 @@
 #           it cannot: no toolkit, no libcudart.so, two CUDA versions.
 #   direct  torch's libraries and headers by path (torch/lib, torch/include),
 #           without libtorch's config and its CUDA setup; the CUDA headers and
-#           libcudart for executor/cuda/cuda_graph.cpp from the toolkit, where
+#           libcudart for targets/cuda/cuda_graph.cpp from the toolkit, where
 #           one is found (else CUDA graphs are off).
 #   auto    (default) config for a torch without CUDA. For a CUDA torch, config
 #           when libtorch's config alone configures (cmake/torch_probe, run in
