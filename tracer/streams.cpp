@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "env/env.h"
 #include "tracer/lazy_storage.h"
 #include "tracer/trace_context.h"
 
@@ -67,10 +68,10 @@ void timed_sync(TraceContext& ctx, const std::string& site) {
 }  // namespace
 
 int launcher_local_rank() {
-  const char* v = std::getenv("LOCAL_RANK");
-  if (v == nullptr || *v == '\0') return -1;
+  const std::string v = env::get("LOCAL_RANK");
+  if (v.empty()) return -1;
   char* end = nullptr;
-  const long r = std::strtol(v, &end, 10);
+  const long r = std::strtol(v.c_str(), &end, 10);
   return (*end == '\0' && r > 0 && r < 128) ? static_cast<int>(r) : -1;
 }
 

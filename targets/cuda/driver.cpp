@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "env/env.h"
+
 namespace lazyjit::cuda_driver {
 
 namespace {
@@ -104,8 +106,8 @@ const Driver& driver() {
   std::call_once(once, [] {
     // The soname the driver installs (libcuda.so is a development symlink
     // only); tests name another library (a missing one, one without cuInit).
-    const char* test_lib = std::getenv("LAZYJIT_TEST_LIBCUDA");
-    const std::string name = test_lib && *test_lib ? test_lib : "libcuda.so.1";
+    const std::string test_lib = env::get("LAZYJIT_TEST_LIBCUDA");
+    const std::string name = test_lib.empty() ? "libcuda.so.1" : test_lib;
     void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();

@@ -7,14 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
-extern char** environ;
+#include "env/env.h"
 
 namespace lazyjit::lowering::cuda {
 
@@ -24,8 +23,8 @@ namespace {
 class TempDir {
  public:
   TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/lazyjit-ptxas-XXXXXX";
+    const std::string t = env::get("TMPDIR");
+    std::string tmpl = (t.empty() ? std::string("/tmp") : t) + "/lazyjit-ptxas-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (!::mkdtemp(buf.data()))
@@ -72,7 +71,7 @@ int run(const std::vector<std::string>& argv, const std::string& log) {
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid;
-  int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), env::all());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("lazyjit: CUDA target: cannot run " + argv[0] + ": " + std::strerror(rc));
   int status = 0;

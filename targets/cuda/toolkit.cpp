@@ -3,8 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <stdexcept>
+
+#include "env/env.h"
 
 namespace lazyjit::lowering::cuda {
 
@@ -23,11 +24,6 @@ bool is_file(const std::string& p) {
 }
 bool is_executable(const std::string& p) { return is_file(p) && ::access(p.c_str(), X_OK) == 0; }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 }  // namespace
 
 std::string join_places(const std::vector<std::string>& places) {
@@ -41,13 +37,13 @@ std::string find_libdevice(const CudaOptions& o) {
     if (is_file(o.libdevice)) return o.libdevice;
     throw std::runtime_error("lazyjit: CudaOptions::libdevice " + o.libdevice + " is not a file");
   }
-  if (std::string e = env("LAZYJIT_LIBDEVICE"); !e.empty()) {
+  if (std::string e = env::get("LAZYJIT_LIBDEVICE"); !e.empty()) {
     if (is_file(e)) return e;
     throw std::runtime_error("lazyjit: LAZYJIT_LIBDEVICE=" + e + " is not a file");
   }
   std::vector<std::string> looked;
   const std::string rel = "/nvvm/libdevice/libdevice.10.bc";
-  if (std::string home = env("CUDA_HOME"); !home.empty()) looked.push_back(home + rel);
+  if (std::string home = env::get("CUDA_HOME"); !home.empty()) looked.push_back(home + rel);
   else looked.push_back("$CUDA_HOME" + rel + " (CUDA_HOME unset)");
   looked.push_back("/usr/local/cuda" + rel);
   if (*LAZYJIT_DEFAULT_LIBDEVICE) looked.push_back(LAZYJIT_DEFAULT_LIBDEVICE);
@@ -65,13 +61,13 @@ std::string find_ptxas(const CudaOptions& o, std::string* looked_out) {
     if (is_executable(o.ptxas)) return o.ptxas;
     throw std::runtime_error("lazyjit: CudaOptions::ptxas " + o.ptxas + " is not an executable file");
   }
-  if (std::string e = env("LAZYJIT_PTXAS"); !e.empty()) {
+  if (std::string e = env::get("LAZYJIT_PTXAS"); !e.empty()) {
     if (is_executable(e)) return e;
     throw std::runtime_error("lazyjit: LAZYJIT_PTXAS=" + e + " is not an executable file");
   }
   std::vector<std::string> looked{"CudaOptions::ptxas (empty)", "LAZYJIT_PTXAS (unset)"};
   std::vector<std::string> candidates;
-  std::string path = env("PATH");
+  std::string path = env::get("PATH");
   size_t dirs = 0;
   for (size_t start = 0; start <= path.size();) {
     size_t end = path.find(':', start);
@@ -85,7 +81,7 @@ std::string find_ptxas(const CudaOptions& o, std::string* looked_out) {
   }
   looked.push_back("ptxas on PATH (" + std::to_string(dirs) + " directories)");
   std::vector<std::string> rest;
-  if (std::string home = env("CUDA_HOME"); !home.empty()) rest.push_back(home + "/bin/ptxas");
+  if (std::string home = env::get("CUDA_HOME"); !home.empty()) rest.push_back(home + "/bin/ptxas");
   else looked.push_back("$CUDA_HOME/bin/ptxas (CUDA_HOME unset)");
   rest.push_back("/usr/local/cuda/bin/ptxas");
   if (*LAZYJIT_DEFAULT_PTXAS) rest.push_back(LAZYJIT_DEFAULT_PTXAS);
