@@ -143,17 +143,15 @@ std::optional<at::Tensor> TraceContext::evaluate_apart(const at::Tensor& t) {
   // The storages hold their values now, as after a sync: reading them again
   // runs nothing (later ops read their data as inputs), and the pending graph
   // stops writing them. Each owns its elements (a result may be an input's
-  // memory, or shared by two storages), as write_back() makes them.
+  // memory, or shared by two storages), as after a sync (take_result).
   std::unordered_set<const void*> taken;
   for (const at::Tensor& in : b.inputs) taken.insert(in.storage().data());
-  auto take = [&](LazyStorage& o, at::Tensor full) {
-    if (!taken.insert(full.storage().data()).second) full = full.clone(at::MemoryFormat::Preserve);
-    untouch(o);
-    set_storage_data(o, full.as_strided({full.numel()}, {1}, full.storage_offset()));
-    o.epoch = 0;
-  };
-  take(s, r.outputs[0]);
-  for (auto [o, i] : also) take(*o, r.outputs[i]);
+  untouch(s);
+  take_result(s, r.outputs[0], taken);
+  for (auto [o, i] : also) {
+    untouch(*o);
+    take_result(*o, r.outputs[i], taken);
+  }
   return s.data.as_strided(t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
 }
 

@@ -457,10 +457,14 @@ void TraceContext::write_back(const runtime::SyncResult& r, const runtime::Bindi
     if (!t.defined()) continue;  // depends on a failed step
     const bool own = s->data.defined() && t.data_ptr() == s->data.data_ptr() && t.is_contiguous() &&
                      std::any_of(b.may_overwrite.begin(), b.may_overwrite.end(), [&](auto o) { return o.first == i; });
-    if (!taken.insert(t.storage().data()).second && !own) t = t.clone(at::MemoryFormat::Preserve);
-    set_storage_data(*s, t.as_strided({t.numel()}, {1}, t.storage_offset()));
-    s->epoch = 0;
+    take_result(*s, std::move(t), taken, own);
   }
+}
+
+void TraceContext::take_result(LazyStorage& s, at::Tensor t, std::unordered_set<const void*>& taken, bool own) {
+  if (!taken.insert(t.storage().data()).second && !own) t = t.clone(at::MemoryFormat::Preserve);
+  set_storage_data(s, t.as_strided({t.numel()}, {1}, t.storage_offset()));
+  s.epoch = 0;
 }
 
 void TraceContext::report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r,

@@ -193,6 +193,11 @@ class TraceContext {
                                 std::vector<OpEvent>* events);
   void offer_overwrites(runtime::Bindings& b, const Results& results) const;
   void write_back(const runtime::SyncResult& r, const runtime::Bindings& b, const Results& results);
+  // Storage s holds t, a run's result, as its data from now on (epoch 0). A
+  // result may be an input's memory or shared by two storages: each storage owns
+  // its elements, so t is cloned when its memory is in `taken` (the run's inputs
+  // and what earlier storages took), unless `own` (computed in s's own memory).
+  static void take_result(LazyStorage& s, at::Tensor t, std::unordered_set<const void*>& taken, bool own = false);
   // Hooks, the per-op timing table, then the check's and NaN checks' reports (raised).
   void report_run(const std::vector<OpEvent>& events, const runtime::SyncResult& r, const std::string& site);
   // After a run with failed steps: loses what depends on them, resets, raises.
