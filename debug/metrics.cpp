@@ -26,6 +26,7 @@ const char* counter_name(Counter c) {
     case Counter::Syncs: return "syncs";
     case Counter::HashCollisions: return "hash_collisions";
     case Counter::StepOps: return "step_ops";
+    case Counter::OpsAtOnce: return "ops_at_once";
     case Counter::LayoutCopies: return "layout_copies";
     case Counter::ArgumentCopies: return "argument_copies";
     case Counter::DiskHits: return "disk_hits";

@@ -32,6 +32,7 @@ enum class Counter : int {
   Syncs,           // points where pending work was run
   HashCollisions,  // cache hits refused by the confirming hash
   StepOps,         // ops run one at a time in step mode
+  OpsAtOnce,       // small ops run at once around compiled programs (not recorded)
   LayoutCopies,    // library results copied to the layout the tracer promised
   DiskHits,        // programs loaded from the on-disk cache (linked, no codegen)
   DiskMisses,      // on-disk lookups that found no usable entry

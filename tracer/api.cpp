@@ -173,6 +173,7 @@ void sync() {
   // Python's frame (a few hundred ns), so a sync with nothing recorded (a loop
   // that syncs after each torch.compile call on the device) skips it.
   ctx.sync("lazyjit.sync()", ctx.has_pending() ? tracer::TraceContext::call_site() : std::string());
+  ctx.note_step_end();
 }
 
 debug::MetricsSnapshot metrics() { return debug::Metrics::get().snapshot(); }

@@ -14,15 +14,7 @@ namespace lazyjit {
 
 using tracer::TraceContext;
 
-namespace {
-// A tensor over `data`'s storage with this geometry (what as_strided gives,
-// without a dispatcher call; `data` never needs gradients).
-at::Tensor alias(const at::Tensor& data, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset) {
-  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(data.storage()), data.key_set(), data.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-  return t;
-}
-}  // namespace
+using tracer::data_alias;
 
 std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
   TraceContext& ctx = TraceContext::get();
@@ -46,7 +38,7 @@ std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
     ctx.prepare_write(t);
     tracer::LazyStorage& s = tracer::storage_of(t);
     if (s.data.defined() && !s.lost && s.dtype == t.scalar_type() && !TraceContext::pending_owner(s))
-      out.push_back(alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset()));
+      out.push_back(data_alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset()));
     else  // pending in another thread's graph, never written, or another dtype over its bytes
       out.push_back(ctx.cpu_view(t, "torch.compile call on lazyjit tensors"));
   }
@@ -56,6 +48,10 @@ std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
 at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& args,
                        const std::vector<at::Tensor>& data) {
   if (!out.defined() || tracer::is_lazy(out)) return out;
+  {
+    std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+    TraceContext::get().note_program_call();  // the code around it runs eagerly (trace_context.h)
+  }
   const c10::StorageImpl* mem = out.storage().unsafeGetStorageImpl();
   for (size_t i = 0; i < args.size() && i < data.size(); ++i) {
     if (!tracer::is_lazy(args[i]) || !data[i].defined()) continue;
@@ -83,7 +79,7 @@ at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& arg
                                      own.strides(), 0);
   // A new storage: nothing records it, so its data is set as assign_data would.
   tracer::LazyStorage& s = tracer::storage_of(t);
-  s.data = alias(own, {span}, {1}, own.storage_offset());
+  s.data = data_alias(own, {span}, {1}, own.storage_offset());
   std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
   s.owner = &TraceContext::get();
   return t;

@@ -173,6 +173,12 @@ at::Tensor shared_memory(const at::Tensor& t) {
   return storage_of(t).shm;
 }
 
+at::Tensor data_alias(const at::Tensor& data, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(data.storage()), data.key_set(), data.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return t;
+}
+
 void set_storage_data(LazyStorage& s, const at::Tensor& d) {
   if (!s.shm.defined()) {
     s.data = d;

@@ -56,6 +56,10 @@ struct LazyStorage {
 c10::Storage make_storage(int64_t numel, at::ScalarType dtype);
 at::Tensor make_tensor(c10::Storage storage, at::ScalarType dtype, at::IntArrayRef sizes,
                        at::IntArrayRef strides, int64_t offset);
+// A tensor over `data`'s storage with this geometry: what as_strided gives,
+// without a dispatcher call (for data the tracer hands to kernels or keeps;
+// `data` never needs gradients).
+at::Tensor data_alias(const at::Tensor& data, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset);
 // Throws unless `t` is a lazyjit tensor.
 LazyStorage& storage_of(const at::Tensor& t);
 bool is_lazy(const at::Tensor& t);

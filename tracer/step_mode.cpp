@@ -117,9 +117,16 @@ void call_lazy_op_hooks(const std::vector<OpEvent>& events) {
 using c10::IValue;
 using torch::jit::Stack;
 
+namespace {
+// Runs `op`'s kernel where data lives on the arguments' materialized elements
+// (nothing they read may be pending) and wraps the results; with `hook_event`,
+// fills it and calls the op hooks.
+void run_kernel(const c10::OperatorHandle& op, Stack* stack, const char* reason, OpEvent* hook_event,
+                bool own_memory = false);
+}  // namespace
+
 void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
   TraceContext& ctx = TraceContext::get();
-  const auto& schema = op.schema();
   std::string name = full_name(op);
   bool step = lazyjit::mode() == Mode::Step;
   std::string site = ctx.call_site();
@@ -135,6 +142,27 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
                   /*every=*/true);
   }
   if (ctx.has_pending()) ctx.sync(std::string("eager op ") + name + ": " + reason, site);
+  OpEvent event;
+  bool hooked = step && has_op_hooks();
+  if (hooked) {
+    event.op = name;
+    event.site = site;
+  }
+  run_kernel(op, stack, reason, hooked ? &event : nullptr);
+  if (step) debug::Metrics::get().add(debug::Counter::StepOps);
+}
+
+void run_at_once(const c10::OperatorHandle& op, Stack* stack) {
+  run_kernel(op, stack, "run at once", nullptr, /*own_memory=*/true);
+  debug::Metrics::get().add(debug::Counter::OpsAtOnce);
+}
+
+namespace {
+
+void run_kernel(const c10::OperatorHandle& op, Stack* stack, const char* reason, OpEvent* hook_event,
+                bool own_memory) {
+  TraceContext& ctx = TraceContext::get();
+  const auto& schema = op.schema();
   Stack args = *stack;
   // The kernel writes these arguments' elements in place.
   for (size_t i = 0; i < schema.arguments().size() && i < args.size(); ++i) {
@@ -142,9 +170,15 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
     if (ai && ai->isWrite())
       for_each_tensor(args[i], [&](const at::Tensor& t) {
         if (!is_lazy(t)) return;
-        TORCH_CHECK(!is_sparse_layout(t), "lazyjit: ", name, " writes into a sparse lazyjit tensor (",
+        TORCH_CHECK(!is_sparse_layout(t), "lazyjit: ", full_name(op), " writes into a sparse lazyjit tensor (",
                     t.layout(), "), which lazyjit does not support");
         ctx.prepare_write(t);
+        // Run at once, the write never lands in memory someone else holds (a
+        // data view handed out): the storage takes a copy first, as a program
+        // computes in place only into memory nothing else holds.
+        LazyStorage& s = storage_of(t);
+        if (own_memory && s.data.defined() && !s.shm.defined() && s.data.storage().use_count() > 1)
+          s.data = s.data.clone();
       });
   }
   // The kernel of where data lives (data_device(): the CPU, or the GPU under
@@ -153,24 +187,43 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   auto to_cpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!is_lazy(t)) return t;
     if (is_sparse_layout(t)) return sparse_to_cpu(t);
+    const LazyStorage& s = storage_of(t);
+    // Data on hand (a pending graph at most reads it), of t's dtype: a view of
+    // it, as cpu_view's, made directly.
+    const TraceContext* o = TraceContext::pending_owner(s);
+    if (s.data.defined() && !s.lost && s.dtype == t.scalar_type() && !has_math_bits(t) && (!o || o->reads_only(s)))
+      return data_alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
     return with_math_bits(ctx.cpu_view(t, reason), t);
   };
   Stack cpu;
-  for (const IValue& v : args) {
-    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) cpu.push_back(data_device());
-    else cpu.push_back(map_tensors(v, to_cpu));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const IValue& v = args[i];
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      cpu.push_back(data_device());
+      continue;
+    }
+    // An out= tensor over an uninitialized storage (from empty()) gets new,
+    // unfilled data: the kernel writes every element it keeps.
+    const auto* ai = i < schema.arguments().size() ? schema.arguments()[i].alias_info() : nullptr;
+    if (ai && ai->isWrite() && v.isTensor() && is_lazy(v.toTensor()) && !is_sparse_layout(v.toTensor())) {
+      const at::Tensor& t = v.toTensor();
+      LazyStorage& s = storage_of(t);
+      if (!s.data.defined() && !s.lost && !TraceContext::pending_owner(s) && ctx.is_fresh(t)) {
+        s.dtype = t.scalar_type();
+        s.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+        s.data = at::empty({s.numel}, on_device(s.dtype));
+      }
+    }
+    cpu.push_back(map_tensors(v, to_cpu));
   }
-  OpEvent event;
-  bool hooked = step && has_op_hooks();
-  if (hooked) {
-    event.op = name;
-    event.site = site;
-    for (const IValue& v : cpu) event.inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
-  }
+  bool hooked = hook_event != nullptr;
+  if (hooked)
+    for (const IValue& v : cpu) hook_event->inputs.push_back(v.isTensor() ? IValue(v.toTensor().clone()) : v);
   Stack in_cpu = cpu;
-  auto t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t0;
+  if (hooked) t0 = std::chrono::steady_clock::now();
   op.callBoxed(&cpu);
-  if (hooked) event.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (hooked) hook_event->duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // out= arguments the kernel resized got new memory: the lazyjit tensor
   // follows, as it would on any device.
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
@@ -222,13 +275,14 @@ void run_eager(const c10::OperatorHandle& op, Stack* stack, const char* reason) 
   }
   if (hooked) {
     for (const IValue& v : *stack)
-      event.outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) && !is_sparse_layout(v.toTensor())
+      hook_event->outputs.push_back(v.isTensor() && is_lazy(v.toTensor()) && !is_sparse_layout(v.toTensor())
                                   ? IValue(with_math_bits(ctx.cpu_view(v.toTensor(), "hook"), v.toTensor()).clone())
                                   : v);
-    call_op_hooks(event);
+    call_op_hooks(*hook_event);
   }
-  if (step) debug::Metrics::get().add(debug::Counter::StepOps);
 }
+
+}  // namespace
 
 bool run_special_op(const std::string& name, const Stack& args, Stack* stack) {
   if (lazyjit::mode() != Mode::Step || !has_op_hooks()) return special_op(name, stack);

@@ -24,6 +24,10 @@ void call_lazy_op_hooks(const std::vector<OpEvent>& events);
 // pending first); outputs are lazyjit tensors holding the results. Outside step
 // mode `reason` is counted in the metrics as a fallback.
 void run_eager(const c10::OperatorHandle& op, torch::jit::Stack* stack, const char* reason);
+// The same for an op run at once around compiled programs (record_op.cpp's
+// at_once): its arguments are on hand, nothing syncs, nothing counts as a
+// fallback; counted as ops_at_once.
+void run_at_once(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // One of the device's own ops (device_ops.h: special_op), which the op hooks
 // see in step mode as they see every op. False, having done nothing, when

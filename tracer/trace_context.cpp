@@ -182,7 +182,7 @@ void TraceContext::assign_data(const at::Tensor& t, const at::Tensor& cpu) {
   // the CUDA target moves there; on the CPU target nothing moves).
   const c10::Device dev = data_device();
   at::Tensor d = cpu.device() == dev ? cpu : cpu.to(dev);
-  set_storage_data(s, d.as_strided({d.numel()}, {1}, d.storage_offset()));
+  set_storage_data(s, data_alias(d, {d.numel()}, {1}, d.storage_offset()));
   s.numel = cpu.numel();
   s.dtype = cpu.scalar_type();
   s.epoch = 0;

@@ -138,6 +138,17 @@ class TraceContext {
   // added holds a random draw, which each run of the captured program draws
   // again with `redraw`.
   bool capturing() const { return redraws_ != nullptr; }
+
+  // Eager around compiled programs (record_op.cpp, docs/torch_compile.md): from
+  // a call of a torch.compile'd program on lazyjit tensors until the thread's
+  // next lazyjit.sync() (the end of a step), its small ops whose tensors are
+  // all on hand run at once through the data device's kernels, as eager's
+  // would, instead of being recorded. The code around a compiled model
+  // (generate's loop, a scheduler's step) is made of such ops; recording each
+  // and running them as small graphs costs more than running them.
+  void note_program_call() { around_programs_ = true; }
+  void note_step_end() { around_programs_ = false; }
+  bool around_programs() const { return around_programs_; }
   void note_redraw(std::function<at::Tensor()> redraw);
 
   static void forget(LazyStorage* s);
@@ -223,6 +234,7 @@ class TraceContext {
   std::unordered_map<LazyStorage*, ir::ValueId> shared_;
   // Set while capturing: (graph input, its draw) per random draw made.
   std::vector<std::pair<size_t, std::function<at::Tensor()>>>* redraws_ = nullptr;
+  bool around_programs_ = false;
 };
 
 }  // namespace lazyjit::tracer

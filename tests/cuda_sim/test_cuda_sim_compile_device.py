@@ -58,3 +58,25 @@ def test_pending_inputs_and_in_place_updates_on_the_simulated_gpu():
         torch.testing.assert_close(accl.cpu(), acc, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(seen.cpu(), want_seen, rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
+
+
+def test_small_ops_around_a_compiled_call_run_at_once_on_the_devices_data():
+    # Eager around compiled programs (tracer/record_op.cpp's at_once): under
+    # cuda-sim too, the loop around the call runs at once, nothing recorded.
+    torch._dynamo.reset()
+    lazyjit.sync()
+    f_c = torch.compile(lambda x: torch.tanh(x) * 2, backend="lazyjit")
+    x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(0))
+    y = f_c(x.to(DEV))
+    m0 = lazyjit.metrics()
+    scores = torch.where(torch.isin(torch.arange(1000, device=DEV), torch.tensor([3, 7], device=DEV)),
+                         torch.full((), -1.0, device=DEV), y)
+    best = scores.argmax(-1)
+    done = (best == 3).any().item()
+    m1 = lazyjit.metrics()
+    assert m1["ops_at_once"] - m0["ops_at_once"] >= 5, (m0["ops_at_once"], m1["ops_at_once"])
+    assert m1["syncs"] == m0["syncs"]
+    yr = torch.tanh(x) * 2
+    want = torch.where(torch.isin(torch.arange(1000), torch.tensor([3, 7])), torch.full((), -1.0), yr).argmax(-1)
+    assert best.cpu().tolist() == want.tolist() and done == bool((want == 3).any())
+    torch._dynamo.reset()
