@@ -36,22 +36,18 @@ std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args) {
       continue;
     }
     ctx.prepare_write(t);
-    tracer::LazyStorage& s = tracer::storage_of(t);
-    if (s.data.defined() && !s.lost && s.dtype == t.scalar_type() && !TraceContext::pending_owner(s))
-      out.push_back(data_alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset()));
+    if (std::optional<at::Tensor> v = TraceContext::on_hand_view(t)) out.push_back(std::move(*v));
     else  // pending in another thread's graph, never written, or another dtype over its bytes
       out.push_back(ctx.cpu_view(t, "torch.compile call on lazyjit tensors"));
   }
   return out;
 }
 
+namespace {
+
 at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& args,
                        const std::vector<at::Tensor>& data) {
   if (!out.defined() || tracer::is_lazy(out)) return out;
-  {
-    std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
-    TraceContext::get().note_program_call();  // the code around it runs eagerly (trace_context.h)
-  }
   const c10::StorageImpl* mem = out.storage().unsafeGetStorageImpl();
   for (size_t i = 0; i < args.size() && i < data.size(); ++i) {
     if (!tracer::is_lazy(args[i]) || !data[i].defined()) continue;
@@ -83,6 +79,16 @@ at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& arg
   std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
   s.owner = &TraceContext::get();
   return t;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> lazy_results(std::vector<at::Tensor> outs, const std::vector<at::Tensor>& args,
+                                     const std::vector<at::Tensor>& data) {
+  for (at::Tensor& o : outs) o = lazy_result(o, args, data);
+  std::lock_guard<std::recursive_mutex> lock(TraceContext::mutex());
+  TraceContext::get().note_program_call();  // the code around it runs eagerly (trace_context.h)
+  return outs;
 }
 
 }  // namespace lazyjit

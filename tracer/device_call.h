@@ -25,11 +25,13 @@ namespace lazyjit {
 // copy). A lost storage (its sync failed) raises that failure.
 std::vector<at::Tensor> data_views(const std::vector<at::Tensor>& args);
 
-// `out` (the program's result on the data device) as a lazyjit tensor: a view
-// of the lazyjit argument whose data it views (data_views()[i] shares its
-// memory), with the same sizes, strides and offset, or else a new lazyjit
-// tensor that owns `out`'s memory (no copy).
-at::Tensor lazy_result(const at::Tensor& out, const std::vector<at::Tensor>& args,
-                       const std::vector<at::Tensor>& data);
+// Each of `outs` (the program's results on the data device; undefined ones stay
+// so) as a lazyjit tensor: a view of the lazyjit argument whose data it views
+// (data_views()[i] shares its memory), with the same sizes, strides and offset,
+// or else a new lazyjit tensor that owns its memory (no copy). The calling
+// thread's small ops then run at once until its next lazyjit.sync()
+// (TraceContext::note_program_call).
+std::vector<at::Tensor> lazy_results(std::vector<at::Tensor> outs, const std::vector<at::Tensor>& args,
+                                     const std::vector<at::Tensor>& data);
 
 }  // namespace lazyjit

@@ -175,25 +175,15 @@ constexpr int64_t kAtOnceMaxElements = int64_t{1} << 18;
 
 bool at_once(const OpInfo& info, const Stack& args) {
   if (info.view || info.draws) return false;
-  TraceContext& ctx = TraceContext::get();
-  if (!ctx.around_programs() || ctx.capturing() || in_strict_region()) return false;
+  // A capture is a strict region too (capture.cpp).
+  if (!TraceContext::get().around_programs() || in_strict_region() || lazyjit::mode() == Mode::Step) return false;
   bool ok = true;
   for (const IValue& v : args)
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!ok || !t.defined() || !is_lazy(t)) return;
-      if (t.numel() > kAtOnceMaxElements) {
-        ok = false;
-        return;
-      }
+      // Readable now; one without data is uninitialized (from empty(): an out= argument).
       const LazyStorage& s = storage_of(t);
-      if (s.lost || s.numel > kAtOnceMaxElements) {
-        ok = false;
-        return;
-      }
-      // Pending, unless the graph only reads its data; without data and not
-      // pending it is uninitialized (from empty(): an out= argument).
-      const TraceContext* o = TraceContext::pending_owner(s);
-      ok = o ? s.data.defined() && o->reads_only(s) : true;
+      ok = t.numel() <= kAtOnceMaxElements && s.numel <= kAtOnceMaxElements && TraceContext::readable_now(s);
     });
   return ok;
 }
@@ -229,34 +219,26 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   size_t nargs = op.schema().arguments().size();
   Stack args(stack->end() - nargs, stack->end());
   TraceContext::OpScope scope(args.data(), args.size());
-  auto& metrics = debug::Metrics::get();
 
   ArgKinds kinds = arg_kinds(args);
+  // Of the device's own ops, a copy between two lazyjit tensors (.to(dtype),
+  // clone's decomposition) may run at once like any other op.
+  bool lazy_copy = info.special && info.name == "aten::copy_" && is_lazy(args[0].toTensor()) &&
+                   args[1].isTensor() && is_lazy(args[1].toTensor());
+  if (!kinds.sparse && (!info.special || lazy_copy) && at_once(info, args)) {
+    check_args(info, op.schema(), args);
+    return run_at_once(op, stack);
+  }
+  debug::Metrics::get().add(debug::Counter::OpsTraced);
   // Sparse tensors: lazyjit's sparse dispatch keys send every op without a
   // kernel of its own here (device_ops.cpp); their CPU kernels run them.
-  if (kinds.sparse) {
-    metrics.add(debug::Counter::OpsTraced);
-    return run_eager(op, stack, "sparse tensors");
-  }
+  if (kinds.sparse) return run_eager(op, stack, "sparse tensors");
   // Copies between devices are allowed in the device's own ops, so they come
   // before the argument checks.
-  if (info.special) {
-    // A copy between two lazyjit tensors (.to(dtype), clone's decomposition)
-    // is an op like any other here; the device's other own ops keep their path.
-    if (info.name == "aten::copy_" && is_lazy(args[0].toTensor()) && args[1].isTensor() &&
-        is_lazy(args[1].toTensor()) && at_once(info, args))
-      return run_at_once(op, stack);
-    metrics.add(debug::Counter::OpsTraced);
-    if (run_special_op(info.name, args, stack)) return;
-  }
+  if (info.special && run_special_op(info.name, args, stack)) return;
   if (info.index) move_cpu_indices(stack, &args);
   check_args(info, op.schema(), args);
-  if (lazyjit::mode() == Mode::Step) {
-    metrics.add(debug::Counter::OpsTraced);
-    return run_eager(op, stack, "step mode");
-  }
-  if (at_once(info, args)) return run_at_once(op, stack);
-  if (!info.special) metrics.add(debug::Counter::OpsTraced);  // counted above
+  if (lazyjit::mode() == Mode::Step) return run_eager(op, stack, "step mode");
   if (!info.view) {
     // Views keep these (record_view); other ops read values.
     if (kinds.math_bits && !resolve_math_bits_args(op.schema(), &args, stack))

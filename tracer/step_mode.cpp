@@ -187,13 +187,8 @@ void run_kernel(const c10::OperatorHandle& op, Stack* stack, const char* reason,
   auto to_cpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!is_lazy(t)) return t;
     if (is_sparse_layout(t)) return sparse_to_cpu(t);
-    const LazyStorage& s = storage_of(t);
-    // Data on hand (a pending graph at most reads it), of t's dtype: a view of
-    // it, as cpu_view's, made directly.
-    const TraceContext* o = TraceContext::pending_owner(s);
-    if (s.data.defined() && !s.lost && s.dtype == t.scalar_type() && !has_math_bits(t) && (!o || o->reads_only(s)))
-      return data_alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
-    return with_math_bits(ctx.cpu_view(t, reason), t);
+    std::optional<at::Tensor> v = TraceContext::on_hand_view(t);
+    return with_math_bits(v ? *v : ctx.cpu_view(t, reason), t);
   };
   Stack cpu;
   for (size_t i = 0; i < args.size(); ++i) {

@@ -531,6 +531,12 @@ void TraceContext::fail_steps(runtime::RunResult& r, const Results& results, con
   if (mine) std::rethrow_exception(mine);
 }
 
+std::optional<at::Tensor> TraceContext::on_hand_view(const at::Tensor& t) {
+  const LazyStorage& s = storage_of(t);
+  if (!s.data.defined() || s.dtype != t.scalar_type() || !readable_now(s)) return std::nullopt;
+  return data_alias(s.data, t.sizes(), t.strides(), s.data.storage_offset() + t.storage_offset());
+}
+
 at::Tensor TraceContext::cpu_view(const at::Tensor& t, const char* reason) {
   std::lock_guard<std::recursive_mutex> lock(mutex());
   raise_deferred();

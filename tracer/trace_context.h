@@ -126,6 +126,15 @@ class TraceContext {
   // tensor on the CPU target, a CUDA one under the CUDA target); syncs first
   // if needed.
   at::Tensor cpu_view(const at::Tensor& t, const char* reason);
+  // Whether `s`'s elements can be read now, without running anything: not
+  // lost, and pending in no graph except as an input that graph only reads.
+  static bool readable_now(const LazyStorage& s) {
+    const TraceContext* o = pending_owner(s);
+    return !s.lost && (!o || (s.data.defined() && o->reads_only(s)));
+  }
+  // cpu_view's tensor when `t`'s data is on hand (readable now, materialized,
+  // of t's dtype), made without a sync or a dispatcher call; nullopt otherwise.
+  static std::optional<at::Tensor> on_hand_view(const at::Tensor& t);
   // Before an eager kernel writes `t`'s materialized elements in place: no graph
   // may still read them (another graph that read them keeps a copy).
   void prepare_write(const at::Tensor& t);

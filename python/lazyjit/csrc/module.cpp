@@ -399,7 +399,7 @@ PYBIND11_MODULE(_C, m) {
                for (size_t k = 0; k < at_.size(); ++k) in[at_[k]] = data[k];
                hit = set.run(in);
                if (hit && !hit->shared_writes)
-                 for (at::Tensor& o : hit->outputs) o = lazyjit::lazy_result(o, lazy, data);
+                 hit->outputs = lazyjit::lazy_results(std::move(hit->outputs), lazy, data);
              }
              return hit_to_python(hit);
            })
@@ -434,14 +434,14 @@ PYBIND11_MODULE(_C, m) {
         a.push_back(THPVariable_Unpack(args[i].ptr()));
         d.push_back(THPVariable_Unpack(data[i].ptr()));
       }
+    std::vector<at::Tensor> ts;
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (THPVariable_Check(outs[i].ptr())) ts.push_back(THPVariable_Unpack(outs[i].ptr()));
+    ts = lazyjit::lazy_results(std::move(ts), a, d);
     py::list out(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i) {
-      if (THPVariable_Check(outs[i].ptr()))
-        out[i] = py::reinterpret_steal<py::object>(
-            THPVariable_Wrap(lazyjit::lazy_result(THPVariable_Unpack(outs[i].ptr()), a, d)));
-      else
-        out[i] = outs[i];
-    }
+    for (size_t i = 0, k = 0; i < outs.size(); ++i)
+      out[i] = THPVariable_Check(outs[i].ptr()) ? py::reinterpret_steal<py::object>(THPVariable_Wrap(ts[k++]))
+                                                : py::reinterpret_borrow<py::object>(outs[i]);
     return out;
   });
   // Made by Capture.finish, handed to CaptureSet.add.
