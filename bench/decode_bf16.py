@@ -19,8 +19,9 @@ decode step's capture/program); the timed calls compile nothing.
 Reported per system: median over rounds of the per-process median of the timed
 calls, as ms per new token (and the same of the process's CPU time) (call time / new tokens, the prefill included), the
 weight bytes a token reads over that time (GB/s), peak RSS of the process, the
-first (cold) call, and the first token index where the tokens differ from eager's
-(bf16 greedy may legitimately diverge after a few tokens from rounding).
+first call (cold: each process has its own empty lazyjit and Inductor caches),
+and the first token index where the tokens differ from eager's (bf16 greedy may
+legitimately diverge after a few tokens from rounding).
 
     .venv/bin/python bench/decode_bf16.py                 # all systems, 5 rounds
     .venv/bin/python bench/decode_bf16.py --systems eager,backend --rounds 3
@@ -36,6 +37,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 SYSTEMS = ("eager", "backend", "device", "device_compile", "inductor")
@@ -167,7 +169,12 @@ def main():
             cmd = [sys.executable, __file__, "--worker", s.split("@")[0]] + [
                 f"--{k}={getattr(args, k)}" for k in ("layers", "hidden", "inter", "vocab", "prompt", "new",
                                                        "warmup", "calls", "threads", "dtype")]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            # Cold caches in every process: lazyjit's on-disk cache and Inductor's
+            # (its FX graph and kernel caches would make later rounds' first calls warm).
+            with tempfile.TemporaryDirectory() as cache:
+                env["LAZYJIT_CACHE_DIR"] = cache
+                env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode or not line:
                 print(f"{s}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", file=sys.stderr)

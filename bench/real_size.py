@@ -1,6 +1,8 @@
 """Real sizes against the machine's limit (issue 58, item 6): decode of a 0.5B-class
 decoder in bf16 and f32, each row with its limit (the measured read bandwidth) and
-the fraction of it reached.
+the fraction of it reached; then the training and diffusion steps' sections from
+their own benches' results (bench/real_size_memory.py, bench/unet_step.py), each
+with its GEMM floor (bench/gemm_floor.py).
 
 For each thread count and dtype: the read bandwidth (torch.sum over 1 GiB of
 float32, in a process of its own at that thread count, before and after the
@@ -14,6 +16,7 @@ included (the bandwidth figure is a lower bound for the decode steps alone).
     .venv/bin/python bench/real_size.py                        # 1 and 2 threads, bf16 and f32
     .venv/bin/python bench/real_size.py --threads 1 --dtypes bfloat16 --rounds 3
     # -> bench/results/real_size.md (--md) and real_size.json (--json)
+    .venv/bin/python bench/real_size.py --from-json   # the md again, e.g. after the step benches ran
 
 The same figures by CPU time (the process's, over all its threads) are in the
 JSON and the table, what a machine shared with other work disturbs least.
@@ -101,6 +104,34 @@ def main():
     write_md(args, sections)
 
 
+def step_sections():
+    """The training and diffusion steps' sections, from the raw results their
+    benches wrote (bench/real_size_memory.py --out results/real_size_train.json,
+    bench/unet_step.py --out results/unet_step.json), each with its limit, the
+    step's GEMM floor (bench/gemm_floor.py); none for a file not there."""
+    import real_size_memory
+    import unet_step
+    lines = []
+    for name, title, mod, cmd in (
+            ("real_size_train.json", "f32 training step at GPT-2-small widths", real_size_memory,
+             "bench/real_size_memory.py --systems eager,device,backend,inductor --rounds 3 "
+             "--out bench/results/real_size_train.json"),
+            ("unet_step.json", "SD-class UNet denoising step", unet_step,
+             "bench/unet_step.py --rounds 3 --out bench/results/unet_step.json")):
+        path = os.path.join(HERE, "results", name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            d = json.load(f)
+        lines += [f"## {title}", "", f"`.venv/bin/python {cmd}` (raw: [{name}]({name})).", "",
+                  "**of floor** = the step's GEMM floor / the steady step: its matrix products and convolutions "
+                  "(forward and backward) in floating-point operations, at the best rate ATen's libraries reach on "
+                  "one large product at the same thread count (`bench/gemm_floor.py`). **ATen GEMMs alone / step** = "
+                  "the time ATen's kernels take for the same products run alone / the step.", ""]
+        lines += mod.table(d["args"], d["loads"], d["rows"]) + [""]
+    return lines
+
+
 def write_md(args, sections):
     lines = ["# Real sizes against the machine's limit (issue 58, item 6)", "",
              "Written by `bench/real_size.py` (raw: [real_size.json](real_size.json) and the "
@@ -142,6 +173,7 @@ def write_md(args, sections):
                          f"{r['gb_s']:.1f} | {100 * r['gb_s'] / limit:.0f}% | {cpu_gbs:.1f}, "
                          f"{100 * cpu_gbs / limit_cpu:.0f}% | {r['first_call_ms']:.0f} | {r['peak_rss_mib']:.0f} |")
         lines.append("")
+    lines += step_sections()
     with open(args.md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

@@ -6,6 +6,7 @@ Systems, each in a process of its own, the order alternating over rounds:
   device_bg_off  the same with LAZYJIT_BACKGROUND_COMPILE=off (the first step
                  waits for its compile instead of running op by op beside it)
   backend        torch.compile(model, backend="lazyjit") on CPU tensors, AdamW eager
+  inductor       torch.compile(model) (Inductor) on CPU tensors, AdamW eager
 
 The model is a transformers GPT2LMHeadModel (random weights built in code, nothing
 downloads) at GPT-2 small's widths: n_embd 768, 12 heads, vocab 50257, tied
@@ -27,14 +28,14 @@ first step is a cold one.
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
-SYSTEMS = ("eager", "device", "device_bg_off", "backend")
+from gemm_floor import FIELDS, floor_line
+from rounds import add_common_args, run_rounds
+
+SYSTEMS = ("eager", "device", "device_bg_off", "backend", "inductor")
 
 
 def vm_kib(field):
@@ -71,6 +72,8 @@ def build(args, system):
     elif system == "backend":
         import lazyjit  # noqa: F401
         fwd = torch.compile(model, backend="lazyjit")
+    elif system == "inductor":
+        fwd = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 
     def step():
@@ -101,7 +104,10 @@ def worker(args):
            "rss_built_mib": mib(rss_built), "rss_first_mib": mib(rss_first), "peak_rss_mib": mib(vm_kib("VmHWM")),
            "rss_end_mib": mib(vm_kib("VmRSS")),
            "params": sum(p.numel() for p in model.parameters())}
-    if args.worker != "eager":
+    if args.worker == "eager":
+        from gemm_floor import measure
+        res.update(measure(step))
+    if args.worker not in ("eager", "inductor"):
         import lazyjit
         m = lazyjit.metrics()
         res["syncs_by_how"] = m.get("syncs_by_how")
@@ -109,50 +115,56 @@ def worker(args):
     print("RESULT " + json.dumps(res))
 
 
+def table(a, loads, rows):
+    """The results as markdown lines: a heading line, the floor, the table
+    (also what bench/real_size.py puts in results/real_size.md)."""
+    base = next((r for r in rows if r["system"] == "eager" and not r.get("failed")), None)
+    out = [f"GPT-2 f32 training step: {a['layers']} layers, hidden {a['hidden']}, vocab {a['vocab']}, batch "
+           f"{a['batch']} x seq {a['seq']}, AdamW, {a['steps']} steps a process, {a['threads']} threads, "
+           f"{a['rounds']} rounds; load (1 min) {' '.join(f'{x:.2f}' for x in loads)}", ""]
+    floor = base and base.get("floor_ms")
+    if floor:
+        out += [floor_line(base), ""]
+    out += ["| system | RSS built MiB | peak after step 1 MiB | peak MiB | peak / eager | first step ms | steady step ms "
+            "| eager / system | of floor | ATen GEMMs alone / step | loss max abs diff vs eager |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("failed"):
+            out.append(f"| {r['system']} | failed | | | | | | | | | |")
+            continue
+        ratio = f"{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}x" if base else ""
+        speed = f"{base['step_ms'] / r['step_ms']:.2f}x" if base else ""
+        diff = "" if r["loss_diff"] is None else f"{r['loss_diff']:.1e}"
+        of = f"{floor / r['step_ms']:.0%}" if floor else ""
+        alone = f"{base['aten_gemm_ms'] / r['step_ms']:.0%}" if floor else ""
+        out.append(f"| {r['system']} | {r['rss_built_mib']:.0f} | {r['rss_first_mib']:.0f} | {r['peak_rss_mib']:.0f} "
+                   f"| {ratio} | {r['first_ms']:.0f} | {r['step_ms']:.0f} | {speed} | {of} | {alone} | {diff} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
-    ap.add_argument("--rounds", type=int, default=3)
+    add_common_args(ap, SYSTEMS, steps=5)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=5, help="steps per process, the first (cold) included")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="")
-    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
 
     systems = args.systems.split(",")
-    runs = {s: [] for s in systems}
-    loads = [os.getloadavg()[0]]
-    for r in range(args.rounds):
-        for s in (systems if r % 2 == 0 else systems[::-1]):
-            env = dict(os.environ)
-            if s == "device_bg_off":
-                env["LAZYJIT_BACKGROUND_COMPILE"] = "off"
-            with tempfile.TemporaryDirectory() as cache:
-                env["LAZYJIT_CACHE_DIR"] = cache
-                cmd = [sys.executable, __file__, "--worker", s] + [
-                    f"--{k}={getattr(args, k)}" for k in ("layers", "hidden", "heads", "vocab", "batch", "seq",
-                                                           "steps", "threads")]
-                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-            if p.returncode or not line:
-                print(f"{s}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", file=sys.stderr)
-                continue
-            res = json.loads(line[0][7:])
-            res["load"] = os.getloadavg()[0]
-            runs[s].append(res)
-            print(f"round {r} {s:14s} built {res['rss_built_mib']:6.0f}  first step {res['rss_first_mib']:6.0f}  "
-                  f"peak {res['peak_rss_mib']:6.0f} MiB  first {res['first_ms']:7.0f} ms  "
-                  f"steady {statistics.median(res['step_ms']):6.0f} ms  load {res['load']:.2f}",
-                  file=sys.stderr, flush=True)
-        loads.append(os.getloadavg()[0])
+
+    def progress(r, s, res):
+        print(f"round {r} {s:14s} built {res['rss_built_mib']:6.0f}  first step {res['rss_first_mib']:6.0f}  "
+              f"peak {res['peak_rss_mib']:6.0f} MiB  first {res['first_ms']:7.0f} ms  "
+              f"steady {statistics.median(res['step_ms']):6.0f} ms  load {res['load']:.2f}", file=sys.stderr, flush=True)
+
+    flags = [f"--{k}={getattr(args, k)}" for k in ("layers", "hidden", "heads", "vocab", "batch", "seq", "steps", "threads")]
+    runs, loads = run_rounds(__file__, systems, args.rounds, flags, progress=progress,
+                             env_for=lambda s: {"LAZYJIT_BACKGROUND_COMPILE": "off"} if s == "device_bg_off" else {})
 
     eager = runs.get("eager") and runs["eager"][0]["losses"]
     rows = []
@@ -167,23 +179,9 @@ def main():
                      "step_ms": statistics.median(statistics.median(r["step_ms"]) for r in runs[s]),
                      "loss_diff": max(abs(a - b) for a, b in zip(losses, eager)) if eager else None,
                      "per_round_peak": [r["peak_rss_mib"] for r in runs[s]],
+                     **{k: runs[s][0].get(k) for k in FIELDS},
                      "syncs_by_how": runs[s][-1].get("syncs_by_how")})
-    base = next((r for r in rows if r["system"] == "eager" and not r.get("failed")), None)
-    print(f"\nGPT-2 f32 training step: {args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch "
-          f"{args.batch} x seq {args.seq}, AdamW, {args.steps} steps a process, {args.threads} threads, "
-          f"{args.rounds} rounds; load (1 min) {' '.join(f'{x:.2f}' for x in loads)}")
-    print("| system | RSS built MiB | peak after step 1 MiB | peak MiB | peak / eager | first step ms | steady step ms "
-          "| eager / system | loss max abs diff vs eager |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        if r.get("failed"):
-            print(f"| {r['system']} | failed | | | | | | | |")
-            continue
-        ratio = f"{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}x" if base else ""
-        speed = f"{base['step_ms'] / r['step_ms']:.2f}x" if base else ""
-        diff = "" if r["loss_diff"] is None else f"{r['loss_diff']:.1e}"
-        print(f"| {r['system']} | {r['rss_built_mib']:.0f} | {r['rss_first_mib']:.0f} | {r['peak_rss_mib']:.0f} "
-              f"| {ratio} | {r['first_ms']:.0f} | {r['step_ms']:.0f} | {speed} | {diff} |")
+    print("\n" + "\n".join(table(vars(args), loads, rows)))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": runs}, f, indent=1)
