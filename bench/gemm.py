@@ -38,6 +38,10 @@ SHAPES = [
     ("e fc2 forward", 256, 4096, 1024, "x @ W^T"),
     ("e fc2 input grad", 256, 1024, 4096, "g @ W"),
     ("e fc1 weight grad", 4096, 256, 1024, "g^T @ x"),
+    ("t qkv weight grad", 2304, 512, 768, "g^T @ x"),
+    ("t fc weight grad", 3072, 512, 768, "g^T @ x"),
+    ("t fc2 weight grad", 768, 512, 3072, "g^T @ x"),
+    ("t lm_head weight grad", 50257, 512, 768, "g^T @ x"),
     ("decode gate proj", 1, 256, 688, "x @ W^T"),
     ("decode lm head", 1, 256, 1000, "x @ W^T"),
 ]

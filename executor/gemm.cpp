@@ -28,14 +28,31 @@ bool plain(const at::Tensor& t) {
   return (t.stride(1) == 1 && t.stride(0) >= t.size(1)) || (t.stride(0) == 1 && t.stride(1) >= t.size(0));
 }
 
+// oneDNN's AVX-512 code: where the x86 wheels' MKL runs AVX2 on an AMD CPU, a
+// column-major mat1 is faster through oneDNN too.
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+// A column-major mat1 oneDNN copies to row-major first: up to this many
+// elements (16 MiB of float32) that copy is cheap and short-lived; a bigger one
+// (the tied lm_head's gradient of a 50k vocabulary, g^T [50257, 512]: 103 MB)
+// would raise a training step's peak memory by its size for a 1.21x GEMM
+// (bench/results/gemm.md).
+constexpr int64_t kMaxColumnMajorMat1 = int64_t{1} << 22;
+
 // mat1 row-major (activations, gradients of outputs); mat2 either way (a
 // Linear's weight is read transposed in the forward, as it is in the input's
-// gradient). A column-major mat1 (g^T @ x, a weight's gradient) stays with
-// MKL: oneDNN measured 0.92-1.06x of it at 4096x256x1024 and slower on
-// medium sizes (bench/results/gemm.md).
+// gradient). A column-major mat1 (g^T @ x, a weight's gradient) on a CPU with
+// AVX-512: oneDNN took 0.48-0.51x of MKL's time on a GPT-2-small training step's
+// layer weight gradients (bench/results/gemm.md); without AVX-512 it stays MKL
+// (0.87x the other way, bench/results/gemm_avx2.md).
 bool fits_onednn(const at::Tensor& a, const at::Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  return m * k * n >= kMinMacs && a.stride(1) == 1 && a.stride(0) >= k && plain(b);
+  const bool row_major = a.stride(1) == 1 && a.stride(0) >= k;
+  const bool column_major = cpu_has_avx512() && a.numel() <= kMaxColumnMajorMat1 && plain(a);
+  return m * k * n >= kMinMacs && (row_major || column_major) && plain(b);
 }
 
 // 1 to max_rows rows of a, each contiguous; mat2 = w^T with w's rows
