@@ -98,13 +98,15 @@ def test_large_tensors_are_still_recorded():
 def test_an_op_reading_a_pending_value_is_recorded_and_keeps_eagers_value():
     lazyjit.sync()
     _, _, y, y_ref = program()
-    big = torch.randn(600, 600)
+    big = torch.randn(600, 600, generator=torch.Generator().manual_seed(5))
     pending = (big.to(DEV) * 3).sum()  # recorded: large input; its result is pending
     before = counts()
     z = pending + y.sum()  # reads a pending value: recorded too, nothing syncs
     at_once, traced, syncs, _ = grown(before)
     assert traced >= 1 and syncs == 0, (traced, syncs)
-    torch.testing.assert_close(z.cpu(), (big * 3).sum() + y_ref.sum())
+    # A sum of 360,000 float32 values in another order than eager's: equal to a few
+    # units in the last place of the elements' magnitude, not of the (small) sum.
+    torch.testing.assert_close(z.cpu(), (big * 3).sum() + y_ref.sum(), rtol=1e-5, atol=1e-3)
 
 
 def test_in_place_write_leaves_a_pending_graph_the_old_elements():
