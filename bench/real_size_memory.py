@@ -32,8 +32,8 @@ import statistics
 import sys
 import time
 
-from gemm_floor import FIELDS, floor_line
-from rounds import add_common_args, run_rounds
+from gemm_floor import floor_line
+from rounds import add_common_args, report, run_rounds, summarize
 
 SYSTEMS = ("eager", "device", "device_bg_off", "backend", "inductor")
 
@@ -166,25 +166,11 @@ def main():
     runs, loads = run_rounds(__file__, systems, args.rounds, flags, progress=progress,
                              env_for=lambda s: {"LAZYJIT_BACKGROUND_COMPILE": "off"} if s == "device_bg_off" else {})
 
-    eager = runs.get("eager") and runs["eager"][0]["losses"]
-    rows = []
-    for s in systems:
-        if not runs[s]:
-            rows.append({"system": s, "failed": True})
-            continue
-        med = lambda k: statistics.median(r[k] for r in runs[s])  # noqa: E731
-        losses = runs[s][0]["losses"]
-        rows.append({"system": s, "rss_built_mib": med("rss_built_mib"), "rss_first_mib": med("rss_first_mib"),
-                     "peak_rss_mib": med("peak_rss_mib"), "first_ms": med("first_ms"),
-                     "step_ms": statistics.median(statistics.median(r["step_ms"]) for r in runs[s]),
-                     "loss_diff": max(abs(a - b) for a, b in zip(losses, eager)) if eager else None,
-                     "per_round_peak": [r["peak_rss_mib"] for r in runs[s]],
-                     **{k: runs[s][0].get(k) for k in FIELDS},
-                     "syncs_by_how": runs[s][-1].get("syncs_by_how")})
-    print("\n" + "\n".join(table(vars(args), loads, rows)))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": runs}, f, indent=1)
+    rows = summarize(systems, runs, ("rss_built_mib", "rss_first_mib", "peak_rss_mib", "first_ms"),
+                     ("loss_diff", "losses"),
+                     extra=lambda s, rs: {"per_round_peak": [r["peak_rss_mib"] for r in rs],
+                                          "syncs_by_how": rs[-1].get("syncs_by_how")})
+    report(args, loads, rows, runs, table)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ average before the first round and after each.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,3 +52,34 @@ def add_common_args(ap, systems, steps):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+
+
+def summarize(systems, runs, medians, diff, extra=None):
+    """One row a system (`failed` where no round succeeded): the medians over
+    rounds of the keys in `medians`; `step_ms`, the median of the processes'
+    median steps; `diff_key` = the largest difference between the first round's
+    `values_key` list and eager's (diff = (diff_key, values_key)); the GEMM
+    floor's fields of the first round; and extra(system, results) merged in."""
+    from gemm_floor import FIELDS
+    diff_key, values_key = diff
+    eager = runs.get("eager") and runs["eager"][0][values_key]
+    rows = []
+    for s in systems:
+        if not runs[s]:
+            rows.append({"system": s, "failed": True})
+            continue
+        row = {"system": s, **{k: statistics.median(r[k] for r in runs[s]) for k in medians},
+               "step_ms": statistics.median(statistics.median(r["step_ms"]) for r in runs[s]),
+               diff_key: max(abs(a - b) for a, b in zip(runs[s][0][values_key], eager)) if eager else None,
+               **{k: runs[s][0].get(k) for k in FIELDS}}
+        row.update(extra(s, runs[s]) if extra else {})
+        rows.append(row)
+    return rows
+
+
+def report(args, loads, rows, runs, table):
+    """Prints table(vars(args), loads, rows); with --out, writes the raw results."""
+    print("\n" + "\n".join(table(vars(args), loads, rows)))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": runs}, f, indent=1)

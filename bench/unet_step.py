@@ -36,8 +36,8 @@ import statistics
 import sys
 import time
 
-from gemm_floor import FIELDS, floor_line
-from rounds import add_common_args, run_rounds
+from gemm_floor import floor_line
+from rounds import add_common_args, report, run_rounds, summarize
 
 SYSTEMS = ("eager", "device", "device_compile", "backend", "inductor")
 
@@ -159,22 +159,9 @@ def main():
              for k in ("channels", "layers_per_block", "context_dim", "latent", "steps", "threads")]
     runs, loads = run_rounds(__file__, systems, args.rounds, flags, progress=progress)
 
-    eager = runs.get("eager") and runs["eager"][0]["out_head"]
-    rows = []
-    for s in systems:
-        if not runs[s]:
-            rows.append({"system": s, "failed": True})
-            continue
-        med = lambda k: statistics.median(r[k] for r in runs[s])  # noqa: E731
-        out = runs[s][0]["out_head"]
-        rows.append({"system": s, "first_ms": med("first_ms"), "peak_rss_mib": med("peak_rss_mib"),
-                     "step_ms": statistics.median(statistics.median(r["step_ms"]) for r in runs[s]),
-                     "out_diff": max(abs(a - b) for a, b in zip(out, eager)) if eager else None,
-                     **{k: runs[s][0].get(k) for k in FIELDS}, "dynamo": runs[s][-1].get("dynamo")})
-    print("\n" + "\n".join(table(vars(args), loads, rows)))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": runs}, f, indent=1)
+    rows = summarize(systems, runs, ("first_ms", "peak_rss_mib"), ("out_diff", "out_head"),
+                     extra=lambda s, rs: {"dynamo": rs[-1].get("dynamo")})
+    report(args, loads, rows, runs, table)
 
 
 if __name__ == "__main__":
