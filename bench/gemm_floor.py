@@ -5,7 +5,7 @@ diffusion step at real widths is measured against.
 each matrix product and convolution it ran (forward and backward: mm, addmm,
 bmm, baddbmm, convolution, convolution_backward) with its operands' sizes,
 strides and dtypes. Two figures come from them:
-- `flops(ops)` / `peak_gflops()`: the step's multiply-adds at the best rate
+- `flops(ops)` / the best of `peak_rates()`: the step's multiply-adds at the best rate
   ATen's libraries reach on one large product at the current thread count (the
   better of a 2048^3 torch.mm and a 512-channel 3x3 convolution: on an AMD CPU
   MKL runs its AVX2 code, oneDNN its AVX-512 code, about twice as fast): the
@@ -16,9 +16,8 @@ strides and dtypes. Two figures come from them:
 Attention kernels (scaled_dot_product_attention) are in neither: they count
 with the rest of the step.
 
-    from gemm_floor import record, flops, peak_gflops
-    ops = record(step)
-    floor_ms = flops(ops) / peak_gflops() / 1e6
+    from gemm_floor import measure
+    m = measure(step)  # floor_ms, gemm_gflop, peak_rates, peak_gflops, aten_gemm_ms
 """
 import statistics
 import time
@@ -26,8 +25,8 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-GEMM_OPS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "convolution.default",
-            "convolution_backward.default")
+GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+            "aten.convolution.default", "aten.convolution_backward.default"}
 
 
 class _Spec:
@@ -76,7 +75,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(str(func).endswith(g) for g in GEMM_OPS):
+        if str(func) in GEMM_OPS:
             a, k = _spec(tuple(args)), {n: _spec(v) for n, v in kwargs.items()}
             key = (str(func), _key(a), _key(tuple(sorted(k.items()))))
             if key in self.ops:
@@ -155,11 +154,6 @@ def peak_rates(reps=5):
         mm = _best_rate(lambda: torch.mm(a, b), 2 * 2048 ** 3, reps)
         conv = _best_rate(lambda: torch.nn.functional.conv2d(x, w, padding=1), 2 * 2 * 512 * 32 * 32 * 512 * 9, reps)
     return {"mm": mm, "conv": conv}
-
-
-def peak_gflops(reps=5):
-    """The best of peak_rates(): the rate the floor assumes for every product."""
-    return max(peak_rates(reps).values())
 
 
 def aten_ms(ops, reps=5):

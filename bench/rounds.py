@@ -77,9 +77,11 @@ def summarize(systems, runs, medians, diff, extra=None):
     return rows
 
 
-def report(args, loads, rows, runs, table):
-    """Prints table(vars(args), loads, rows); with --out, writes the raw results."""
+def report(args, loads, rows, runs, table, drop=()):
+    """Prints table(vars(args), loads, rows); with --out, writes the raw results,
+    less each result's keys in `drop` (values only the rows needed)."""
     print("\n" + "\n".join(table(vars(args), loads, rows)))
     if args.out:
+        kept = {s: [{k: v for k, v in r.items() if k not in drop} for r in rs] for s, rs in runs.items()}
         with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": runs}, f, indent=1)
+            json.dump({"args": vars(args), "loads": loads, "rows": rows, "runs": kept}, f, indent=1)

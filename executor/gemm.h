@@ -37,8 +37,8 @@ Gemm gemm_kind(const std::string& op_name);
 // contiguous) on an AVX2 or AVX-512 CPU runs lazyjit's own kernel
 // (executor/small_gemm.h) instead of MKL's generic-path GEMV; a big one (at
 // least 2^23 multiply-adds, mat1 row-major (or column-major on an AVX-512 CPU),
-// mat2 row- or column-major, mkldnn enabled) runs oneDNN. Either way the result is left as the stack's one value
-// and true returned. False: the stack is untouched and the caller runs ATen's
+// mat2 row- or column-major, mkldnn enabled) runs oneDNN. Either way the result
+// is left as the stack's one value and true returned. False: the stack is untouched and the caller runs ATen's
 // op (which raises what eager would), as for a GEMM oneDNN raised on.
 //
 // bfloat16 (mm, addmm with a 1-D bf16 bias): 1 to kSmallGemmBf16MaxRows rows

@@ -171,12 +171,17 @@ bool resolve_math_bits_args(const c10::FunctionSchema& schema, Stack* args, Stac
 // (materialized, and no graph still to run writes it) and small. Large ones are
 // still recorded, so they fuse as before; views stay views; draws keep their
 // trace-time path; nothing runs at once inside a strict region or a capture.
+// Of the device's own ops only a copy between two lazyjit tensors (.to(dtype),
+// clone's decomposition) does.
 constexpr int64_t kAtOnceMaxElements = int64_t{1} << 18;
 
 bool at_once(const OpInfo& info, const Stack& args) {
   if (info.view || info.draws) return false;
   // A capture is a strict region too (capture.cpp).
   if (!TraceContext::get().around_programs() || in_strict_region() || lazyjit::mode() == Mode::Step) return false;
+  if (info.special && !(info.name == "aten::copy_" && is_lazy(args[0].toTensor()) && args[1].isTensor() &&
+                        is_lazy(args[1].toTensor())))
+    return false;
   bool ok = true;
   for (const IValue& v : args)
     for_each_tensor(v, [&](const at::Tensor& t) {
@@ -221,11 +226,7 @@ void record(const c10::OperatorHandle& op, const OpInfo& info, Stack* stack) {
   TraceContext::OpScope scope(args.data(), args.size());
 
   ArgKinds kinds = arg_kinds(args);
-  // Of the device's own ops, a copy between two lazyjit tensors (.to(dtype),
-  // clone's decomposition) may run at once like any other op.
-  bool lazy_copy = info.special && info.name == "aten::copy_" && is_lazy(args[0].toTensor()) &&
-                   args[1].isTensor() && is_lazy(args[1].toTensor());
-  if (!kinds.sparse && (!info.special || lazy_copy) && at_once(info, args)) {
+  if (!kinds.sparse && at_once(info, args)) {
     check_args(info, op.schema(), args);
     return run_at_once(op, stack);
   }
